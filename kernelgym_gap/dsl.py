@@ -1,0 +1,261 @@
+"""What the child needs to know about each DSL: how to see its kernels launch, and which exceptions are
+compile errors. Imported only inside the child, after the backend's environment variables are set."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import math
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class KernelUnverified(Exception):
+    """A kernel that could be compiled for the GPU but not run on this backend."""
+
+
+class DSLCompileError(Exception):
+    """A kernel that failed to compile; wraps the DSL's own exception."""
+
+
+@dataclasses.dataclass
+class LaunchLog:
+    launches: int = 0
+    max_programs: int = 0
+    notes: set = dataclasses.field(default_factory=set)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def record(self, programs: int) -> None:
+        with self.lock:
+            self.launches += 1
+            self.max_programs = max(self.max_programs, int(programs))
+
+    def reset(self) -> None:
+        with self.lock:
+            self.launches = 0
+            self.max_programs = 0
+
+
+def _grid_programs(grid) -> int:
+    if isinstance(grid, int):
+        return grid
+    return math.prod(int(g) for g in tuple(grid)[:3]) if grid else 1
+
+
+# ---------------------------------------------------------------------------------------------- triton
+
+_TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
+                    "int32": "i32", "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
+
+
+class TritonAdapter:
+    """Counts launches through JITFunction.run / InterpretedFunction.run (triton 3.6 and 3.7 alike).
+
+    In `compile_only` mode (the cpu backend's compile probe, a child run without the interpreter) a launch
+    compiles the kernel's specialization for sm_90 instead of running it, and autotuned kernels compile
+    every config: the interpreter alone would accept kernels that cannot compile for the GPU."""
+
+    name = "triton"
+
+    def __init__(self, interpret: bool, compile_only: bool = False):
+        self.interpret = interpret
+        self.compile_only = compile_only
+        self.log = LaunchLog()
+        self._compiled: set = set()
+
+    def install(self) -> None:
+        import triton.runtime.jit as jit
+        from triton.runtime.autotuner import Autotuner
+
+        adapter = self
+        classes = [jit.JITFunction]
+        if self.interpret:
+            from triton.runtime.interpreter import InterpretedFunction
+            classes.append(InterpretedFunction)
+        for cls in classes:
+            original = cls.run
+
+            def run(fn_self, *args, grid, warmup, _original=original, **kwargs):
+                if warmup:
+                    return _original(fn_self, *args, grid=grid, warmup=warmup, **kwargs)
+                if adapter.compile_only:
+                    adapter._compile_for_gpu(fn_self, args, kwargs)
+                    adapter.log.record(0)
+                    return None
+                seen: list[int] = []
+                result = _original(fn_self, *args, grid=adapter._watch_grid(grid, seen), warmup=warmup, **kwargs)
+                # counted only once the launch went through: a launch that raised carried no work
+                adapter.log.record(seen[-1] if seen else 0)
+                return result
+
+            cls.run = run
+        original_tune = Autotuner.run
+
+        def tune(self_, *args, **kwargs):
+            if adapter.compile_only:
+                for config in self_.configs:
+                    self_.fn.run(*args, **{**kwargs, **config.all_kwargs()})
+                return None
+            if adapter.interpret and len(self_.configs) > 1:
+                # The interpreter cannot benchmark: evaluate the first config only (noted in the record).
+                self_.configs = self_.configs[:1]
+                adapter.log.notes.add("autotune: the interpreter evaluates the first config only")
+            return original_tune(self_, *args, **kwargs)
+
+        Autotuner.run = tune
+
+    @staticmethod
+    def _watch_grid(grid, seen: list):
+        if callable(grid):
+            def wrapped(meta, _grid=grid):
+                g = _grid(meta)
+                seen.append(_grid_programs(g))
+                return g
+            return wrapped
+        seen.append(_grid_programs(grid))
+        return grid
+
+    def _compile_for_gpu(self, fn_self, args, kwargs) -> None:
+        import torch
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        from triton.compiler.errors import CompilationError
+
+        kwargs = dict(kwargs)
+        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in kwargs}
+        for k in ("debug", "ir_override"):
+            kwargs.pop(k, None)
+        params = inspect.signature(fn_self.fn).parameters
+        try:
+            bound = inspect.signature(fn_self.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise DSLCompileError(f"{fn_self.fn.__name__}: {e}") from e
+        bound.apply_defaults()
+        signature, constexprs = {}, {}
+        for name, value in bound.arguments.items():
+            ann = params[name].annotation
+            ann = ann if isinstance(ann, str) else getattr(ann, "__name__", str(ann))
+            if "constexpr" in ann or value is None:
+                signature[name], constexprs[name] = "constexpr", value
+            elif isinstance(value, torch.Tensor):
+                signature[name] = "*" + _TORCH_TO_TRITON[str(value.dtype).removeprefix("torch.")]
+            elif isinstance(value, bool):
+                signature[name] = "i1"
+            elif isinstance(value, int):
+                signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+            elif isinstance(value, float):
+                signature[name] = "fp32"
+            else:
+                self.log.notes.add(f"compile probe skipped {fn_self.fn.__name__}: argument {name} is a "
+                                   f"{type(value).__name__}")
+                return
+        key = (fn_self.fn, tuple(sorted(signature.items())), repr(sorted(constexprs.items(), key=str)),
+               tuple(sorted(options.items())))
+        if key in self._compiled:
+            return
+        try:
+            triton.compile(ASTSource(fn_self, signature, constexprs), target=GPUTarget("cuda", 90, 32),
+                           options=options or None)
+        except CompilationError as e:
+            raise DSLCompileError(f"{fn_self.fn.__name__} does not compile for sm_90: {e}") from e
+        self._compiled.add(key)
+
+    @staticmethod
+    def is_compile_error(exc: BaseException) -> bool:
+        from triton.compiler.errors import CompilationError
+        return isinstance(exc, (CompilationError, DSLCompileError))
+
+
+# -------------------------------------------------------------------------------------------- tilelang
+
+class TileLangAdapter:
+    """Counts launches through JITKernel.__call__; a kernel that fails to build on the C target is lowered
+    for CUDA sm_90a and compiled with nvcc instead, and reported as unverified (never as correct)."""
+
+    name = "tilelang"
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.log = LaunchLog()
+        self.unverified: list[str] = []
+
+    def install(self) -> None:
+        from tilelang.jit.kernel import JITKernel
+
+        adapter = self
+        original_init = JITKernel.__init__
+        original_call = JITKernel.__call__
+        self._original_init = original_init
+
+        def init(k_self, func=None, *args, **kwargs):
+            if adapter.backend == "cpu":
+                # The C target cannot vectorise fp16 (see docs/backends.md); this changes no results.
+                kwargs["pass_configs"] = {**(kwargs.get("pass_configs") or {}), "tirx.disable_vectorize": True}
+            try:
+                original_init(k_self, func, *args, **kwargs)
+            except Exception as e:
+                if adapter.backend == "cpu" and func is not None and not kwargs.get("from_database"):
+                    adapter._try_cuda(func, kwargs, e)
+                raise DSLCompileError(f"TileLang kernel failed to compile: {type(e).__name__}: {e}") from e
+            k_self._kg_programs = _tilelang_programs(func)
+
+        def call(k_self, *args, **kwargs):
+            result = original_call(k_self, *args, **kwargs)
+            adapter.log.record(getattr(k_self, "_kg_programs", 0))
+            return result
+
+        JITKernel.__init__ = init
+        JITKernel.__call__ = call
+
+    def _try_cuda(self, func, kwargs, c_error: Exception) -> None:
+        from tilelang.jit.kernel import JITKernel
+        cuda_kwargs = {k: v for k, v in kwargs.items() if k in ("out_idx", "pass_configs", "compile_flags")}
+        try:
+            self._original_init(JITKernel.__new__(JITKernel), func, target={"kind": "cuda", "arch": "sm_90a"},
+                                execution_backend="tvm_ffi", **cuda_kwargs)
+        except Exception as e:
+            raise DSLCompileError(f"TileLang kernel compiles neither for the C target ({type(c_error).__name__}: "
+                                  f"{_first_line(c_error)}) nor for CUDA sm_90a ({type(e).__name__}: "
+                                  f"{_first_line(e)})") from e
+        raise KernelUnverified(
+            f"the TileLang kernel does not lower to the C target ({type(c_error).__name__}: "
+            f"{_first_line(c_error)}); it was lowered for CUDA sm_90a and compiled with nvcc instead, "
+            "so it builds for the H200 but its correctness is unverified on the cpu backend")
+
+    @staticmethod
+    def is_compile_error(exc: BaseException) -> bool:
+        return isinstance(exc, DSLCompileError)
+
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[-1][:300] if text else type(e).__name__
+
+
+def _tilelang_programs(func) -> int:
+    """Blocks launched: the product of the blockIdx extents bound in the prim_func (0 when dynamic)."""
+    try:
+        from tvm import tir
+        extents = {}
+
+        def visit(node):
+            if isinstance(node, tir.AttrStmt) and node.attr_key == "thread_extent":
+                tag = node.node.thread_tag
+                if tag.startswith("blockIdx") and isinstance(node.value, tir.IntImm):
+                    extents[tag] = int(node.value)
+
+        tir.stmt_functor.post_order_visit(func.body, visit)
+        return math.prod(extents.values()) if extents else 0
+    except Exception:  # noqa: BLE001 - a diagnosis aid, never a reason to fail
+        return 0
+
+
+def make_adapter(dsl: str, backend: str, compile_only: bool = False):
+    if dsl == "triton":
+        return TritonAdapter(interpret=backend == "cpu" and not compile_only, compile_only=compile_only)
+    if dsl == "tilelang":
+        return TileLangAdapter(backend)
+    raise ValueError(dsl)

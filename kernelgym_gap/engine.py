@@ -1,0 +1,291 @@
+"""One evaluation, end to end: gate, child, checker, measurement, reward. The parent never imports the
+submission: it writes the source to a fresh scratch directory and runs it in a sandboxed child."""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import logging
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .config import EvalConfig
+from .errors import BackendUnavailableError, ProtocolError, UnknownChoiceError
+from .gate import check_source
+from .record import CheckResult, ChildReport, EvalRecord, FailureDetail, Job, Trial
+from .sandbox import ChildOutcome, SandboxConfig, child_env, run_sandboxed
+from .status import Status
+from .task import BACKENDS, DSLS, TaskSpec
+
+log = logging.getLogger(__name__)
+
+_SIGNAL_MEANING = {
+    "SIGSEGV": "segmentation fault (often an out-of-bounds memory access in the kernel)",
+    "SIGBUS": "bus error (misaligned or out-of-bounds access)",
+    "SIGABRT": "aborted (an assertion or a fatal error inside a library)",
+    "SIGFPE": "arithmetic exception",
+    "SIGILL": "illegal instruction",
+    "SIGKILL": "killed (out of memory, or a limit)",
+}
+
+
+def resolve_backend(backend: str) -> str:
+    if backend == "auto":
+        import torch
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if backend not in BACKENDS:
+        raise UnknownChoiceError("backend", backend, BACKENDS + ("auto",))
+    if backend == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise BackendUnavailableError("the cuda backend needs an NVIDIA GPU and a CUDA build of torch; "
+                                          "this machine has none (use --backend cpu)")
+    return backend
+
+
+def make_trials(task: TaskSpec, backend: str, config: EvalConfig, rng: random.Random) -> tuple[Trial, ...]:
+    w = task.workload(backend)
+    trials = []
+    for split, shapes in (("public", w.public), ("heldout", w.heldout)):
+        for shape in shapes:
+            for dtype in w.dtypes:
+                for _ in range(config.seeds_per_shape):
+                    dist = task.distributions[len(trials) % len(task.distributions)]
+                    trials.append(Trial(index=len(trials), shape=tuple(shape), dtype=dtype,
+                                        seed=rng.randrange(1, 2**31 - 1), distribution=dist, split=split))
+    return tuple(trials)
+
+
+def make_timing_trials(task: TaskSpec, config: EvalConfig, rng: random.Random) -> tuple[Trial, ...]:
+    w = task.workload("cuda")
+    out = []
+    for split, shapes in (("public", w.public), ("heldout", w.heldout)):
+        for shape in shapes:
+            for dtype in w.dtypes:
+                out.append(Trial(index=10_000 + len(out), shape=tuple(shape), dtype=dtype,
+                                 seed=rng.randrange(1, 2**31 - 1), distribution=task.distributions[0], split=split))
+    return tuple(out)
+
+
+class Evaluation:
+    """The pieces of one evaluation, assembled into an EvalRecord by `evaluate`."""
+
+    def __init__(self, task: TaskSpec, dsl: str, backend: str, config: EvalConfig, source_sha: str):
+        self.task, self.dsl, self.backend, self.config = task, dsl, backend, config
+        self.source_sha = source_sha
+        self.latency: dict[str, float] = {}
+        self.layers: tuple[str, ...] = ()
+        self.device: dict = {}
+        self.versions: dict = {}
+
+    def record(self, status: Status, message: str, *, correct: bool | None = False, reward: float = 0.0,
+               terms: dict | None = None, failure: FailureDetail | None = None, diagnosis: dict | None = None,
+               trials_checked: int = 0, reward_mode: str | None = None) -> EvalRecord:
+        base_terms = {"correctness": 1.0 if correct else 0.0, "performance": None, "E": None, "U": None,
+                      "per_shape": None, "kernelbench_allclose": None, "flags": []}
+        base_terms.update(terms or {})
+        mode = reward_mode or (self.config.reward.mode if self.backend == "cuda" else "correctness")
+        return EvalRecord(
+            task=self.task.id, task_version=self.task.version, dsl=self.dsl, backend=self.backend,
+            status=status, correct=correct, reward=reward, reward_mode=mode, terms=base_terms,
+            message=message, failure=failure, diagnosis=diagnosis, trials_checked=trials_checked,
+            device=self.device, versions=self.versions, sandbox_layers=self.layers, latency=self.latency,
+            source_sha256=self.source_sha,
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+def _child_failure(outcome: ChildOutcome, config: EvalConfig) -> tuple[Status, str] | None:
+    if outcome.timed_out:
+        return Status.TIMEOUT, f"the evaluation ran past its {config.sandbox.wall_s:.0f} s deadline and was killed"
+    if outcome.output_bytes > config.max_child_output_bytes:
+        return Status.OUTPUT_TOO_LARGE, (f"the child wrote {outcome.output_bytes} bytes to stdout/stderr "
+                                         f"(limit {config.max_child_output_bytes})")
+    if outcome.signal == "SIGXCPU":
+        return Status.TIMEOUT, f"the child used up its CPU time limit ({config.sandbox.cpu_s} s)"
+    if outcome.signal == "SIGXFSZ":
+        return Status.OUTPUT_TOO_LARGE, f"the child wrote a file over the size limit ({config.sandbox.fsize_bytes} B)"
+    if outcome.signal is not None:
+        meaning = _SIGNAL_MEANING.get(outcome.signal, "killed by a signal")
+        return Status.CRASH, f"the child died of {outcome.signal}: {meaning}\n{_tail(outcome.stderr_tail)}"
+    return None
+
+
+def _tail(text: str, lines: int = 8) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _read_report(path: Path, outcome: ChildOutcome) -> ChildReport:
+    if not path.is_file():
+        raise ProtocolError(f"the child exited with code {outcome.returncode} without a report\n"
+                            f"{_tail(outcome.stderr_tail)}")
+    if path.stat().st_size > 8 << 20:
+        raise ProtocolError("the child's report is larger than 8 MiB")
+    return ChildReport.from_json(path.read_bytes())
+
+
+def _run_checker(task: TaskSpec, job: Job, report: ChildReport, backend: str, private: Path,
+                 config: EvalConfig) -> CheckResult:
+    if backend == "cpu":
+        from .checker import check
+        return check(task, job, report, "cpu")
+    report_path = private / "report.json"
+    report_path.write_text(report.to_json())
+    job_path = private / "job.json"
+    job_path.write_text(job.to_json())
+    spec = {"job": str(job_path), "report": str(report_path), "result": str(private / "check.json"),
+            "device": "cuda"}
+    (private / "check_spec.json").write_text(json.dumps(spec))
+    env = child_env(private, {"CUDA_VISIBLE_DEVICES": str(config.gpu_index)})
+    proc = subprocess.run([sys.executable, "-m", "kernelgym_gap.checker", str(private / "check_spec.json")],
+                          env=env, cwd=private, capture_output=True, timeout=config.sandbox.wall_s)
+    if not (private / "check.json").is_file():
+        return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
+                           message="the trusted checker failed: " + proc.stderr.decode(errors="replace")[-2000:])
+    return CheckResult.from_json((private / "check.json").read_text())
+
+
+class _Probe(threading.Thread):
+    """The cpu backend's Triton compile probe, run beside the main child."""
+
+    def __init__(self, job: Job, directory: Path, source_file: Path, sandbox: SandboxConfig):
+        super().__init__(daemon=True)
+        directory.mkdir()
+        shutil.copy(source_file, directory / "submission.py")
+        self.job = dataclasses.replace(job, source_file=str(directory / "submission.py"))
+        self.directory, self.sandbox = directory, sandbox
+        self.outcome: ChildOutcome | None = None
+        self.wall_s = 0.0
+
+    def run(self):
+        path = self.directory / "job.json"
+        path.write_text(self.job.to_json())
+        self.outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(path)], self.directory,
+                                     child_env(self.directory, {}), self.sandbox)
+        self.wall_s = self.outcome.wall_s
+
+    def compile_error(self) -> str | None:
+        """The probe's compile error, if it found one; None when it passed or could not tell."""
+        self.join()
+        try:
+            report = ChildReport.from_json(Path(self.job.report_file).read_bytes())
+        except (OSError, ProtocolError):
+            return None
+        if report.status is Status.COMPILE_ERROR:
+            return ("the kernel runs in the interpreter but does not compile for the GPU (sm_90): "
+                    + report.message)
+        return None
+
+
+def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: str = "auto",
+             config: EvalConfig = EvalConfig()) -> EvalRecord:
+    """Evaluate one submission. Never raises for anything the submission does; raises only for misuse
+    (unknown dsl or backend) or a machine that cannot run the backend."""
+    if dsl not in DSLS:
+        raise UnknownChoiceError("dsl", dsl, DSLS)
+    backend = resolve_backend(backend)
+    t_start = time.perf_counter()
+    raw = source.encode("utf-8", "surrogateescape") if isinstance(source, str) else source
+    ev = Evaluation(task, dsl, backend, config, hashlib.sha256(raw).hexdigest())
+
+    gate = check_source(raw, task.entry_point, dsl, config.max_source_bytes)
+    ev.latency["gate"] = time.perf_counter() - t_start
+    if not gate.passed:
+        return ev.record(gate.status, gate.message)
+
+    rng = random.Random(config.trial_seed) if config.trial_seed is not None else random.SystemRandom()
+    trials = make_trials(task, backend, config, rng)
+    timing_trials = make_timing_trials(task, config, rng) if backend == "cuda" else ()
+    scratch = Path(tempfile.mkdtemp(prefix="kgg-eval-", dir=config.scratch_root))
+    private = Path(tempfile.mkdtemp(prefix="kgg-check-", dir=config.scratch_root))
+    try:
+        (scratch / "outputs").mkdir()
+        source_file = scratch / "submission.py"
+        source_file.write_text(gate.source)
+        job = Job(task_id=task.id, dsl=dsl, backend=backend, source_file=str(source_file),
+                  outputs_dir=str(scratch / "outputs"), report_file=str(scratch / "report.json"),
+                  trials=trials, timing=dataclasses.replace(config.timing, baselines=task.baselines)
+                  if backend == "cuda" else None, timing_trials=timing_trials)
+        probe = None
+        if backend == "cpu" and dsl == "triton":
+            # The interpreter accepts kernels that cannot compile for a GPU: a second child, without the
+            # interpreter, compiles every launched specialization for sm_90 while the first one runs.
+            seen, probe_trials = set(), []
+            for tr in trials:
+                if (tr.shape, tr.dtype) not in seen:
+                    seen.add((tr.shape, tr.dtype))
+                    probe_trials.append(tr)
+            probe = _Probe(dataclasses.replace(job, mode="compile_probe", trials=tuple(probe_trials),
+                                               report_file=str(scratch / "probe" / "report.json"),
+                                               outputs_dir=str(scratch / "probe")), scratch / "probe",
+                           source_file, config.sandbox)
+            probe.start()
+        job_path = scratch / "job.json"
+        job_path.write_text(job.to_json())
+        extra = {"TRITON_INTERPRET": "1", "TILELANG_DEFAULT_TARGET": "c"} if backend == "cpu" else {}
+        sandbox_cfg = config.sandbox
+        if backend == "cuda":
+            sandbox_cfg = dataclasses.replace(sandbox_cfg, gpu_devices=(config.gpu_index,), address_space_bytes=None)
+        outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(job_path)], scratch,
+                                child_env(scratch, extra), sandbox_cfg)
+        ev.layers = outcome.layers
+        ev.latency["child"] = outcome.wall_s
+        probe_failure = probe.compile_error() if probe is not None else None
+        if probe is not None:
+            ev.latency["compile_probe"] = probe.wall_s
+        if probe_failure is not None:
+            return ev.record(Status.COMPILE_ERROR, probe_failure)
+        failed = _child_failure(outcome, config)
+        if failed:
+            return ev.record(*failed)
+        try:
+            report = _read_report(Path(job.report_file), outcome)
+        except ProtocolError as e:
+            status = Status.CRASH if outcome.returncode not in (0, None) else Status.PROTOCOL_ERROR
+            return ev.record(status, str(e))
+        ev.device, ev.versions = report.device, report.versions
+        ev.latency.update({f"child_{k}": v for k, v in report.phases.items()})
+        if report.status is not Status.OK:
+            trial = next((t for t in trials if t.index == report.failed_trial), None)
+            tb = report.message.split("\n", 1)[1] if "\n" in report.message else None
+            return ev.record(report.status, report.message, correct=None if report.status is Status.UNVERIFIED
+                             else False, failure=FailureDetail(trial=trial, traceback_tail=tb) if trial or tb else None)
+        t = time.perf_counter()
+        result = _run_checker(task, job, report, backend, private, config)
+        ev.latency["check"] = time.perf_counter() - t
+        if result.status is not Status.OK:
+            return ev.record(result.status, result.message, failure=result.failure,
+                             trials_checked=result.trials_checked)
+        return _score(ev, report, result)
+    finally:
+        ev.latency["total"] = time.perf_counter() - t_start
+        if not config.keep_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(private, ignore_errors=True)
+
+
+def _score(ev: Evaluation, report: ChildReport, result: CheckResult) -> EvalRecord:
+    from .reward import reward_for
+    notes = report.message
+    terms = {"kernelbench_allclose": result.kernelbench_allclose,
+             "launches_per_call": max((o.launches for o in report.trials), default=0),
+             "programs": max((o.programs for o in report.trials), default=0)}
+    if ev.backend == "cpu":
+        # No CPU time is ever passed off as a GPU figure: the performance terms stay absent.
+        return ev.record(Status.OK, notes or "correct on every trial (cpu backend: correctness only)",
+                         correct=True, reward=reward_for(True, None, ev.config.reward), terms=terms,
+                         trials_checked=result.trials_checked)
+    from .measure import performance_terms
+    status, message, perf_terms, diagnosis = performance_terms(ev.task, report, ev.config)
+    terms.update(perf_terms)
+    if status is not Status.OK:
+        return ev.record(status, message, terms=terms, trials_checked=result.trials_checked)
+    reward = reward_for(True, perf_terms.get("performance"), ev.config.reward)
+    return ev.record(Status.OK, message or notes, correct=True, reward=reward, terms=terms, diagnosis=diagnosis,
+                     trials_checked=result.trials_checked)
