@@ -51,8 +51,9 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str) -> b
     """Raises _Fail on the first problem; returns whether a KernelBench-style allclose would pass."""
     where = dict(trial=trial)
     expected_dtype = getattr(torch, task.output_dtype(trial.dtype))
-    ref = _reference(task, ins).to("cpu")
+    ref = _reference(task, ins)       # on the trials' device: the comparison runs there too
     out = _load_output(path, max_bytes=2 * numel(ref.shape) * itemsize("float64") + (1 << 16))
+    out = out.to(ref.device)
     if out.dtype != expected_dtype:
         raise _Fail(Status.WRONG_DTYPE, f"{what}: output dtype {out.dtype}, expected {expected_dtype}", **where)
     if tuple(out.shape) != tuple(ref.shape):
@@ -80,7 +81,7 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str) -> b
                     f"at shape {list(trial.shape)}, {trial.dtype}, seed {trial.seed}, {trial.distribution} inputs",
                     trial=trial, max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac)
     with torch.no_grad():
-        same_dtype_ref = task.reference(*ins).to("cpu")
+        same_dtype_ref = task.reference(*ins)
     return bool(torch.allclose(out.float(), same_dtype_ref.float(), atol=KERNELBENCH_TOL, rtol=KERNELBENCH_TOL))
 
 

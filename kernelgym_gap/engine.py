@@ -7,6 +7,7 @@ import datetime as _dt
 import hashlib
 import json
 import logging
+import os
 import random
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 from .config import EvalConfig
 from .errors import BackendUnavailableError, ProtocolError, UnknownChoiceError
 from .gate import check_source
+from .registry import PROJECT_ROOT
 from .record import CheckResult, ChildReport, EvalRecord, FailureDetail, Job, Trial
 from .sandbox import ChildOutcome, SandboxConfig, child_env, run_sandboxed
 from .status import Status
@@ -80,6 +82,7 @@ class Evaluation:
     def __init__(self, task: TaskSpec, dsl: str, backend: str, config: EvalConfig, source_sha: str):
         self.task, self.dsl, self.backend, self.config = task, dsl, backend, config
         self.source_sha = source_sha
+        self.source = ""
         self.latency: dict[str, float] = {}
         self.layers: tuple[str, ...] = ()
         self.device: dict = {}
@@ -99,6 +102,24 @@ class Evaluation:
             device=self.device, versions=self.versions, sandbox_layers=self.layers, latency=self.latency,
             source_sha256=self.source_sha,
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+# Paths and driver settings a child needs to find Python packages and the CUDA driver; nothing else of the
+# parent's environment passes (no secrets, no tokens).
+_PASSTHROUGH = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH",
+                "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+
+def backend_env(backend: str) -> dict[str, str]:
+    extra = {}
+    parent_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    extra["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + parent_path)
+    if backend == "cpu":
+        extra.update({"TRITON_INTERPRET": "1", "TILELANG_DEFAULT_TARGET": "c"})
+    else:
+        extra.update({k: os.environ[k] for k in _PASSTHROUGH if k in os.environ})
+        extra["PATH"] = "/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+    return extra
 
 
 def _child_failure(outcome: ChildOutcome, config: EvalConfig) -> tuple[Status, str] | None:
@@ -142,7 +163,7 @@ def _run_checker(task: TaskSpec, job: Job, report: ChildReport, backend: str, pr
     spec = {"job": str(job_path), "report": str(report_path), "result": str(private / "check.json"),
             "device": "cuda"}
     (private / "check_spec.json").write_text(json.dumps(spec))
-    env = child_env(private, {"CUDA_VISIBLE_DEVICES": str(config.gpu_index)})
+    env = child_env(private, backend_env(backend) | {"CUDA_VISIBLE_DEVICES": str(config.gpu_index)})
     proc = subprocess.run([sys.executable, "-m", "kernelgym_gap.checker", str(private / "check_spec.json")],
                           env=env, cwd=private, capture_output=True, timeout=config.sandbox.wall_s)
     if not (private / "check.json").is_file():
@@ -167,7 +188,8 @@ class _Probe(threading.Thread):
         path = self.directory / "job.json"
         path.write_text(self.job.to_json())
         self.outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(path)], self.directory,
-                                     child_env(self.directory, {}), self.sandbox)
+                                     child_env(self.directory, backend_env("cuda") | {"PATH": os.environ.get(
+                                         "PATH", "/usr/local/bin:/usr/bin:/bin")}), self.sandbox)
         self.wall_s = self.outcome.wall_s
 
     def compile_error(self) -> str | None:
@@ -198,6 +220,7 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
     ev.latency["gate"] = time.perf_counter() - t_start
     if not gate.passed:
         return ev.record(gate.status, gate.message)
+    ev.source = gate.source
 
     rng = random.Random(config.trial_seed) if config.trial_seed is not None else random.SystemRandom()
     trials = make_trials(task, backend, config, rng)
@@ -228,7 +251,7 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             probe.start()
         job_path = scratch / "job.json"
         job_path.write_text(job.to_json())
-        extra = {"TRITON_INTERPRET": "1", "TILELANG_DEFAULT_TARGET": "c"} if backend == "cpu" else {}
+        extra = backend_env(backend)
         sandbox_cfg = config.sandbox
         if backend == "cuda":
             sandbox_cfg = dataclasses.replace(sandbox_cfg, gpu_devices=(config.gpu_index,), address_space_bytes=None)
@@ -282,7 +305,7 @@ def _score(ev: Evaluation, report: ChildReport, result: CheckResult) -> EvalReco
                          correct=True, reward=reward_for(True, None, ev.config.reward), terms=terms,
                          trials_checked=result.trials_checked)
     from .measure import performance_terms
-    status, message, perf_terms, diagnosis = performance_terms(ev.task, report, ev.config)
+    status, message, perf_terms, diagnosis = performance_terms(ev.task, report, ev.config, ev.source, ev.dsl)
     terms.update(perf_terms)
     if status is not Status.OK:
         return ev.record(status, message, terms=terms, trials_checked=result.trials_checked)

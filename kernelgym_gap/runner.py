@@ -70,13 +70,10 @@ class Integrity:
 
 
 def _device_info(backend: str) -> dict:
-    import torch
     if backend != "cuda":
         return {"kind": "cpu", "name": "cpu (Triton interpreter / TileLang C target)"}
-    p = torch.cuda.get_device_properties(0)
-    return {"kind": "cuda", "name": p.name, "sm_count": p.multi_processor_count,
-            "l2_bytes": int(getattr(p, "L2_cache_size", 0)), "memory_bytes": int(p.total_memory),
-            "capability": f"{p.major}.{p.minor}"}
+    from .calibrate import device_identity
+    return device_identity()[0]
 
 
 def _versions(dsl: str) -> dict:

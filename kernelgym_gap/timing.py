@@ -1,0 +1,144 @@
+"""GPU timing inside the child (cuda backend). Never prints.
+
+One summariser for kernel and library alike: CUDA events around each call, the L2 flushed before every
+repetition with a buffer of at least twice the device's L2, inputs rotated among several sets, warm-up
+excluded (compilation and autotuning happened in the correctness trials on the same shapes), repetitions
+added until the spread (p75 - p25) / median is small or the time budget is spent, the median reported.
+
+Each repetition is read two ways: `stream` (start and end events on the current stream) and `device`
+(the end event recorded after a device-wide synchronize, minus the measured cost of a bare synchronize).
+An honest kernel reads the same both ways; work pushed onto a side stream shows up only in the second.
+The time reported is the larger of the two medians, and a large difference is flagged.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable
+
+import torch
+
+from . import inputs as inputs_mod
+from .record import ShapeTiming, TimingConfig, Trial
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    median_ms: float
+    spread: float
+    reps: int
+    stream_ms: float
+    device_ms: float
+
+
+def _quantiles(xs: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) >= 2 else [xs[0]] * 3
+    return q[0], q[1], q[2]
+
+
+class Bench:
+    def __init__(self, cfg: TimingConfig):
+        self.cfg = cfg
+        l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
+        self.flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.int8, device="cuda")
+        self.sync_overhead_ms = self._sync_overhead()
+
+    def _sync_overhead(self) -> float:
+        times = []
+        for _ in range(30):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda.synchronize()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        return statistics.median(times)
+
+    def measure(self, fn: Callable[[int], object]) -> Measurement:
+        cfg = self.cfg
+        # warm-up: at least two calls, then until warmup_ms of GPU time has passed
+        torch.cuda.synchronize()
+        w0, w1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        w0.record()
+        fn(0)
+        fn(1)
+        w1.record()
+        torch.cuda.synchronize()
+        per_call = max(w0.elapsed_time(w1) / 2, 1e-3)
+        for i in range(min(int(cfg.warmup_ms / per_call), 1000)):
+            fn(i)
+        torch.cuda.synchronize()
+        # a call that alone outlasts the budget's share gets the fewest repetitions that still give a median
+        min_reps = cfg.min_reps if per_call * cfg.min_reps <= cfg.budget_ms else 3
+        stream_ms: list[float] = []
+        device_ms: list[float] = []
+        spent = 0.0
+        i = 0
+        while i < cfg.max_reps:
+            self.flush.zero_()
+            start = torch.cuda.Event(enable_timing=True)
+            end_stream = torch.cuda.Event(enable_timing=True)
+            end_device = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(i)
+            end_stream.record()
+            torch.cuda.synchronize()
+            end_device.record()
+            torch.cuda.synchronize()
+            s = start.elapsed_time(end_stream)
+            d = max(start.elapsed_time(end_device) - self.sync_overhead_ms, s)
+            stream_ms.append(s)
+            device_ms.append(d)
+            spent += d
+            i += 1
+            if i >= min_reps and (i % 5 == 0 or spent >= cfg.budget_ms):
+                q1, med, q3 = _quantiles(device_ms)
+                if (q3 - q1) / med <= cfg.target_spread or spent >= cfg.budget_ms:
+                    break
+        s_med, d_med = statistics.median(stream_ms), statistics.median(device_ms)
+        samples = device_ms if d_med > s_med else stream_ms
+        q1, med, q3 = _quantiles(samples)
+        return Measurement(median_ms=med, spread=(q3 - q1) / med if med > 0 else 0.0, reps=len(samples),
+                           stream_ms=s_med, device_ms=d_med)
+
+
+def side_stream_suspected(m: Measurement) -> bool:
+    """Work finished after the current stream's end event: the device-wide reading is far longer."""
+    return m.device_ms > 1.5 * m.stream_ms + 0.05
+
+
+def time_submission(task, job, entry, adapter, outputs) -> tuple[ShapeTiming, ...]:
+    cfg: TimingConfig = job.timing
+    bench = Bench(cfg)
+    results = []
+    for trial in job.timing_trials:
+        sets = [inputs_mod.make_trial_inputs(task, dataclasses.replace(trial, seed=trial.seed + k), "cuda")
+                for k in range(cfg.n_input_sets)]
+        adapter.log.reset()
+        with torch.no_grad():
+            entry(*sets[0])
+        torch.cuda.synchronize()
+        launches, programs = adapter.log.launches, adapter.log.max_programs
+        with torch.no_grad():
+            kernel = bench.measure(lambda i: entry(*sets[i % len(sets)]))
+            library = bench.measure(lambda i: task.reference(*sets[i % len(sets)]))
+        # the output of a call made after timing, on inputs it has not seen, is checked again
+        recheck = dataclasses.replace(trial, seed=trial.seed + 7919, index=trial.index + 5000)
+        ins = inputs_mod.make_trial_inputs(task, recheck, "cuda")
+        del sets
+        with torch.no_grad():
+            out = entry(*ins)
+        torch.cuda.synchronize()
+        name = None
+        if type(out) is torch.Tensor:
+            name = f"recheck_{trial.index}.pt"
+            torch.save(out.detach().to("cpu").contiguous().clone(), outputs / name)
+        results.append(ShapeTiming(
+            shape=trial.shape, dtype=trial.dtype, split=trial.split, kernel_ms=kernel.median_ms,
+            kernel_spread=kernel.spread, kernel_reps=kernel.reps, library_ms=library.median_ms,
+            library_spread=library.spread, library_reps=library.reps, launches_per_call=launches,
+            programs=programs, recheck_output_file=name, recheck_trial=recheck if name else None,
+            side_stream=side_stream_suspected(kernel), stream_ms=kernel.stream_ms, device_ms=kernel.device_ms))
+        del ins, out
+        torch.cuda.empty_cache()
+    return tuple(results)

@@ -1,0 +1,131 @@
+"""GPU check run: everything the cuda backend needs verified on the device, in one call.
+
+    python scripts/gpu_check.py [--sections calibrate,gap,stability,latency,tests] [--out DIR]
+
+Sections: `calibrate` (ceilings next to FACTS.md's), `gap` (LayerNorm's optimized, scalar-loop and
+single-program Triton solutions: correctness-only and full reward, E, U, diagnosis), `stability` (the
+optimized kernel in 5 separate evaluations), `latency` (per-step breakdown), `tests` (pytest -m gpu).
+Writes gpu_check.json under --out and prints a short table last.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+FACTS = {"copy_TBps": 4.25, "bfloat16": 680, "float16": 667, "tf32": 356, "float32": 51}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sections", default="calibrate,gap,stability,latency,tests")
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--stability-runs", type=int, default=5)
+    args = ap.parse_args()
+    sections = args.sections.split(",")
+    import torch
+    import triton
+    from kernelgym_gap.calibrate import calibrate
+    from kernelgym_gap.config import EvalConfig
+    from kernelgym_gap.engine import evaluate
+    from kernelgym_gap.registry import get_task
+    from kernelgym_gap.reward import RewardConfig
+
+    out: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "python": platform.python_version(),
+                 "torch": torch.__version__, "triton": triton.__version__,
+                 "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    lines: list[str] = []
+    cfg = EvalConfig()
+    if "calibrate" in sections:
+        t0 = time.time()
+        cal = calibrate(0, force=True)
+        out["calibration"] = dataclasses.asdict(cal)
+        lines.append(f"calibration ({time.time() - t0:.0f} s, {cal.source}):")
+        lines.append(f"  copy      {cal.copy_bytes_per_s / 1e12:6.2f} TB/s   (FACTS.md {FACTS['copy_TBps']})")
+        for k, v in cal.matmul_flops_per_s.items():
+            lines.append(f"  {k:9s} {v / 1e12:6.1f} TFLOP/s (FACTS.md {FACTS[k]})")
+
+    task = get_task("LayerNorm")
+    sols = {s.file: task.solution_path(s).read_text() for s in task.solutions}
+
+    def run(file, mode="full"):
+        r = evaluate(task, sols[file], "triton", "cuda", cfg.replace(reward=RewardConfig(mode=mode)))
+        return r
+
+    if "gap" in sections:
+        rows = []
+        for f in ("triton_rowwise.py", "triton_scalar_loop.py", "triton_single_program.py"):
+            r = run(f)
+            shape = next((p for p in (r.terms.get("per_shape") or []) if p["shape"] == [8192, 4096]
+                          and p["dtype"] == "float16"), None)
+            rows.append({"solution": f, "status": r.status.value, "correct": r.correct, "reward_full": r.reward,
+                         "reward_correctness_only": 1.0 if r.correct else 0.0,
+                         "performance": r.terms.get("performance"), "E": r.terms.get("E"), "U": r.terms.get("U"),
+                         "verdict": (r.diagnosis or {}).get("verdict"), "summary": (r.diagnosis or {}).get("summary"),
+                         "kernelbench_allclose": r.terms.get("kernelbench_allclose"),
+                         "ms_8192x4096_fp16": shape and shape["kernel_ms"],
+                         "torch_ms_8192x4096_fp16": shape and shape["library_ms"],
+                         "message": r.message[:500], "latency": r.latency, "record": r.to_dict()})
+        out["gap"] = rows
+        lines.append("gap (LayerNorm, all cuda shapes; ms at 8192x4096 fp16):")
+        lines.append(f"  {'solution':26s} {'status':8s} {'ms':>9s} {'torch':>7s} {'E':>8s} {'U':>8s} "
+                     f"{'perf':>6s} {'full':>6s} {'corr':>5s} verdict")
+        for x in rows:
+            def f(v, spec):
+                return format(v, spec) if isinstance(v, (int, float)) else "-"
+            lines.append(f"  {x['solution']:26s} {x['status']:8s} {f(x['ms_8192x4096_fp16'], '9.4f')} "
+                         f"{f(x['torch_ms_8192x4096_fp16'], '7.4f')} {f(x['E'], '8.2g')} {f(x['U'], '8.2g')} "
+                         f"{f(x['performance'], '6.3f')} {f(x['reward_full'], '6.3f')} "
+                         f"{x['reward_correctness_only']:5.1f} {x['verdict']}")
+        perf = [x["performance"] or 0.0 for x in rows]
+        if perf[0]:
+            lines.append(f"  serial/optimized performance part: {perf[2] / perf[0]:.4%}; ordered: "
+                         f"{perf[0] > perf[1] > perf[2] or (perf[0] > perf[1] >= perf[2])}")
+
+    if "stability" in sections:
+        recs = [run("triton_rowwise.py") for _ in range(args.stability_runs)]
+        ms = [next(p["kernel_ms"] for p in r.terms["per_shape"] if p["shape"] == [8192, 4096]
+                   and p["dtype"] == "float16") for r in recs if r.ok]
+        rewards = [r.reward for r in recs if r.ok]
+        out["stability"] = {"kernel_ms": ms, "rewards": rewards, "statuses": [r.status.value for r in recs]}
+        if ms:
+            med = statistics.median(ms)
+            lines.append(f"stability ({len(ms)} evaluations, 8192x4096 fp16): median {med:.4f} ms, "
+                         f"max deviation {max(abs(m - med) for m in ms) / med:.2%}; reward "
+                         f"{min(rewards):.4f}..{max(rewards):.4f}")
+        else:
+            lines.append(f"stability: no successful run: {[r.status.value for r in recs]}")
+
+    if "latency" in sections:
+        r = run("triton_rowwise.py")
+        out["latency"] = r.latency
+        keys = ["gate", "child_setup", "child_import", "child_correctness", "child_timing", "child_total", "child",
+                "check", "total"]
+        lines.append("step latency (s): " + ", ".join(f"{k}={r.latency[k]:.2f}" for k in keys if k in r.latency))
+
+    if "tests" in sections:
+        t0 = time.time()
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=900)
+        tail = proc.stdout.strip().splitlines()[-15:]
+        out["tests"] = {"returncode": proc.returncode, "tail": tail}
+        lines.append(f"pytest -m gpu ({time.time() - t0:.0f} s): " + (tail[-1] if tail else proc.stderr[-300:]))
+
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "gpu_check.json").write_text(json.dumps(out, indent=2, default=str))
+    print(f"\n== gpu_check {out['date']}  {out['device']}  torch {out['torch']}  triton {out['triton']}")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
