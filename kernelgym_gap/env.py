@@ -67,6 +67,12 @@ def feedback_text(record: EvalRecord) -> str:
     return "\n".join(lines)
 
 
+def _deterministic(record: dict) -> dict:
+    """The record without its wall-clock fields, so that the same seed and action give the same info (as
+    Gymnasium's checker requires); the full record is `env.unwrapped.last_record`."""
+    return {k: v for k, v in record.items() if k not in ("latency", "created_at")}
+
+
 class KernelEnv(gym.Env):
     """One task (`task_id`) or a suite drawn from `task_ids` (all tasks when None) per episode."""
 
@@ -102,6 +108,7 @@ class KernelEnv(gym.Env):
         self._dsl = dsl
         self._steps = 0
         self._obs = ""
+        self.last_record: EvalRecord | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -134,7 +141,8 @@ class KernelEnv(gym.Env):
         info = {"task": self.task.id, "dsl": self._dsl, "backend": self.backend, "step": self._steps,
                 "status": record.status.value, "correct": record.correct, "reward": record.reward,
                 "reward_mode": record.reward_mode, "terms": dict(record.terms), "diagnosis": record.diagnosis,
-                "message": record.message, "record": record.to_dict()}
+                "message": record.message, "record": _deterministic(record.to_dict())}
+        self.last_record = record
         return self._obs, float(record.reward), terminated, truncated, info
 
     def render(self):

@@ -1,0 +1,89 @@
+"""2-D convolution, NCHW, stride 1, 'same' zero padding (R // 2, S // 2), no bias, groups = 1."""
+import math
+
+import torch
+
+from kernelgym_gap.inputs import sample
+from kernelgym_gap.task import Solution, TaskSpec, Tolerance, Workload, itemsize
+
+
+def reference(x, weight):
+    r, s = weight.shape[-2], weight.shape[-1]
+    return torch.nn.functional.conv2d(x, weight, stride=1, padding=(r // 2, s // 2))
+
+
+def make_inputs(shape, dtype, gen, distribution, device):
+    n, c, h, w, k, r, s = shape
+    x = sample((n, c, h, w), dtype, gen, distribution, device)
+    # Weights scaled by 1/sqrt(C*R*S): each output is then O(1) (O(sqrt(C*R*S)) at worst, for positive
+    # inputs and weights), far inside fp16's range. Sparse inputs meet dense weights.
+    w_dist = distribution if distribution in ("normal", "uniform", "positive") else "normal"
+    weight = sample((k, c, r, s), dtype, gen, w_dist, device, scale=1.0 / math.sqrt(c * r * s))
+    return x, weight
+
+
+def flops(shape):
+    n, c, h, w, k, r, s = shape
+    return 2 * n * k * h * w * c * r * s
+
+
+def min_bytes(shape, dtype):
+    n, c, h, w, k, r, s = shape
+    return (n * c * h * w + k * c * r * s + n * k * h * w) * itemsize(dtype)
+
+
+TASK = TaskSpec(
+    name="Conv2d",
+    version=0,
+    category="convolution",
+    statement=("2-D convolution (cross-correlation, as torch.nn.functional.conv2d) of x [N, C, H, W] with "
+               "weight [K, C, R, S] (R and S odd), stride 1, dilation 1, groups 1, no bias, zero padding "
+               "(R // 2, S // 2) on each side, so the output is [N, K, H, W] in x's dtype (NCHW, contiguous "
+               "inputs). out[n, k, h, w] = sum over c, r, s of x[n, c, h + r - R//2, w + s - S//2] * "
+               "weight[k, c, r, s], taps outside the image counting as zero. Accumulate in float32; for "
+               "float32 inputs TF32 tensor-core products are allowed (cuDNN uses them by default, "
+               "torch.backends.cudnn.allow_tf32 = True) and the float32 tolerance admits them. The shape "
+               "tuple is (N, C, H, W, K, R, S)."),
+    entry_point="conv2d",
+    signature="conv2d(x: Tensor[N, C, H, W], weight: Tensor[K, C, R, S]) -> Tensor[N, K, H, W]",
+    reference=reference,
+    make_inputs=make_inputs,
+    # No "large"/"offset": they only scale the same sums up, and with them a TF32 float32 kernel's error
+    # grows with the input magnitude past any fixed atol.
+    distributions=("normal", "uniform", "sparse", "positive"),
+    workloads={
+        # Small for the Triton interpreter, with odd sizes so that every mask is exercised: partial pixel,
+        # output-channel and input-channel tiles (C = 20 > one 16-wide block), 5x5 and 1x1 filters.
+        "cpu": Workload(public=((1, 4, 8, 8, 8, 3, 3), (1, 3, 7, 9, 5, 5, 5)),
+                        heldout=((1, 17, 6, 5, 4, 3, 3), (2, 6, 5, 6, 18, 1, 1)),
+                        dtypes=("float32", "float16")),
+        # ResNet-like layers on the H200; held out: a deep 14x14 layer, an odd-sized 5x5 and a 1x1.
+        "cuda": Workload(public=((32, 64, 56, 56, 64, 3, 3), (16, 256, 28, 28, 256, 3, 3)),
+                         heldout=((8, 512, 14, 14, 512, 3, 3), (16, 96, 35, 35, 80, 5, 5),
+                                  (32, 256, 56, 56, 64, 1, 1)),
+                         dtypes=("float16", "float32")),
+    },
+    # Outputs are O(1). float16: inputs are exact in the float64 reference, so the error is the output's
+    # rounding (2^-11 relative) plus float32 accumulation, far below 1e-2; a float16 accumulator over
+    # C*R*S ~ 2300 terms misses it. float32: a TF32 simulation (10-bit mantissa, round to nearest) of the
+    # cuda shapes gives a max |err| / (1 + |ref|) of 1.4e-3 for these distributions, so 5e-3 leaves a 3.5x
+    # margin; plain fp32 FMA is ~1e-6. A missed border tap or channel block errs by ~0.1-1.
+    tolerances={"float32": Tolerance(5e-3, 5e-3), "float16": Tolerance(1e-2, 1e-2),
+                "bfloat16": Tolerance(3e-2, 3e-2)},
+    flops=flops,
+    min_bytes=min_bytes,
+    solutions=(
+        Solution("triton_implicit_gemm.py", "triton", "optimized",
+                 note="implicit GEMM: tiles of output pixels x output channels, reduction over (r, s, "
+                      "channel block) with tl.dot, fp32 accumulation, masks for the zero padding; autotuned"),
+        Solution("triton_plane_loop.py", "triton", "slow", defect="no_tiling",
+                 note="one program per (n, k, pixel block); the C*R*S reduction is a loop of vector FMAs: "
+                      "no output-channel tile, so every input value is re-read K times, and no tensor cores"),
+        Solution("tilelang_implicit_gemm.py", "tilelang", "optimized", cpu_status="unverified",
+                 note="implicit GEMM per image: weight tile x gathered im2col tile in shared memory, "
+                      "T.gemm into a float32 fragment, T.Pipelined over the reduction"),
+        Solution("tilelang_direct.py", "tilelang", "slow", defect="no_tiling",
+                 note="direct convolution, one block per (n, k, pixel block), serial loop over c, r, s "
+                      "with T.Parallel over pixels: no shared-memory reuse, no tensor cores"),
+    ),
+)
