@@ -52,28 +52,29 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def make_trials(task: TaskSpec, backend: str, config: EvalConfig, rng: random.Random) -> tuple[Trial, ...]:
+def _cases(task: TaskSpec, backend: str):
+    """Every (split, shape, dtype) a backend evaluates, public shapes first."""
     w = task.workload(backend)
-    trials = []
     for split, shapes in (("public", w.public), ("heldout", w.heldout)):
         for shape in shapes:
             for dtype in w.dtypes:
-                for _ in range(config.seeds_per_shape):
-                    dist = task.distributions[len(trials) % len(task.distributions)]
-                    trials.append(Trial(index=len(trials), shape=tuple(shape), dtype=dtype,
-                                        seed=rng.randrange(1, 2**31 - 1), distribution=dist, split=split))
+                yield split, tuple(shape), dtype
+
+
+def make_trials(task: TaskSpec, backend: str, config: EvalConfig, rng: random.Random) -> tuple[Trial, ...]:
+    trials = []
+    for split, shape, dtype in _cases(task, backend):
+        for _ in range(config.seeds_per_shape):
+            dist = task.distributions[len(trials) % len(task.distributions)]
+            trials.append(Trial(index=len(trials), shape=shape, dtype=dtype, seed=rng.randrange(1, 2**31 - 1),
+                                distribution=dist, split=split))
     return tuple(trials)
 
 
 def make_timing_trials(task: TaskSpec, config: EvalConfig, rng: random.Random) -> tuple[Trial, ...]:
-    w = task.workload("cuda")
-    out = []
-    for split, shapes in (("public", w.public), ("heldout", w.heldout)):
-        for shape in shapes:
-            for dtype in w.dtypes:
-                out.append(Trial(index=10_000 + len(out), shape=tuple(shape), dtype=dtype,
-                                 seed=rng.randrange(1, 2**31 - 1), distribution=task.distributions[0], split=split))
-    return tuple(out)
+    return tuple(Trial(index=10_000 + i, shape=shape, dtype=dtype, seed=rng.randrange(1, 2**31 - 1),
+                       distribution=task.distributions[0], split=split)
+                 for i, (split, shape, dtype) in enumerate(_cases(task, "cuda")))
 
 
 class Evaluation:
