@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     job = Job.from_json(Path(spec["job"]).read_text())
     report = ChildReport.from_json(Path(spec["report"]).read_text())
-    task = TaskRegistry(DEFAULT_TASKS_DIR).get(job.task_id)
+    task = TaskRegistry(Path(job.tasks_dir) if job.tasks_dir else DEFAULT_TASKS_DIR).get(job.task_id)
     result = check(task, job, report, spec["device"])
     Path(spec["result"]).write_text(result.to_json())
     return 0

@@ -206,6 +206,13 @@ class _Probe(threading.Thread):
         return None
 
 
+def _with_tasks_dir(sandbox: SandboxConfig, tasks_dir: str | None) -> SandboxConfig:
+    """The child reads its task from the registry's directory: one outside the project is bound too."""
+    if tasks_dir is None or tasks_dir in sandbox.extra_ro_paths:
+        return sandbox
+    return dataclasses.replace(sandbox, extra_ro_paths=(*sandbox.extra_ro_paths, tasks_dir))
+
+
 def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: str = "auto",
              config: EvalConfig = EvalConfig()) -> EvalRecord:
     """Evaluate one submission. Never raises for anything the submission does; raises only for misuse
@@ -214,7 +221,7 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
         raise UnknownChoiceError("dsl", dsl, DSLS)
     backend = resolve_backend(backend)
     t_start = time.perf_counter()
-    raw = source.encode("utf-8", "surrogateescape") if isinstance(source, str) else source
+    raw = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else source
     ev = Evaluation(task, dsl, backend, config, hashlib.sha256(raw).hexdigest())
 
     gate = check_source(raw, task.entry_point, dsl, config.max_source_bytes)
@@ -232,7 +239,8 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
         (scratch / "outputs").mkdir()
         source_file = scratch / "submission.py"
         source_file.write_text(gate.source)
-        job = Job(task_id=task.id, dsl=dsl, backend=backend, source_file=str(source_file),
+        tasks_dir = str(task.directory.parent.parent) if task.directory is not None else None
+        job = Job(task_id=task.id, dsl=dsl, backend=backend, source_file=str(source_file), tasks_dir=tasks_dir,
                   outputs_dir=str(scratch / "outputs"), report_file=str(scratch / "report.json"),
                   trials=trials, timing=dataclasses.replace(config.timing, baselines=task.baselines)
                   if backend == "cuda" else None, timing_trials=timing_trials)
@@ -248,12 +256,12 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             probe = _Probe(dataclasses.replace(job, mode="compile_probe", trials=tuple(probe_trials),
                                                report_file=str(scratch / "probe" / "report.json"),
                                                outputs_dir=str(scratch / "probe")), scratch / "probe",
-                           source_file, config.sandbox)
+                           source_file, _with_tasks_dir(config.sandbox, tasks_dir))
             probe.start()
         job_path = scratch / "job.json"
         job_path.write_text(job.to_json())
         extra = backend_env(backend)
-        sandbox_cfg = config.sandbox
+        sandbox_cfg = _with_tasks_dir(config.sandbox, tasks_dir)
         if backend == "cuda":
             sandbox_cfg = dataclasses.replace(sandbox_cfg, gpu_devices=(config.gpu_index,), address_space_bytes=None)
         outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(job_path)], scratch,

@@ -73,7 +73,8 @@ def _defines(tree: ast.Module, name: str) -> bool:
 
 
 def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = MAX_SOURCE_BYTES) -> GateResult:
-    data = raw.encode("utf-8") if isinstance(raw, str) else raw
+    # surrogatepass: a str with lone surrogates becomes bytes that fail the UTF-8 decode below
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if len(data) > max_bytes:
         return GateResult(Status.SOURCE_TOO_LARGE, f"source is {len(data)} bytes; the limit is {max_bytes}")
     try:

@@ -19,6 +19,12 @@ from .status import Status
 SCHEMA_VERSION = 1
 
 
+def _reject_constant(name: str):
+    # JSON has no NaN/Infinity; json.loads accepts them unless told otherwise, and a value that the
+    # parent's own to_json (allow_nan=False) cannot write back must not get past from_json.
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _convert(tp: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -118,7 +124,7 @@ class _Record:
     @classmethod
     def from_json(cls, text: str | bytes):
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError) as e:
             raise ProtocolError(f"{cls.__name__}: not JSON: {e}") from None
         return cls.from_dict(data)
@@ -161,6 +167,7 @@ class Job(_Record):
     timing: TimingConfig | None     # None: no timing (cpu backend, correctness-only)
     timing_trials: tuple[Trial, ...] = ()   # one per (shape, dtype) timed, on fresh seeds
     mode: str = "evaluate"          # or "compile_probe": compile each launched kernel for sm_90, run nothing
+    tasks_dir: str | None = None    # the registry directory the task came from (None: the default tasks/)
     schema: str = "kernelgym_gap.job"
     schema_version: int = SCHEMA_VERSION
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -17,6 +18,9 @@ DEFAULT_TASKS_DIR = PROJECT_ROOT / "tasks"
 def _load_task_file(path: Path) -> TaskSpec:
     category, name = path.parent.parent.name, path.parent.name
     module_name = f"kernelgym_gap_tasks.{category}.{name}"
+    if path.resolve().parent.parent.parent != DEFAULT_TASKS_DIR.resolve():
+        # another directory's task of the same category and folder name is another module
+        module_name += "_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
     if module_name in sys.modules:
         module = sys.modules[module_name]
     else:

@@ -121,7 +121,7 @@ def run_job(job_path: Path) -> int:
     from .dsl import KernelUnverified, make_adapter
     from .registry import TaskRegistry, DEFAULT_TASKS_DIR
 
-    task = TaskRegistry(DEFAULT_TASKS_DIR).get(job.task_id)
+    task = TaskRegistry(Path(job.tasks_dir) if job.tasks_dir else DEFAULT_TASKS_DIR).get(job.task_id)
     device = "cuda" if job.backend == "cuda" else "cpu"
     probe = job.mode == "compile_probe"
     adapter = make_adapter(job.dsl, job.backend, compile_only=probe)
