@@ -145,8 +145,9 @@ class Trial:
 @dataclasses.dataclass(frozen=True)
 class TimingConfig:
     warmup_ms: float = 25.0
-    min_reps: int = 10
-    max_reps: int = 200
+    min_reps: int = 20
+    max_reps: int = 500
+    min_time_ms: float = 20.0       # and at least this much GPU time per callable before stopping early
     budget_ms: float = 2000.0       # per shape, kernel and library each
     target_spread: float = 0.02     # stop adding repetitions once (p75-p25)/median is under this
     n_input_sets: int = 3           # inputs rotated among this many sets

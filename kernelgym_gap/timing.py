@@ -1,6 +1,6 @@
 """GPU timing inside the child (cuda backend). Never prints.
 
-One summariser for kernel and library alike: CUDA events around each call, the L2 flushed before every
+One summariser for kernel and library alike, their repetitions interleaved: CUDA events around each call, the L2 flushed before every
 repetition with a buffer of at least twice the device's L2, inputs rotated among several sets, warm-up
 excluded (compilation and autotuning happened in the correctness trials on the same shapes), repetitions
 added until the spread (p75 - p25) / median is small or the time budget is spent, the median reported.
@@ -75,9 +75,8 @@ class Bench:
         per_ms = cycles / max(a.elapsed_time(b), 1e-3)
         return int(per_ms * ms)
 
-    def measure(self, fn: Callable[[int], object]) -> Measurement:
-        cfg = self.cfg
-        # warm-up: at least two calls, then until warmup_ms of GPU time has passed
+    def _warm(self, fn: Callable[[int], object]) -> float:
+        """Warm-up: at least two calls, then until warmup_ms of GPU time has passed; returns ms per call."""
         torch.cuda.synchronize()
         w0, w1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         w0.record()
@@ -86,42 +85,67 @@ class Bench:
         w1.record()
         torch.cuda.synchronize()
         per_call = max(w0.elapsed_time(w1) / 2, 1e-3)
-        for i in range(min(int(cfg.warmup_ms / per_call), 1000)):
+        for i in range(min(int(self.cfg.warmup_ms / per_call), 1000)):
             fn(i)
         torch.cuda.synchronize()
-        # a call that alone outlasts the budget's share gets the fewest repetitions that still give a median
-        min_reps = cfg.min_reps if per_call * cfg.min_reps <= cfg.budget_ms else 3
-        stream_ms: list[float] = []
-        device_ms: list[float] = []
-        spent = 0.0
-        i = 0
-        while i < cfg.max_reps:
+        return per_call
+
+    def _rep(self, fn: Callable[[int], object], i: int) -> tuple[float, float]:
+        """One repetition: (stream reading, device-wide reading) in ms."""
+        if self.cfg.flush_l2:
             self.flush.zero_()
-            torch.cuda._sleep(self.spin_cycles)
-            start = torch.cuda.Event(enable_timing=True)
-            end_stream = torch.cuda.Event(enable_timing=True)
-            end_device = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(i)
-            end_stream.record()
-            torch.cuda.synchronize()
-            end_device.record()
-            torch.cuda.synchronize()
-            s = start.elapsed_time(end_stream)
-            d = max(start.elapsed_time(end_device) - self.sync_overhead_ms, s)
-            stream_ms.append(s)
-            device_ms.append(d)
-            spent += d
+        torch.cuda._sleep(self.spin_cycles)
+        start = torch.cuda.Event(enable_timing=True)
+        end_stream = torch.cuda.Event(enable_timing=True)
+        end_device = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i)
+        end_stream.record()
+        torch.cuda.synchronize()
+        end_device.record()
+        torch.cuda.synchronize()
+        s = start.elapsed_time(end_stream)
+        return s, max(start.elapsed_time(end_device) - self.sync_overhead_ms, s)
+
+    def measure(self, fn: Callable[[int], object]) -> Measurement:
+        return self.measure_interleaved([fn])[0]
+
+    def measure_interleaved(self, fns: list[Callable[[int], object]]) -> list[Measurement]:
+        """Time several callables with their repetitions interleaved (a, b, a, b, ...), so that a clock
+        or thermal drift during the measurement moves all of them alike and their ratio (E) stays put.
+        Each gets repetitions until every spread is under target and min_time_ms of its GPU time has
+        passed, or its budget is spent."""
+        cfg = self.cfg
+        per_call = [self._warm(fn) for fn in fns]
+        # a call that alone outlasts the budget's share gets the fewest repetitions that still give a median
+        min_reps = [cfg.min_reps if pc * cfg.min_reps <= cfg.budget_ms else 3 for pc in per_call]
+        readings: list[tuple[list[float], list[float]]] = [([], []) for _ in fns]
+        spent = [0.0] * len(fns)
+        done = [False] * len(fns)
+        i = 0
+        while not all(done) and i < cfg.max_reps:
+            for k, fn in enumerate(fns):
+                if done[k]:
+                    continue
+                s, d = self._rep(fn, i)
+                readings[k][0].append(s)
+                readings[k][1].append(d)
+                spent[k] += d
             i += 1
-            if i >= min_reps and (i % 5 == 0 or spent >= cfg.budget_ms):
-                q1, med, q3 = _quantiles(device_ms)
-                if (q3 - q1) / med <= cfg.target_spread or spent >= cfg.budget_ms:
-                    break
-        s_med, d_med = statistics.median(stream_ms), statistics.median(device_ms)
-        samples = device_ms if d_med > s_med else stream_ms
-        q1, med, q3 = _quantiles(samples)
-        return Measurement(median_ms=med, spread=(q3 - q1) / med if med > 0 else 0.0, reps=len(samples),
-                           stream_ms=s_med, device_ms=d_med)
+            for k in range(len(fns)):
+                if done[k] or i < min_reps[k] or not (i % 5 == 0 or spent[k] >= cfg.budget_ms):
+                    continue
+                q1, med, q3 = _quantiles(readings[k][1])
+                settled = (q3 - q1) / med <= cfg.target_spread and spent[k] >= cfg.min_time_ms
+                done[k] = settled or spent[k] >= cfg.budget_ms
+        out = []
+        for stream_ms, device_ms in readings:
+            s_med, d_med = statistics.median(stream_ms), statistics.median(device_ms)
+            samples = device_ms if d_med > s_med else stream_ms
+            q1, med, q3 = _quantiles(samples)
+            out.append(Measurement(median_ms=med, spread=(q3 - q1) / med if med > 0 else 0.0, reps=len(samples),
+                                   stream_ms=s_med, device_ms=d_med))
+        return out
 
 
 def side_stream_suspected(m: Measurement) -> bool:
@@ -142,8 +166,8 @@ def time_submission(task, job, entry, adapter, outputs) -> tuple[ShapeTiming, ..
         torch.cuda.synchronize()
         launches, programs = adapter.log.launches, adapter.log.max_programs
         with torch.no_grad():
-            kernel = bench.measure(lambda i: entry(*sets[i % len(sets)]))
-            library = bench.measure(lambda i: task.reference(*sets[i % len(sets)]))
+            kernel, library = bench.measure_interleaved([lambda i: entry(*sets[i % len(sets)]),
+                                                         lambda i: task.reference(*sets[i % len(sets)])])
         # the output of a call made after timing, on inputs it has not seen, is checked again
         recheck = dataclasses.replace(trial, seed=trial.seed + 7919, index=trial.index + 5000)
         ins = inputs_mod.make_trial_inputs(task, recheck, "cuda")

@@ -1,0 +1,71 @@
+"""The cuda backend on a real GPU (skipped on a CPU machine; scripts/gpu_check.py --sections tests runs
+these on the device). Few evaluations: each takes ~10 s there."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cal_path(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cal") / "calibration.json")
+
+
+@pytest.fixture(scope="module")
+def cuda_config(cal_path):
+    from kernelgym_gap.config import EvalConfig
+    return EvalConfig(calibration_path=cal_path, trial_seed=7)
+
+
+def test_calibration_measures_and_caches_per_device(cal_path):
+    from kernelgym_gap.calibrate import calibrate, device_identity, device_key, load_cached
+    from pathlib import Path
+    cal = calibrate(0, Path(cal_path), force=True)
+    assert cal.source == "measured"
+    assert 0.5e12 < cal.copy_bytes_per_s < 20e12
+    for dtype in ("float32", "tf32", "float16", "bfloat16"):
+        assert cal.matmul_flops_per_s[dtype] > 1e12
+    assert cal.matmul_flops_per_s["float16"] > cal.matmul_flops_per_s["tf32"] > cal.matmul_flops_per_s["float32"]
+    device, versions = device_identity()
+    assert load_cached(device_key(device, versions), Path(cal_path)) == cal
+
+
+def test_l2_flush_buffer_is_at_least_twice_l2():
+    import torch
+    from kernelgym_gap.record import TimingConfig
+    from kernelgym_gap.timing import Bench
+    bench = Bench(TimingConfig())
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    assert bench.flush.numel() >= 2 * l2
+
+
+def _eval(registry, file, config, mode="full"):
+    from kernelgym_gap.engine import evaluate
+    from kernelgym_gap.reward import RewardConfig
+    task = registry.get("LayerNorm")
+    sol = next(s for s in task.solutions if s.file == file)
+    return evaluate(task, task.solution_path(sol).read_text(), sol.dsl, "cuda",
+                    config.replace(reward=RewardConfig(mode=mode)))
+
+
+def test_optimized_layernorm_is_measured_and_efficient(registry, cuda_config):
+    r = _eval(registry, "triton_rowwise.py", cuda_config)
+    assert r.status.value == "ok", r.message
+    t = r.terms
+    assert t["E"] > 0.5 and 0.1 < t["U"] <= 1.0 / 0.9
+    for p in t["per_shape"]:
+        assert p["kernel_ms"] > 0 and p["library_ms"] > 0 and p["floor_ms"] > 0 and p["kernel_reps"] >= 10
+        assert 0 <= p["kernel_spread"] < 0.25
+    assert 0.2 < r.reward <= 1.0
+    assert r.diagnosis["verdict"] == "efficient"
+    assert r.device.get("name")
+
+
+def test_slow_layernorm_is_seen_and_diagnosed(registry, cuda_config):
+    fast = _eval(registry, "triton_rowwise.py", cuda_config)
+    slow = _eval(registry, "triton_scalar_loop.py", cuda_config)
+    gate = _eval(registry, "triton_scalar_loop.py", cuda_config, mode="correctness")
+    assert slow.status.value == "ok" and gate.status.value == "ok"
+    assert gate.reward == 1.0                      # correctness alone cannot see it
+    assert slow.reward < fast.reward
+    assert slow.terms["E"] < 0.1
+    assert slow.diagnosis["verdict"] == "repairable_defect"

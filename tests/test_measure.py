@@ -1,0 +1,167 @@
+"""The parent's performance terms from a child's timings, on synthetic reports (no GPU needed): roofline
+floor per shape, E and U, the floor violation and side-stream failures, aggregation, diagnosis verdicts
+and causes, the calibration cache keyed per device. The GPU run of the same path is tests/test_gpu.py."""
+import dataclasses
+import json
+import math
+
+import pytest
+
+from kernelgym_gap.calibrate import Calibration, device_key, load_cached, save_cached
+from kernelgym_gap.config import EvalConfig
+from kernelgym_gap.diagnosis import DiagnosisConfig, causes, diagnose
+from kernelgym_gap.measure import floor_ms, performance_terms
+from kernelgym_gap.record import ChildReport, ShapeTiming
+from kernelgym_gap.reward import RewardConfig, reward_for
+from kernelgym_gap.status import Status
+
+DEVICE = {"name": "Test GPU", "driver": "1.0", "sm_count": 132}
+VERSIONS = {"torch": "t", "triton": "x"}
+CAL = Calibration(device_key=device_key(DEVICE, VERSIONS), device_name="Test GPU", copy_bytes_per_s=4e12,
+                  matmul_flops_per_s={"float32": 50e12, "tf32": 400e12, "float16": 800e12, "bfloat16": 800e12},
+                  source="measured")
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "calibration.json"
+    save_cached(CAL, path)
+    return EvalConfig(calibration_path=str(path))
+
+
+def timing(shape, dtype, kernel_ms, library_ms, programs=8192, launches=1, **kw):
+    return ShapeTiming(shape=shape, dtype=dtype, split="public", kernel_ms=kernel_ms, kernel_spread=0.01,
+                       kernel_reps=100, library_ms=library_ms, library_spread=0.01, library_reps=100,
+                       launches_per_call=launches, programs=programs, stream_ms=kernel_ms, device_ms=kernel_ms,
+                       **kw)
+
+
+def report(*timings):
+    return ChildReport(status=Status.OK, message="", timings=timings, device=DEVICE, versions=VERSIONS)
+
+
+def test_floor_is_the_larger_of_memory_and_math(registry):
+    ln = registry.get("LayerNorm")
+    fl, bound = floor_ms(ln, (8192, 4096), "float16", CAL)
+    assert bound == "memory"
+    assert fl == pytest.approx(1e3 * (2 * 8192 * 4096 + 2 * 4096) * 2 / 4e12)
+    mm = registry.get("Matmul")
+    shape = next(iter(mm.workload("cuda").public))
+    fl, bound = floor_ms(mm, shape, "float16", CAL)
+    assert bound == "compute" and fl == pytest.approx(1e3 * mm.flops(shape) / 800e12)
+
+
+def test_float32_floor_may_use_tf32():
+    assert CAL.peak_for("float32") == 400e12 and CAL.peak_for("float16") == 800e12
+
+
+def test_terms_per_shape_and_aggregate(registry, config):
+    task = registry.get("LayerNorm")
+    fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
+    status, msg, terms, diag = performance_terms(task, report(timing((8192, 4096), "float16", 2 * fl, 2.5 * fl)),
+                                                 config)
+    assert status is Status.OK
+    (p,) = terms["per_shape"]
+    assert p["E"] == pytest.approx(1.25) and p["U"] == pytest.approx(0.5) and p["floor_ms"] == pytest.approx(fl)
+    assert p["library_U"] == pytest.approx(0.4)
+    assert terms["E"] == pytest.approx(1.25) and terms["U"] == pytest.approx(0.5)
+    assert 0 < terms["performance"] <= 1
+    assert terms["calibration"]["source"] == "measured"
+    assert diag["verdict"] == "efficient"
+
+
+def test_no_single_shape_dominates(registry, config):
+    """Geometric mean over shapes: one shape 10x faster and one 10x slower cancel."""
+    task = registry.get("LayerNorm")
+    shapes = [(8192, 4096), (4096, 1024)]
+    fls = [floor_ms(task, s, "float16", CAL)[0] for s in shapes]
+    ts = [timing(shapes[0], "float16", fls[0] * 2, fls[0] * 20), timing(shapes[1], "float16", fls[1] * 2, fls[1] * 0.2)]
+    _, _, terms, _ = performance_terms(task, report(*ts), config)
+    assert terms["E"] == pytest.approx(1.0)
+
+
+def test_under_the_floor_is_a_failure_not_a_reward(registry, config):
+    task = registry.get("LayerNorm")
+    fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
+    status, msg, terms, diag = performance_terms(task, report(timing((8192, 4096), "float16", 0.5 * fl, fl)), config)
+    assert status is Status.FASTER_THAN_FLOOR and diag is None
+    assert "floor" in msg and "0.9" in msg
+
+
+def test_side_stream_work_is_an_integrity_violation(registry, config):
+    task = registry.get("LayerNorm")
+    fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
+    t = dataclasses.replace(timing((8192, 4096), "float16", 2 * fl, 2 * fl), side_stream=True,
+                            stream_ms=0.01, device_ms=2 * fl)
+    status, msg, _, _ = performance_terms(task, report(t), config)
+    assert status is Status.INTEGRITY_VIOLATION and "side-stream" in msg
+
+
+def test_unstable_timing_is_flagged(registry, config):
+    task = registry.get("LayerNorm")
+    fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
+    t = dataclasses.replace(timing((8192, 4096), "float16", 2 * fl, 2 * fl), kernel_spread=0.6)
+    status, msg, terms, _ = performance_terms(task, report(t), config)
+    assert status is Status.OK and terms["flags"] and "unstable" in terms["flags"][0]
+
+
+def test_reward_orders_the_three_layernorms_like_the_h200_measurement(registry, config):
+    """The H200 figures of docs/measurement.md (0.0516 / 4.60 / 9.50 ms against torch 0.0643 ms) through
+    the parent's arithmetic: the order holds and the serial one's performance part is under 1% of the
+    optimized one's."""
+    task = registry.get("LayerNorm")
+    out = {}
+    for name, ms, programs in [("rowwise", 0.0516, 8192), ("scalar", 4.60, 8192), ("single", 9.50, 1)]:
+        _, _, terms, diag = performance_terms(task, report(timing((8192, 4096), "float16", ms, 0.0643,
+                                                                  programs=programs)), config)
+        out[name] = (reward_for(True, terms["performance"], RewardConfig()), terms["performance"], diag)
+    assert out["rowwise"][0] > out["scalar"][0] > out["single"][0] >= 0.2
+    assert out["single"][1] < 0.01 * out["rowwise"][1]
+    assert out["rowwise"][2]["verdict"] == "efficient"
+    assert out["scalar"][2]["verdict"] == out["single"][2]["verdict"] == "repairable_defect"
+    assert any("132 SMs" in c for c in out["single"][2]["evidence"])
+    assert reward_for(True, out["single"][1], RewardConfig(mode="correctness")) == 1.0
+
+
+@pytest.mark.parametrize("E,U,libU,best,verdict", [
+    (1.2, 0.7, 0.6, None, "efficient"),
+    (1.0, 0.1, 0.1, None, "efficient"),                 # the library is as far from the floor: its residual
+    (0.02, 0.01, 0.6, None, "repairable_defect"),       # the library runs well: the kernel's authoring
+    (0.02, 0.01, 0.6, 1.1, "repairable_defect"),
+    (0.3, 0.2, 0.7, 0.35, "structural_residual"),       # even the best DSL solution stays far from cuBLAS
+    (0.3, 0.05, 0.1, None, "structural_residual"),
+])
+def test_diagnosis_verdicts(E, U, libU, best, verdict):
+    d = diagnose(E, U, libU, best, [])
+    assert d["verdict"] == verdict and d["thresholds"] == {"E": 0.5, "U": 0.3}
+
+
+def test_diagnosis_thresholds_are_configurable():
+    assert diagnose(0.6, 0.5, 0.6, None, [])["verdict"] == "efficient"
+    assert diagnose(0.6, 0.5, 0.6, None, [], DiagnosisConfig(e_threshold=0.8))["verdict"] == "repairable_defect"
+
+
+def test_causes_seen():
+    found = causes("x = tl.zeros([1], dtype=tl.float64)", {"float16"}, programs=4, launches=5, sm_count=132,
+                   touched_bytes=300, min_bytes=100)
+    text = " ".join(found)
+    assert "4 program(s)" in text and "5 kernel launches" in text and "float64" in text and "MB per call" in text
+    assert causes("", {"float16"}, programs=8192, launches=1, sm_count=132, touched_bytes=None, min_bytes=1) == []
+
+
+def test_calibration_cache_is_keyed_per_device(tmp_path):
+    path = tmp_path / "cal.json"
+    save_cached(CAL, path)
+    assert load_cached(CAL.device_key, path) == CAL
+    other = device_key({**DEVICE, "driver": "2.0"}, VERSIONS)
+    assert other != CAL.device_key and load_cached(other, path) is None
+    assert CAL.device_key in json.loads(path.read_text())
+
+
+def test_timing_code_never_prints():
+    import ast
+    import kernelgym_gap.timing as timing_mod
+    from pathlib import Path
+    tree = ast.parse(Path(timing_mod.__file__).read_text())
+    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert "print" not in calls
