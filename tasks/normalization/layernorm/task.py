@@ -49,5 +49,12 @@ TASK = TaskSpec(
                  note="a single program walks every row in sequence"),
         Solution("tilelang_rowwise.py", "tilelang", "slow", defect="sequential_reduction",
                  note="one block per row; each thread loops serially over the row (idiomatic T.serial)"),
+        Solution("tilelang_fragment.py", "tilelang", "optimized", cpu_status="unverified",
+                 note="one block of 256 threads per row, the row in a float32 register fragment (read once), "
+                      "block-wide T.reduce_sum for the mean and the variance"),
+        Solution("tilelang_single_block.py", "tilelang", "slow", defect="too_few_programs",
+                 cpu_status="unverified",
+                 note="a single block walks the rows in sequence (T.serial over M), each row done in parallel "
+                      "with T.reduce_sum: one SM of 132 busy (the paper's >300x-slow TileLang LayerNorm)"),
     ),
 )

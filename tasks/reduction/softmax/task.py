@@ -54,5 +54,8 @@ TASK = TaskSpec(
                       "at a time"),
         Solution("tilelang_serial.py", "tilelang", "slow", defect="sequential_reduction",
                  note="one block per row; max and sum by serial T.serial loops, the threads unused"),
+        Solution("tilelang_fragment.py", "tilelang", "optimized", cpu_status="unverified",
+                 note="one block of 256 threads per row, the row in a float32 register fragment (read once), "
+                      "T.reduce_max, exponentials in registers, T.reduce_sum, one scaled store"),
     ),
 )
