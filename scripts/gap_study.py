@@ -1,0 +1,355 @@
+"""The gap study: every declared reference solution through the real evaluation engine, on one backend.
+
+    python scripts/gap_study.py --backend cuda [--only TOKENS] [--workload study|full] [--out results]
+    python scripts/gap_study.py --merge part1.json part2.json --out results     # combine device calls
+    python scripts/gap_study.py --backend cpu --only AddReLU/triton_blocked     # correctness half only
+
+Each solution named in a task's `solutions=` is evaluated with `kernelgym_gap.engine.evaluate` (gate,
+sandboxed child, trusted checker, timing, roofline, reward, diagnosis: the same path as `KernelEnv.step`).
+Per kernel the table gives: the KernelBench-style check (the trusted checker's torch.allclose, atol = rtol
+= 1e-2, against the torch reference in the kernel's own dtype, on every trial of the workload, the public
+shape included: the correctness-only baseline the source paper criticises), E and U (geometric means over
+the shapes), the full reward, the correctness-only reward (RewardConfig(mode="correctness") on the same
+record) and the screening verdict.
+
+Workloads. `--workload study` (the default on cuda) evaluates each task on its first public and its first
+held-out cuda shape, in float16 (and bfloat16 too for GEMM tasks), two seeds each: the whole suite then fits
+the device time of a few calls; every number in it is a real measurement of those shapes. `--workload full`
+uses the task's whole cuda workload (what an agent is rewarded on). On the cpu backend the task's small cpu
+workload is used and E, U and the full reward are absent: no CPU time is passed off as a GPU figure.
+
+Verdicts. The diagnosis compares a slow kernel's E with the best E an *optimized* reference solution of its
+DSL reaches on the device (results/best_known.json, which this script writes). The run itself cannot read a
+file it has not written yet, so the verdicts are recomputed at the end with `diagnosis.diagnose` on each
+record's own E, U, library U and evidence, and the best-known E from this run: the verdict the environment
+gives from now on. The record's verdict at run time is kept in the JSON (`verdict_at_run`).
+
+Outputs under --out: gap_study_<backend>.csv, gap_study_<backend>.json (rows, device, date, versions,
+calibration, workloads), gap_study_<backend>.png (E against U, log axes, thresholds drawn; only when
+matplotlib is importable), best_known.json (cuda only). The table is printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import datetime as _dt
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CSV_FIELDS = ("task", "kernel", "dsl", "category", "kind", "defect", "status", "correct", "kernelbench_allclose",
+              "E", "U", "library_U", "performance", "reward_full", "reward_correctness_only", "verdict",
+              "verdict_at_run", "cpu_status", "seconds", "summary", "message")
+
+
+def study_task(task, backend: str, workload: str):
+    """The task as this study evaluates it: on cuda with --workload study, one public and one held-out
+    shape, float16 (and bfloat16 for GEMM); otherwise the task's own workload for the backend."""
+    from kernelgym_gap.task import Workload
+    if backend != "cuda" or workload == "full":
+        return task
+    w = task.workload("cuda")
+    wanted = ("float16", "bfloat16") if task.category == "gemm" else ("float16",)
+    dtypes = tuple(d for d in wanted if d in w.dtypes) or w.dtypes[:1]
+    study = Workload(public=w.public[:1], heldout=w.heldout[:1], dtypes=dtypes)
+    return dataclasses.replace(task, workloads={**task.workloads, "cuda": study})
+
+
+def select(registry, only: str | None, dsl: str | None):
+    tokens = [t.strip().lower() for t in (only or "").split(",") if t.strip()]
+    chosen = []
+    for task in registry:
+        for sol in task.solutions:
+            if dsl and sol.dsl != dsl:
+                continue
+            name = f"{task.name}/{sol.file}".lower()
+            if tokens and not any(t in name or t == task.category for t in tokens):
+                continue
+            chosen.append((task, sol))
+    return chosen
+
+
+def evaluate_one(task, sol, backend: str, config) -> dict:
+    from kernelgym_gap.engine import evaluate
+    from kernelgym_gap.reward import RewardConfig, reward_for
+    source = task.solution_path(sol).read_text()
+    t0 = time.perf_counter()
+    rec = evaluate(task, source, sol.dsl, backend, config)
+    seconds = time.perf_counter() - t0
+    terms = rec.terms or {}
+    diag = rec.diagnosis or {}
+    on_gpu = backend == "cuda" and rec.correct is True
+    per_shape = [{k: p.get(k) for k in ("shape", "dtype", "split", "bound", "kernel_ms", "kernel_spread",
+                                        "kernel_reps", "library_ms", "floor_ms", "E", "U", "library_U",
+                                        "programs", "launches_per_call")}
+                 for p in (terms.get("per_shape") or [])]
+    return {
+        "task": task.id, "kernel": Path(sol.file).stem, "dsl": sol.dsl, "category": task.category,
+        "kind": sol.kind, "defect": sol.defect, "cpu_status": sol.cpu_status, "status": rec.status.value,
+        "correct": rec.correct, "kernelbench_allclose": terms.get("kernelbench_allclose"),
+        "E": terms.get("E"), "U": terms.get("U"), "library_U": terms.get("library_U"),
+        "performance": terms.get("performance"),
+        "reward_full": rec.reward if on_gpu else (0.0 if rec.correct is False else None),
+        "reward_correctness_only": reward_for(rec.correct is True, None, RewardConfig(mode="correctness")),
+        "verdict_at_run": diag.get("verdict"), "verdict": diag.get("verdict"),
+        "summary": diag.get("summary"), "evidence": diag.get("evidence") or [],
+        "message": (rec.message or "")[:600], "seconds": round(seconds, 2), "per_shape": per_shape,
+        "flags": terms.get("flags") or [], "calibration": terms.get("calibration"),
+        "device": rec.device, "versions": rec.versions, "latency": rec.latency,
+        "workload": {"shapes": [list(s) for s in task.workload(backend).all_shapes()],
+                     "public": [list(s) for s in task.workload(backend).public],
+                     "dtypes": list(task.workload(backend).dtypes)},
+    }
+
+
+# ------------------------------------------------------------------------------------ verdicts, goals
+
+def best_known(rows: list[dict]) -> dict:
+    """task id -> dsl -> the best E an optimized reference solution reached (correct rows only)."""
+    best: dict = {}
+    for r in rows:
+        if r["kind"] == "optimized" and r["correct"] is True and r["E"] is not None:
+            cur = best.setdefault(r["task"], {}).get(r["dsl"])
+            if cur is None or r["E"] > cur:
+                best[r["task"]][r["dsl"]] = r["E"]
+    return best
+
+
+def rediagnose(rows: list[dict], best: dict) -> None:
+    from kernelgym_gap.diagnosis import diagnose
+    for r in rows:
+        if r["correct"] is True and r["E"] is not None and r["U"] is not None and r["library_U"] is not None:
+            d = diagnose(r["E"], r["U"], r["library_U"], best.get(r["task"], {}).get(r["dsl"]), r["evidence"])
+            r["verdict"], r["summary"] = d["verdict"], d["summary"]
+            r["best_known_E"] = d["best_known_E"]
+
+
+def goals(rows: list[dict]) -> list[str]:
+    """The issue's goals for the optimized solutions, checked against the measured numbers."""
+    lines = []
+    for r in rows:
+        if r["kind"] != "optimized" or r["correct"] is not True or not r["per_shape"]:
+            continue
+        shapes = r["per_shape"]
+        name = f"{r['task'].removeprefix('kernelgym_gap/')}/{r['kernel']}"
+        if all(p["bound"] == "memory" for p in shapes) and r["category"] not in ("gemm", "convolution"):
+            u_min = min(p["U"] for p in shapes)
+            e_min = min(p["E"] for p in shapes)
+            ok = r["U"] >= 0.8 and r["E"] >= 1.0
+            lines.append(f"  memory-bound {name:38s} {r['dsl']:8s} U {r['U']:.2f} (min {u_min:.2f}), "
+                         f"E {r['E']:.2f} (min {e_min:.2f}): {'met' if ok else 'NOT met'} (U >= 0.8 and E >= 1)")
+        elif r["category"] == "gemm" and r["dsl"] == "triton":
+            big = [p for p in shapes if min(p["shape"]) >= 4096 and p["dtype"] in ("float16", "bfloat16")]
+            if big:
+                worst = min(big, key=lambda p: p["E"])
+                ok = worst["E"] >= 0.9
+                lines.append(f"  Triton GEMM  {name:38s} E on large shapes "
+                             + ", ".join(f"{'x'.join(map(str, p['shape']))} {p['dtype']} {p['E']:.2f}" for p in big)
+                             + f": {'met' if ok else 'NOT met'} (>= 0.9 of cuBLAS)")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ outputs
+
+def fmt(x, spec=".3g") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return format(x, spec)
+    return str(x)
+
+
+def table(rows: list[dict]) -> str:
+    header = ("kernel", "DSL", "category", "kind", "status", "KB allclose", "E", "U", "full", "corr-only",
+              "verdict")
+    body = [(f"{r['task'].removeprefix('kernelgym_gap/')}/{r['kernel']}", r["dsl"], r["category"],
+             r["kind"] + (f" ({r['defect']})" if r["defect"] else ""), r["status"], fmt(r["kernelbench_allclose"]),
+             fmt(r["E"]), fmt(r["U"]), fmt(r["reward_full"], ".3f"), fmt(r["reward_correctness_only"], ".1f"),
+             r["verdict"] or "-") for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
+    out = ["  ".join(str(x).ljust(w) for x, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
+    out += ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)) for row in body]
+    return "\n".join(out)
+
+
+def chart(rows: list[dict], meta: dict, path: Path) -> str:
+    """E against U on log axes, the screening thresholds drawn, each kernel labelled."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not importable here: no chart written (pip install matplotlib, then --merge)"
+    from kernelgym_gap.diagnosis import DEFAULT
+    pts = [r for r in rows if r["E"] is not None and r["U"] is not None]
+    if not pts:
+        return "no kernel has E and U (cpu backend?): no chart written"
+    colors = {"efficient": "tab:green", "repairable_defect": "tab:red", "structural_residual": "tab:orange"}
+    fig, ax = plt.subplots(figsize=(13, 9))
+    for r in pts:
+        marker = "o" if r["dsl"] == "triton" else "s"
+        c = colors.get(r["verdict"], "tab:gray")
+        ax.scatter(r["E"], r["U"], marker=marker, s=60, edgecolors=c,
+                   facecolors=c if r["kind"] == "optimized" else "none", linewidths=1.6, zorder=3)
+        ax.annotate(f"{r['task'].removeprefix('kernelgym_gap/').removesuffix('-v0')}/{r['kernel']}",
+                    (r["E"], r["U"]), textcoords="offset points", xytext=(5, 3), fontsize=6.5)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.axvline(DEFAULT.e_threshold, color="k", ls="--", lw=1)
+    ax.axhline(DEFAULT.u_threshold, color="k", ls="--", lw=1)
+    ax.axvline(1.0, color="gray", ls=":", lw=0.8)
+    ax.axhline(1.0, color="gray", ls=":", lw=0.8)
+    ax.text(DEFAULT.e_threshold, ax.get_ylim()[0] * 1.2, f" E = {DEFAULT.e_threshold}", fontsize=8)
+    ax.text(ax.get_xlim()[0] * 1.2, DEFAULT.u_threshold * 1.08, f"U = {DEFAULT.u_threshold}", fontsize=8)
+    from matplotlib.lines import Line2D
+    handles = [Line2D([], [], ls="", marker="o", color=c, label=v) for v, c in colors.items()]
+    handles += [Line2D([], [], ls="", marker="o", color="k", label="Triton (filled: optimized)"),
+                Line2D([], [], ls="", marker="s", color="k", mfc="none", label="TileLang (hollow: slow)")]
+    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    ax.set_xlabel("E = t_library / t_kernel (log)")
+    ax.set_ylabel("U = t_floor / t_kernel (log)")
+    ax.set_title(f"gap study on {meta.get('device', {}).get('name', '?')}, {meta.get('date', '')}: "
+                 f"screening thresholds from DiagnosisConfig (E {DEFAULT.e_threshold}, U {DEFAULT.u_threshold})",
+                 fontsize=10)
+    ax.grid(True, which="both", alpha=0.25)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return f"chart written: {path}"
+
+
+def finalize(rows: list[dict], meta: dict, backend: str, out_dir: Path) -> list[str]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    notes = []
+    if backend == "cuda":
+        best = best_known(rows)
+        rediagnose(rows, best)
+        device_name = meta.get("device", {}).get("name") or "?"
+        path = out_dir / "best_known.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        data[device_name] = best
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        meta["best_known_E"] = best
+        notes.append(f"best known E per task and DSL written to {path}")
+        notes.append(chart(rows, meta, out_dir / f"gap_study_{backend}.png"))
+    (out_dir / f"gap_study_{backend}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1,
+                                                                  default=str) + "\n")
+    with open(out_dir / f"gap_study_{backend}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
+    notes.append(f"wrote {out_dir / f'gap_study_{backend}.csv'} and .json ({len(rows)} kernels)")
+    return notes
+
+
+def run_meta(rows: list[dict], backend: str, workload: str, config) -> dict:
+    from kernelgym_gap.diagnosis import DEFAULT
+    versions: dict = {}
+    device: dict = {}
+    calibration = None
+    for r in rows:
+        versions.update(r.get("versions") or {})
+        device = device or (r.get("device") or {})
+        calibration = calibration or r.get("calibration")
+    return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "backend": backend,
+            "workload": workload if backend == "cuda" else "cpu (each task's small cpu workload)", "device": device, "versions": versions, "calibration": calibration,
+            "host_python": platform.python_version(), "seeds_per_shape": config.seeds_per_shape,
+            "reward": dataclasses.asdict(config.reward), "diagnosis": dataclasses.asdict(DEFAULT),
+            "kernelbench_check": "torch.allclose(out.float(), ref.float(), atol=1e-2, rtol=1e-2), ref = the "
+                                 "task's torch reference in the input dtype, on every trial (trusted checker)"}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default="cuda")
+    ap.add_argument("--only", help="comma-separated filters: a category, or a substring of Task/solution.py")
+    ap.add_argument("--dsl", choices=("triton", "tilelang"))
+    ap.add_argument("--workload", choices=("study", "full"), default="study")
+    ap.add_argument("--seeds", type=int, default=2, help="trials per (shape, dtype)")
+    ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="start no new evaluation after this many seconds (the rest are listed as skipped)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="combine the rows of earlier runs' JSON files")
+    args = ap.parse_args(argv)
+    out_dir = Path(args.out)
+
+    from kernelgym_gap.config import EvalConfig
+    config = EvalConfig(seeds_per_shape=args.seeds)
+    if args.merge:
+        rows, metas = [], []
+        for p in args.merge:
+            data = json.loads(Path(p).read_text())
+            rows += data["rows"]
+            metas.append(data["meta"])
+        backend = metas[0]["backend"]
+        meta = dict(metas[0], parts=[{k: m.get(k) for k in ("date", "calibration", "device")} for m in metas])
+        meta["date"] = max(m["date"] for m in metas)
+        notes = finalize(rows, meta, backend, out_dir)
+        return report(rows, meta, notes)
+
+    from kernelgym_gap.registry import default_registry
+    chosen = select(default_registry(), args.only, args.dsl)
+    if not chosen:
+        print("no solution matches --only/--dsl", file=sys.stderr)
+        return 2
+    rows: list[dict] = []
+    t_start = time.monotonic()
+    part = out_dir / f"gap_study_{args.backend}.partial.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for i, (task, sol) in enumerate(chosen):
+        if args.deadline_s is not None and time.monotonic() - t_start > args.deadline_s:
+            print(f"[{i + 1}/{len(chosen)}] {task.name}/{sol.file}: skipped (deadline)", file=sys.stderr, flush=True)
+            continue
+        print(f"[{i + 1}/{len(chosen)}] {task.name}/{sol.file} ({sol.dsl}) ...", file=sys.stderr, flush=True)
+        row = evaluate_one(study_task(task, args.backend, args.workload), sol, args.backend, config)
+        rows.append(row)
+        print(f"    {row['status']} E={fmt(row['E'])} U={fmt(row['U'])} reward={fmt(row['reward_full'], '.3f')} "
+              f"{row['seconds']:.1f} s {row['message'][:160]!r}", file=sys.stderr, flush=True)
+        part.write_text(json.dumps({"meta": run_meta(rows, args.backend, args.workload, config), "rows": rows},
+                                   default=str))
+    meta = run_meta(rows, args.backend, args.workload, config)
+    notes = finalize(rows, meta, args.backend, out_dir)
+    part.unlink(missing_ok=True)
+    return report(rows, meta, notes)
+
+
+def report(rows: list[dict], meta: dict, notes: list[str]) -> int:
+    cal = meta.get("calibration") or {}
+    v = meta.get("versions") or {}
+    print()
+    for n in notes:
+        print(n)
+    g = goals(rows) if meta["backend"] == "cuda" else []
+    if g:
+        print("goals for the optimized solutions:")
+        print("\n".join(g))
+    slow = [r for r in rows if r["kind"] == "slow"]
+    if slow and meta["backend"] == "cuda":
+        passed = [r for r in slow if r["kernelbench_allclose"]]
+        flagged = [r for r in passed if r["verdict"] in ("repairable_defect", "structural_residual")]
+        print(f"slow variants: {len(passed)}/{len(slow)} pass the KernelBench-style check; "
+              f"{len(flagged)}/{len(passed)} of those are flagged by the screening")
+    print(f"\n== gap study, {meta['backend']}, {meta.get('device', {}).get('name', '?')}, {meta['date']}, "
+          f"torch {v.get('torch', '?')}, triton {v.get('triton', '?')}, tilelang {v.get('tilelang', '-')}"
+          + (f", copy {cal['copy_bytes_per_s'] / 1e12:.2f} TB/s ({cal.get('source')})" if cal else "")
+          + f", workload {meta['workload']}")
+    print(table(rows))
+    bad = [r for r in rows if r["status"] not in ("ok", "unverified")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""scripts/gap_study.py: the correctness half on the cpu backend (three solutions, through the real engine),
+and the verdict/best-known/goal logic on synthetic cuda rows."""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "gap_study.py"
+ONLY = "AddReLU/triton_blocked,GELU/tilelang_tiled,RowSum/triton_scalar_loop"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gap_study", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_cpu_backend_runs_the_correctness_half(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--only", ONLY, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=230, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "gap_study_cpu.json").read_text())
+    rows = data["rows"]
+    assert sorted((r["task"], r["kernel"]) for r in rows) == [
+        ("kernelgym_gap/AddReLU-v0", "triton_blocked"), ("kernelgym_gap/GELU-v0", "tilelang_tiled"),
+        ("kernelgym_gap/RowSum-v0", "triton_scalar_loop")]
+    for r in rows:
+        assert r["status"] == "ok" and r["correct"] is True
+        assert r["kernelbench_allclose"] is True
+        assert r["reward_correctness_only"] == 1.0
+        # no CPU time is ever passed off as a GPU figure
+        assert r["E"] is None and r["U"] is None and r["reward_full"] is None and r["per_shape"] == []
+    meta = data["meta"]
+    assert meta["backend"] == "cpu" and meta["versions"]["torch"] and meta["versions"]["tilelang"]
+    csv_lines = (tmp_path / "gap_study_cpu.csv").read_text().strip().splitlines()
+    assert len(csv_lines) == 4 and csv_lines[0].startswith("task,kernel,dsl,category")
+    assert not (tmp_path / "best_known.json").exists()         # cuda only
+    last = proc.stdout.strip().splitlines()
+    assert last[-1].split()[0] in {"AddReLU-v0/triton_blocked", "GELU-v0/tilelang_tiled",
+                                   "RowSum-v0/triton_scalar_loop"}                   # the table comes last
+
+
+def _row(task, kernel, dsl, kind, E, U, library_U=0.6, category="normalization", shapes=None):
+    return {"task": f"kernelgym_gap/{task}-v0", "kernel": kernel, "dsl": dsl, "category": category, "kind": kind,
+            "defect": None if kind == "optimized" else "scalar_loop", "status": "ok", "correct": True,
+            "kernelbench_allclose": True, "E": E, "U": U, "library_U": library_U, "performance": 0.5,
+            "reward_full": 0.5, "reward_correctness_only": 1.0, "verdict": None, "verdict_at_run": None,
+            "evidence": [], "per_shape": shapes or [], "message": "", "seconds": 1.0, "cpu_status": "ok",
+            "summary": None}
+
+
+def test_verdicts_use_the_best_optimized_solution_of_the_same_dsl(tmp_path):
+    gs = _module()
+    rows = [_row("LayerNorm", "fast", "triton", "optimized", 1.3, 0.7),
+            _row("LayerNorm", "slow", "triton", "slow", 0.02, 0.01),
+            _row("LayerNorm", "tl_slow", "tilelang", "slow", 0.05, 0.03),          # no optimized TileLang
+            _row("Conv2d", "fast", "triton", "optimized", 0.3, 0.2, library_U=0.5, category="convolution"),
+            _row("Conv2d", "slow", "triton", "slow", 0.01, 0.005, library_U=0.5, category="convolution")]
+    best = gs.best_known(rows)
+    assert best == {"kernelgym_gap/LayerNorm-v0": {"triton": 1.3}, "kernelgym_gap/Conv2d-v0": {"triton": 0.3}}
+    gs.rediagnose(rows, best)
+    assert [r["verdict"] for r in rows] == ["efficient", "repairable_defect", "repairable_defect",
+                                            "structural_residual", "structural_residual"]
+    meta = {"backend": "cuda", "device": {"name": "Fake GPU"}, "date": "2026-01-01", "workload": "study",
+            "versions": {}, "calibration": None}
+    gs.finalize(rows, meta, "cuda", tmp_path)
+    assert json.loads((tmp_path / "best_known.json").read_text())["Fake GPU"] == best
+    assert json.loads((tmp_path / "gap_study_cuda.json").read_text())["rows"][1]["verdict"] == "repairable_defect"
+    merged = subprocess.run([sys.executable, str(SCRIPT), "--merge", str(tmp_path / "gap_study_cuda.json"),
+                             "--out", str(tmp_path / "merged")], capture_output=True, text=True, timeout=120)
+    assert "Conv2d-v0/slow" in merged.stdout and (tmp_path / "merged" / "gap_study_cuda.csv").is_file()
+
+
+def test_goals_are_checked_against_the_measured_shapes():
+    gs = _module()
+    mem = [{"shape": [8192, 4096], "dtype": "float16", "bound": "memory", "E": 1.1, "U": 0.85}]
+    gemm = [{"shape": [8192, 8192, 8192], "dtype": "float16", "bound": "compute", "E": 0.93, "U": 0.8},
+            {"shape": [3000, 5000, 4000], "dtype": "float16", "bound": "compute", "E": 0.7, "U": 0.6}]
+    lines = gs.goals([_row("RMSNorm", "fast", "triton", "optimized", 1.1, 0.85, shapes=mem),
+                      _row("Matmul", "fast", "triton", "optimized", 0.8, 0.7, category="gemm", shapes=gemm)])
+    assert "met" in lines[0] and "NOT" not in lines[0]
+    assert "8192x8192x8192 float16 0.93" in lines[1] and "3000x5000" not in lines[1] and "NOT" not in lines[1]
