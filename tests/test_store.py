@@ -3,7 +3,6 @@ and the cache in front of the engine (a repeated submission starts no child proc
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -26,16 +25,18 @@ def make_record(task="kernelgym_gap/GELU-v0", *, reward=0.8, E=0.9, U=0.6, statu
                 backend="cuda", verdict="efficient") -> EvalRecord:
     """A synthetic record shaped like the engine's (test data only, never measured)."""
     ok = status is Status.OK
+    if backend == "cpu":           # correctness only: no performance terms
+        E = U = None
     per_shape = [{"shape": [4096, 4096], "dtype": "float16", "split": "public", "kernel_ms": 0.1,
                   "kernel_spread": 0.01, "library_ms": 0.1 * E, "library_spread": 0.01, "floor_ms": 0.1 * U,
-                  "bound": "memory", "E": E, "U": U, "programs": 4096, "launches_per_call": 1}] if ok else None
+                  "bound": "memory", "E": E, "U": U, "programs": 4096, "launches_per_call": 1}] if ok and E else None
     return EvalRecord(
         task=task, task_version=0, dsl="triton", backend=backend, status=status, correct=ok,
         reward=reward if ok else 0.0, reward_mode="full" if backend == "cuda" else "correctness",
-        terms={"correctness": float(ok), "performance": reward if ok else None, "E": E if ok else None,
+        terms={"correctness": float(ok), "performance": reward if ok and E else None, "E": E if ok else None,
                "U": U if ok else None, "per_shape": per_shape, "flags": [],
                "calibration": {"source": "measured", "copy_bytes_per_s": 4.2e12, "device": "NVIDIA H200"}},
-        message="synthetic", diagnosis={"verdict": verdict, "summary": f"E={E}"} if ok else None,
+        message="synthetic", diagnosis={"verdict": verdict, "summary": f"E={E}"} if ok and E else None,
         device={"kind": backend, "name": "NVIDIA H200" if backend == "cuda" else "cpu"},
         versions={"python": "3", "torch": "2", "triton": "3"}, created_at=st.now_iso())
 

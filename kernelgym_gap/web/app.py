@@ -1,0 +1,465 @@
+"""The leaderboard server (Starlette + Jinja2). Reads are open; writes (POST /api/submissions and the
+submit form) need the server's token. Submissions are queued in the store and evaluated by a separate
+worker process (`kernelgym_gap.web.worker`, started by `leaderboard serve`): this process never evaluates
+anything, never imports submitted code and starts no child.
+
+Pages: /  (overall ranking, tasks, recent submissions), /tasks/{Name-vN} (ranking and E-vs-U chart),
+/submissions (all, paginated), /submissions/{id} (source, per-shape table, diagnosis), /submit (form).
+JSON:  /api (index), /api/leaderboard, /api/tasks, /api/tasks/{Name-vN}, /api/tasks/{Name-vN}/screening,
+/api/submissions (GET list, POST submit), /api/submissions/{id}, /api/health.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import re
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from ..errors import KernelGymError
+from ..store import SCHEMA_VERSION, Store, dumps
+from ..task import DSLS
+from . import board
+from .chart import screening_svg, screening_thresholds, verdict_class
+
+HERE = Path(__file__).resolve().parent
+TOKEN_ENV = "KERNELGYM_GAP_TOKEN"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:@/+()-]{0,99}$")
+SUBMISSION_FIELDS = {"task", "name", "source", "dsl", "backend", "remeasure"}
+
+
+class Rejected(Exception):
+    """A submission the server refuses; nothing was stored."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+@dataclasses.dataclass
+class Settings:
+    store: Store
+    token: str
+    registry: object
+    backend: str
+    config: object
+    max_source_bytes: int
+
+    @property
+    def body_limit(self) -> int:     # JSON escaping can grow a source; the source itself is checked after
+        return 8 * self.max_source_bytes + 65536
+
+
+def _fmt_num(x, digits: int = 3) -> str:
+    if x is None:
+        return "—"
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    if x == 0:
+        return "0"
+    return f"{x:.{digits}g}" if 1e-4 <= abs(x) < 1e5 else f"{x:.{max(1, digits - 1)}e}"
+
+
+def _fmt_time(ts) -> str:
+    if not ts:
+        return "—"
+    return str(ts).replace("T", " ").replace("+00:00", " UTC")[:23]
+
+
+def _templates() -> Jinja2Templates:
+    t = Jinja2Templates(directory=str(HERE / "templates"))
+    t.env.filters.update(num=_fmt_num, ts=_fmt_time, slug=board.task_slug, vclass=verdict_class,
+                         reward=lambda x: "—" if x is None else f"{float(x):.4f}")
+    t.env.globals.update(schema_version=SCHEMA_VERSION)
+    return t
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def _page_args(request: Request) -> tuple[int, int]:
+    return board.clamp_page(request.query_params.get("page", 1), request.query_params.get("per_page", 25))
+
+
+def _backend(request: Request) -> str:
+    b = request.query_params.get("backend")
+    if b is not None and b not in ("cpu", "cuda"):
+        raise HTTPException(422, f"unknown backend {b!r}: choose cpu or cuda")
+    return b or board.default_backend(_settings(request).store)
+
+
+def _task_ids(s: Settings) -> list[str]:
+    return [t.id for t in s.registry] if s.registry is not None else []
+
+
+def _task_id(s: Settings, slug: str) -> str:
+    """A URL's task: `GELU-v0`, the full id, or a bare name (`GELU`: its newest registered version)."""
+    task_id = board.task_from_slug(slug)
+    if _task_spec(s, task_id) is None and s.registry is not None:
+        try:
+            return s.registry.get(slug).id
+        except KernelGymError:
+            pass
+    return task_id
+
+
+def _task_spec(s: Settings, task_id: str):
+    try:
+        return s.registry.get(task_id) if s.registry is not None else None
+    except KernelGymError:
+        return None
+
+
+def _render(request: Request, name: str, status: int = 200, **ctx) -> HTMLResponse:
+    s = _settings(request)
+    ctx.setdefault("backend", s.backend)
+    ctx.update(server_backend=s.backend, thresholds=screening_thresholds(),
+               board_backends=sorted(set(board.backends(s.store)) | {ctx["backend"]}))
+    return request.app.state.templates.TemplateResponse(request, name, ctx, status_code=status)
+
+
+def _json(data, status: int = 200, **kw) -> JSONResponse:
+    return JSONResponse(json.loads(dumps(data)), status_code=status, **kw)
+
+
+# ---- writes ------------------------------------------------------------------------------------------
+
+def _check_token(s: Settings, given: str | None) -> None:
+    if not given:
+        raise Rejected(401, "a token is required to submit (Authorization: Bearer TOKEN)")
+    if not hmac.compare_digest(given.encode(), s.token.encode()):
+        raise Rejected(403, "the token is not valid for this server")
+
+
+def _bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip() or None
+    return request.headers.get("x-token") or None
+
+
+def _check_length(request: Request, limit: int) -> None:
+    cl = request.headers.get("content-length")
+    if cl is not None:
+        try:
+            n = int(cl)
+        except ValueError:
+            raise Rejected(400, "invalid Content-Length") from None
+        if n > limit:
+            raise Rejected(413, f"the request body is {n} bytes; the limit is {limit}")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    _check_length(request, limit)
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limit:
+            raise Rejected(413, f"the request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def validate(s: Settings, data) -> dict:
+    """A clean submission from untrusted fields, or Rejected (4xx). Stores nothing."""
+    if not isinstance(data, dict):
+        raise Rejected(400, "the body must be a JSON object")
+    unknown = set(data) - SUBMISSION_FIELDS
+    if unknown:
+        raise Rejected(422, f"unknown field(s) {sorted(unknown)}; expected {sorted(SUBMISSION_FIELDS)}")
+    for field in ("task", "name", "source"):
+        value = data.get(field)
+        if field == "source" and isinstance(value, bytes) and value.strip():   # an uploaded file, as is
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise Rejected(422, f"field {field!r} is required and must be a non-empty string")
+    raw = data["source"]
+    if isinstance(raw, str):
+        try:
+            raw = raw.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Rejected(422, "the source is not valid UTF-8 (it contains lone surrogates)") from None
+    if len(raw) > s.max_source_bytes:
+        raise Rejected(413, f"the source is {len(raw)} bytes; the limit is {s.max_source_bytes}")
+    name = data["name"].strip()
+    if not NAME_RE.match(name):
+        raise Rejected(422, "name must be 1-100 characters: letters, digits, space and ._:@/+()- "
+                            "(starting with a letter or digit)")
+    try:
+        task = s.registry.get(data["task"].strip())
+    except KernelGymError as e:
+        raise Rejected(422, str(e)) from None
+    dsl = data.get("dsl") or "triton"
+    if dsl not in DSLS:
+        raise Rejected(422, f"unknown dsl {dsl!r}: choose one of {', '.join(DSLS)}")
+    backend = data.get("backend") or s.backend
+    allowed = sorted({"cpu", s.backend})
+    if backend not in allowed:
+        raise Rejected(422, f"this server evaluates on {' or '.join(allowed)}, not {backend!r}")
+    remeasure = data.get("remeasure", False)
+    if not isinstance(remeasure, bool):
+        raise Rejected(422, "remeasure must be true or false")
+    return {"task_id": task.id, "submitter": name, "source": raw, "dsl": dsl, "backend": backend,
+            "remeasure": remeasure}
+
+
+def _enqueue(request: Request, clean: dict, origin: str) -> int:
+    s = _settings(request)
+    return s.store.enqueue(clean.pop("source"), origin=origin, **clean)
+
+
+async def api_submit(request: Request):
+    s = _settings(request)
+    try:
+        _check_token(s, _bearer(request))
+        body = await _read_body(request, s.body_limit)
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            raise Rejected(415, "send the submission as application/json")
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise Rejected(400, f"malformed JSON: {e}") from None
+        clean = validate(s, data)
+    except Rejected as r:
+        headers = {"WWW-Authenticate": "Bearer"} if r.status == 401 else None
+        return _json({"error": r.message, "status": r.status}, r.status, headers=headers)
+    sid = _enqueue(request, clean, "api")
+    return _json({"id": sid, "state": "queued", "url": f"/submissions/{sid}", "api": f"/api/submissions/{sid}"},
+                 202, headers={"Location": f"/api/submissions/{sid}"})
+
+
+async def form_submit(request: Request):
+    s = _settings(request)
+    fields: dict = {}
+    try:
+        _check_length(request, s.body_limit)
+        form = await request.form(max_files=1, max_fields=16, max_part_size=s.body_limit)
+        fields = {k: form.get(k) for k in ("task", "name", "dsl", "source", "token")}
+        upload = form.get("file")
+        _check_token(s, (fields.get("token") or "").strip() or None)
+        source = fields.get("source") or ""
+        if upload is not None and hasattr(upload, "read"):
+            data = await upload.read(s.max_source_bytes + 1)
+            if data:
+                source = data          # the file's bytes exactly (its hash is the cache key)
+        clean = validate(s, {"task": fields.get("task") or "", "name": fields.get("name") or "",
+                             "dsl": fields.get("dsl") or "triton", "source": source})
+    except Rejected as r:
+        return _render(request, "submit.html", r.status, error=r.message, form=fields,
+                       tasks=_task_ids(s), dsls=DSLS)
+    except Exception as e:   # the multipart parser rejects malformed or oversized bodies
+        return _render(request, "submit.html", 400, error=f"malformed form: {e}", form=fields,
+                       tasks=_task_ids(s), dsls=DSLS)
+    sid = _enqueue(request, clean, "form")
+    return RedirectResponse(f"/submissions/{sid}", status_code=303)
+
+
+# ---- pages -------------------------------------------------------------------------------------------
+
+def index(request: Request):
+    s = _settings(request)
+    backend = _backend(request)
+    page, per_page = _page_args(request)
+    ranking = board.overall_ranking(s.store, backend, _task_ids(s), page, per_page)
+    tasks = board.tasks_summary(s.store, backend, _task_ids(s))
+    for t in tasks:
+        spec = _task_spec(s, t["task_id"])
+        t["category"] = spec.category if spec is not None else ""
+    return _render(request, "index.html", backend=backend, ranking=ranking, tasks=tasks,
+                   recent=board.submissions_list(s.store, 1, 8).items)
+
+
+def task_page(request: Request):
+    s = _settings(request)
+    task_id = _task_id(s, request.path_params["name"])
+    spec = _task_spec(s, task_id)
+    backend = _backend(request)
+    page, per_page = _page_args(request)
+    ranking = board.task_ranking(s.store, task_id, backend, page, per_page)
+    if spec is None and ranking.total == 0 and not board.submissions_list(s.store, 1, 1, task_id=task_id).total:
+        raise HTTPException(404, f"no task {task_id!r}")
+    points = board.screening_points(s.store, task_id, backend)
+    chart = screening_svg(points, title=f"{task_id}: E versus U")
+    return _render(request, "task.html", backend=backend, task_id=task_id, spec=spec, ranking=ranking,
+                   chart=chart, n_points=len(points))
+
+
+def submissions_page(request: Request):
+    s = _settings(request)
+    page, per_page = _page_args(request)
+    task = request.query_params.get("task")
+    submitter = request.query_params.get("submitter")
+    result = board.submissions_list(s.store, page, per_page, task_id=_task_id(s, task) if task else None,
+                                    submitter=submitter)
+    return _render(request, "submissions.html", subs=result, task_filter=task, submitter_filter=submitter)
+
+
+def submission_page(request: Request):
+    s = _settings(request)
+    sub = board.submission_view(s.store, request.path_params["id"])
+    if sub is None:
+        raise HTTPException(404, f"no submission #{request.path_params['id']}")
+    return _render(request, "submission.html", sub=sub, backend=sub["backend"],
+                   spec=_task_spec(s, sub["task_id"]))
+
+
+def submit_page(request: Request):
+    s = _settings(request)
+    return _render(request, "submit.html", form={"task": request.query_params.get("task", "")},
+                   tasks=_task_ids(s), dsls=DSLS, error=None)
+
+
+# ---- JSON reads ----------------------------------------------------------------------------------------
+
+def api_index(request: Request):
+    return _json({"endpoints": {
+        "GET /api/leaderboard?backend=&page=&per_page=": "overall ranking of submitters",
+        "GET /api/tasks?backend=": "tasks with submission counts and best results",
+        "GET /api/tasks/{Name-vN}?backend=&page=": "ranking of one task (best submission per submitter)",
+        "GET /api/tasks/{Name-vN}/screening?backend=": "E and U of every correct submission, and the thresholds",
+        "GET /api/submissions?task=&submitter=&page=": "submissions, newest first",
+        "POST /api/submissions": "submit {task, name, source, dsl?, backend?, remeasure?} with "
+                                 "Authorization: Bearer TOKEN; 202 with the submission id",
+        "GET /api/submissions/{id}": "state (queued, running, done, error), record and source",
+    }, "schema_version": SCHEMA_VERSION})
+
+
+def api_health(request: Request):
+    s = _settings(request)
+    counts = {t: s.store.count(t) for t in ("submissions", "evaluations")}
+    queued = s.store.conn.execute("SELECT COUNT(*) FROM submissions WHERE state IN ('queued','running')").fetchone()[0]
+    return _json({"ok": True, "backend": s.backend, "schema_version": SCHEMA_VERSION, "pending": queued, **counts})
+
+
+def api_leaderboard(request: Request):
+    s = _settings(request)
+    backend = _backend(request)
+    page, per_page = _page_args(request)
+    return _json({"backend": backend, **board.overall_ranking(s.store, backend, _task_ids(s), page, per_page).to_dict()})
+
+
+def api_tasks(request: Request):
+    s = _settings(request)
+    backend = _backend(request)
+    return _json({"backend": backend, "tasks": board.tasks_summary(s.store, backend, _task_ids(s))})
+
+
+def api_task(request: Request):
+    s = _settings(request)
+    task_id = _task_id(s, request.path_params["name"])
+    backend = _backend(request)
+    page, per_page = _page_args(request)
+    if _task_spec(s, task_id) is None and not board.submissions_list(s.store, 1, 1, task_id=task_id).total:
+        raise HTTPException(404, f"no task {task_id!r}")
+    return _json({"task": task_id, "backend": backend,
+                  **board.task_ranking(s.store, task_id, backend, page, per_page).to_dict()})
+
+
+def api_screening(request: Request):
+    s = _settings(request)
+    task_id = _task_id(s, request.path_params["name"])
+    backend = _backend(request)
+    pts = [{"id": p["id"], "submitter": p["submitter"], "E": p["e"], "U": p["u"], "reward": p["reward"],
+            "verdict": p["verdict"]} for p in board.screening_points(s.store, task_id, backend)]
+    return _json({"task": task_id, "backend": backend, "thresholds": screening_thresholds(), "points": pts})
+
+
+def api_submissions(request: Request):
+    s = _settings(request)
+    page, per_page = _page_args(request)
+    task = request.query_params.get("task")
+    return _json(board.submissions_list(s.store, page, per_page, task_id=_task_id(s, task) if task else None,
+                                        submitter=request.query_params.get("submitter")).to_dict())
+
+
+def api_submission(request: Request):
+    s = _settings(request)
+    sub = board.submission_view(s.store, request.path_params["id"])
+    if sub is None:
+        raise HTTPException(404, f"no submission #{request.path_params['id']}")
+    sub["url"] = f"/submissions/{sub['id']}"
+    return _json(sub)
+
+
+async def _submissions_collection(request: Request):
+    if request.method == "POST":
+        return await api_submit(request)
+    return api_submissions(request)
+
+
+async def _http_error(request: Request, exc: HTTPException):
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    if request.url.path.startswith("/api"):
+        return _json({"error": detail, "status": exc.status_code}, exc.status_code)
+    return _render(request, "error.html", exc.status_code, code=exc.status_code, message=detail)
+
+
+SECURITY_HEADERS = [
+    (b"content-security-policy", b"default-src 'self'; style-src 'self'; img-src 'self' data:; "
+                                 b"script-src 'none'; form-action 'self'; frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+
+
+class SecurityHeaders:
+    """Pure ASGI middleware: every response forbids scripts, framing and MIME sniffing (pages show
+    submitted source: it is escaped by Jinja2, and would not run even if it were not)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = list(message.get("headers", [])) + [
+                    (k, v) for k, v in SECURITY_HEADERS if k not in names]
+            await send(message)
+        await self.app(scope, receive, send_with_headers)
+
+
+def create_app(store: Store, token: str, *, registry=None, backend: str = "cpu", config=None) -> Starlette:
+    """The ASGI app. `backend` is what the worker evaluates submissions on (resolved: cpu or cuda); the
+    app itself only validates, queues and reads."""
+    from ..config import EvalConfig
+    from ..registry import default_registry
+    if not token:
+        raise ValueError("the server needs a token for writes")
+    config = config or EvalConfig()
+    settings = Settings(store=store, token=token, registry=registry if registry is not None else default_registry(),
+                        backend=backend, config=config, max_source_bytes=config.max_source_bytes)
+
+    routes = [
+        Route("/", index), Route("/tasks/{name:path}", task_page), Route("/submissions", submissions_page),
+        Route("/submissions/{id:int}", submission_page), Route("/submit", submit_page, methods=["GET"]),
+        Route("/submit", form_submit, methods=["POST"]),
+        Route("/api", api_index), Route("/api/health", api_health), Route("/api/leaderboard", api_leaderboard),
+        Route("/api/tasks", api_tasks), Route("/api/tasks/{name:path}/screening", api_screening),
+        Route("/api/tasks/{name:path}", api_task),
+        Route("/api/submissions", _submissions_collection, methods=["GET", "POST"]),
+        Route("/api/submissions/{id:int}", api_submission),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error},
+                    middleware=[Middleware(SecurityHeaders)])
+    app.state.settings = settings
+    app.state.templates = _templates()
+
+    return app

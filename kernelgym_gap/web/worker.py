@@ -1,0 +1,146 @@
+"""The leaderboard's worker: a process of its own that evaluates queued web submissions.
+
+    python -m kernelgym_gap.web.worker --db PATH [--backend cpu|cuda] [--threads N] [--parent-pid PID]
+
+`kernelgym-gap leaderboard serve` starts one beside the web server (the web process only validates and
+queues; it never evaluates, imports submitted code or starts a child). The queue lives in the store
+(submissions in state 'queued'), so it survives a restart: submissions a stopped worker left 'running' go
+back to the queue when the next one starts. Each thread claims one submission at a time (an IMMEDIATE
+transaction, so two threads or two workers never claim the same one), serves it from the cache when it
+can, and otherwise calls engine.evaluate, which runs the submission in its own sandboxed child process.
+With --parent-pid the worker exits when that process is gone (a server killed without cleaning up):
+at once on Linux (PR_SET_PDEATHSIG), within a second elsewhere. A submission it was evaluating stays
+'running' until the next worker starts and queues it again.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+
+from ..store import Store, cache_key_for, resolve_db_path
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    def __init__(self, store: Store, registry, config, threads: int = 1, poll_s: float = 0.5,
+                 gpu_count: int = 1):
+        self.store, self.registry, self.config = store, registry, config
+        self.n_threads, self.poll_s, self.gpu_count = max(1, threads), poll_s, max(1, gpu_count)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.busy: dict[int, int] = {}          # thread index -> submission id being evaluated
+
+    def start(self) -> None:
+        requeued = self.store.requeue_interrupted()
+        if requeued:
+            log.warning("requeued %d submission(s) left running by a previous worker", requeued)
+        for i in range(self.n_threads):
+            t = threading.Thread(target=self._loop, args=(i,), name=f"kgg-worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout)
+
+    def wait(self, parent_pid: int | None = None) -> None:
+        """Blocks until stop() or, with parent_pid, until that process is gone."""
+        while not self._stop.wait(1.0):
+            if parent_pid is not None and not _alive(parent_pid):
+                log.warning("the server (pid %d) is gone: the worker stops", parent_pid)
+                self._stop.set()
+
+    def _loop(self, index: int) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self.store.claim_next()
+            except Exception:
+                log.exception("worker %d: cannot read the queue", index)
+                job = None
+            if job is None:
+                self._stop.wait(self.poll_s)
+                continue
+            self.busy[index] = job["id"]
+            try:
+                self.run_one(job, index)
+            finally:
+                self.busy.pop(index, None)
+
+    def run_one(self, job: dict, index: int = 0) -> None:
+        from .. import engine
+        sid = job["id"]
+        try:
+            task = self.registry.get(job["task_id"])
+            config = self.config
+            if job["backend"] == "cuda":
+                config = dataclasses.replace(config, gpu_index=index % self.gpu_count)
+            source = bytes(job["content"])
+            key = cache_key_for(task, source, job["dsl"], job["backend"], config)
+            hit = None if job["remeasure"] else self.store.lookup(key)
+            if hit is not None:
+                self.store.finish(sid, evaluation_id=hit[0])
+                log.info("submission %d: served from the cache (evaluation %d)", sid, hit[0])
+                return
+            record = engine.evaluate(task, source, job["dsl"], job["backend"], config)
+            self.store.finish(sid, record=record, key=key)
+            log.info("submission %d: %s, reward %.4f", sid, record.status.value, record.reward)
+        except Exception as e:   # the harness failed (not the submission): keep the worker alive
+            log.exception("submission %d could not be evaluated", sid)
+            self.store.fail(sid, f"{type(e).__name__}: {e}")
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends this process SIGTERM when its parent exits (uvicorn re-raises the signal
+    that stopped it, so the server may not get to clean up)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)          # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    """Whether the server that started this worker still runs (it is this process's parent)."""
+    return os.getppid() == pid
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kernelgym_gap.web.worker", description=__doc__.splitlines()[0])
+    p.add_argument("--db", help="results database (default: $KERNELGYM_GAP_DB or the default path)")
+    p.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--threads", type=int, default=1, help="evaluations at once (cuda: one per GPU)")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs to spread cuda evaluations over")
+    p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="worker %(levelname)s %(name)s: %(message)s")
+    from ..config import EvalConfig
+    from ..registry import default_registry
+    store = Store(resolve_db_path(args.db))
+    worker = Worker(store, default_registry(), EvalConfig(), threads=args.threads, gpu_count=args.gpus)
+
+    def _terminate(signum, frame):
+        worker._stop.set()
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    if args.parent_pid is not None:
+        _die_with_parent()
+        if not _alive(args.parent_pid):                 # it exited before the line above
+            return 0
+    print(f"worker: evaluating queued submissions of {store.path} on {args.backend} "
+          f"({worker.n_threads} thread(s))", file=sys.stderr, flush=True)
+    worker.start()
+    worker.wait(args.parent_pid)
+    worker.stop(timeout=2.0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""The leaderboard web app: pages, JSON API, pagination, the chart, the token, bad input (4xx, nothing
+stored), the worker, and a real headless browser (Debian's chromium via Selenium) that opens the board,
+submits a reference solution, and sees it ranked next to a CLI submission served from the cache."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette", reason="the web extra is not installed (pip install -e '.[web]')")
+pytest.importorskip("jinja2", reason="the web extra is not installed (pip install -e '.[web]')")
+
+import warnings  # noqa: E402
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")     # starlette 1.x deprecates httpx in its TestClient; it still works
+    from starlette.testclient import TestClient  # noqa: E402
+
+from kernelgym_gap import store as st  # noqa: E402
+from kernelgym_gap.record import EvalRecord  # noqa: E402
+from kernelgym_gap.status import Status  # noqa: E402
+from kernelgym_gap.web import board, chart  # noqa: E402
+from kernelgym_gap.web.app import create_app  # noqa: E402
+from kernelgym_gap.web.worker import Worker  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+ROOT = Path(__file__).resolve().parent.parent
+GELU_FAST = ROOT / "tasks" / "elementwise" / "gelu" / "solutions" / "triton_blocked.py"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+TOKEN = "test-token-123"
+GELU = "kernelgym_gap/GELU-v0"
+
+
+def record(task=GELU, *, reward=0.8, E=0.9, U=0.6, status=Status.OK, backend="cuda",
+           verdict="efficient") -> EvalRecord:
+    """A synthetic record shaped like the engine's (test data for the pages, never a measurement)."""
+    ok, cuda = status is Status.OK, backend == "cuda"
+    per_shape = [{"shape": [4096, 4096], "dtype": "float16", "split": "public", "kernel_ms": 0.1,
+                  "kernel_spread": 0.01, "library_ms": 0.1 * E, "library_spread": 0.01, "floor_ms": 0.1 * U,
+                  "bound": "memory", "E": E, "U": U, "programs": 4096, "launches_per_call": 1}] if ok and cuda else None
+    return EvalRecord(
+        task=task, task_version=0, dsl="triton", backend=backend, status=status, correct=ok,
+        reward=reward if ok else 0.0, reward_mode="full" if cuda else "correctness",
+        terms={"correctness": float(ok), "performance": reward if ok and cuda else None,
+               "E": E if ok and cuda else None, "U": U if ok and cuda else None, "per_shape": per_shape,
+               "flags": []},
+        message="synthetic", diagnosis={"verdict": verdict, "summary": f"synthetic verdict E={E}",
+                                        "evidence": ["too little parallelism"]} if ok and cuda else None,
+        device={"kind": backend, "name": "NVIDIA H200" if cuda else "cpu"}, created_at=st.now_iso())
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = st.Store(tmp_path / "board.sqlite3")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(store, registry):
+    return TestClient(create_app(store, TOKEN, registry=registry, backend="cpu"))
+
+
+def _fill(store):
+    verdicts = ["repairable_defect", "structural_residual", "efficient"]
+    for i in range(3):
+        store.add_record(record(reward=0.2 + 0.3 * i, E=0.05 + 0.4 * i, U=0.02 + 0.3 * i, verdict=verdicts[i]),
+                         f"def gelu(x): return {i}  # <script>alert(1)</script>\n", f"agent-{i}")
+    store.add_record(record(status=Status.MISMATCH), "bad", "agent-0")
+
+
+def _nothing_stored(store):
+    assert store.count("submissions") == store.count("sources") == store.count("evaluations") == 0
+
+
+# ---- reads --------------------------------------------------------------------------------------------
+
+def test_pages_and_json_api(client, store):
+    _fill(store)
+    html = client.get("/?backend=cuda").text
+    order = [m for m in re.findall(r'data-submitter="([^"]+)"', html)]
+    assert order == ["agent-2", "agent-1", "agent-0"]
+    assert client.get("/api/leaderboard?backend=cuda").json()["items"][0]["submitter"] == "agent-2"
+    for url in ("/tasks/GELU-v0", "/tasks/GELU", f"/tasks/{GELU}"):
+        r = client.get(url + "?backend=cuda")
+        assert r.status_code == 200 and "agent-2" in r.text, url
+    page = client.get("/tasks/GELU-v0?backend=cuda").text
+    assert page.count('class="point ') == 3 and 'data-threshold="E"' in page and 'data-threshold="U"' in page
+    api = client.get("/api/tasks/GELU-v0?backend=cuda").json()
+    assert [r["submitter"] for r in api["items"]] == ["agent-2", "agent-1", "agent-0"]
+    assert api["items"][2]["reward"] == pytest.approx(0.2) and api["items"][2]["attempts"] == 2
+    scr = client.get("/api/tasks/GELU-v0/screening?backend=cuda").json()
+    assert len(scr["points"]) == 3 and scr["thresholds"] == {"E": 0.5, "U": 0.3}
+    sub = client.get("/submissions/1")
+    assert sub.status_code == 200
+    assert "synthetic verdict" in sub.text and "4096×4096" in sub.text and "too little parallelism" in sub.text
+    assert "&lt;script&gt;" in sub.text and "<script>" not in sub.text           # source shown, escaped
+    assert "script-src 'none'" in sub.headers["content-security-policy"]
+    j = client.get("/api/submissions/1").json()
+    assert j["record"]["terms"]["E"] == pytest.approx(0.05) and j["source"].startswith("def gelu")
+    assert client.get("/api/submissions?submitter=agent-0").json()["total"] == 2
+    assert client.get("/submissions/99").status_code == 404
+    assert client.get("/api/submissions/99").json()["status"] == 404
+    assert client.get("/tasks/NoSuchTask-v3").status_code == 404
+    assert client.get("/?backend=tpu").status_code == 422
+    assert client.get("/api/health").json()["ok"]
+
+
+def test_pagination(client, store):
+    for i in range(23):
+        store.add_record(record(reward=i / 100), f"src {i}", f"s{i:02d}")
+    p3 = client.get("/api/leaderboard?backend=cuda&per_page=10&page=3").json()
+    assert (p3["total"], p3["pages"], p3["page"], len(p3["items"])) == (23, 3, 3, 3)
+    assert p3["items"][0]["rank"] == 21 and p3["items"][-1]["submitter"] == "s00"
+    assert client.get("/api/leaderboard?backend=cuda&per_page=10&page=9").json()["items"] == []
+    html = client.get("/?backend=cuda&per_page=10&page=2").text
+    assert "page 2 of 3" in html and 'rel="next"' in html and 'rel="prev"' in html
+    assert client.get("/api/tasks/GELU-v0?backend=cuda&per_page=5&page=5").json()["items"][0]["rank"] == 21
+    subs = client.get("/api/submissions?per_page=7&page=4").json()
+    assert subs["pages"] == 4 and len(subs["items"]) == 2
+    assert "page 4 of 4" in client.get("/submissions?per_page=7&page=4").text
+    assert client.get("/api/submissions?per_page=100000&page=-3").json()["per_page"] == board.MAX_PER_PAGE
+
+
+def test_screening_svg_scales_and_escapes():
+    pts = [{"id": 1, "submitter": "<b>x</b>", "e": 0.01, "u": 0.005, "verdict": "repairable_defect"},
+           {"id": 2, "submitter": "y", "e": 1.0, "u": 0.8, "verdict": "efficient", "reward": 0.9}]
+    svg = chart.screening_svg(pts, {"E": 0.5, "U": 0.3})
+    xs = [float(x) for x in re.findall(r'<circle[^>]* cx="([\d.]+)"', svg)]
+    ys = [float(y) for y in re.findall(r'<circle[^>]* cy="([\d.]+)"', svg)]
+    assert xs[0] < xs[1] and ys[0] > ys[1]           # log-log, y grows upwards
+    assert "<b>x</b>" not in svg and "&lt;b&gt;x&lt;/b&gt;" in svg
+    assert "No correct submission" in chart.screening_svg([], {"E": 0.5, "U": 0.3})
+
+
+# ---- writes -------------------------------------------------------------------------------------------
+
+def _post(client, body, token=TOKEN, ctype="application/json", **headers):
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    headers["Content-Type"] = ctype
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return client.post("/api/submissions", content=data, headers=headers)
+
+
+GOOD = {"task": "GELU", "name": "api-agent", "source": "def gelu(x):\n    return x\n"}
+
+
+@pytest.mark.parametrize("body,kw,status,message", [
+    (GOOD, {"token": None}, 401, "token is required"),
+    (GOOD, {"token": "wrong"}, 403, "not valid"),
+    ("{not json", {}, 400, "malformed JSON"),
+    ("[1, 2]", {}, 400, "JSON object"),
+    (GOOD, {"ctype": "text/plain"}, 415, "application/json"),
+    ({**GOOD, "task": "NoSuchTask"}, {}, 422, "NoSuchTask"),
+    ({**GOOD, "source": "x" * (256 * 1024 + 1)}, {}, 413, "limit"),
+    ({**GOOD, "name": ""}, {}, 422, "name"),
+    ({**GOOD, "name": "<script>"}, {}, 422, "name must be"),
+    ({"task": "GELU", "name": "a"}, {}, 422, "source"),
+    ({**GOOD, "dsl": "cuda-c"}, {}, 422, "dsl"),
+    ({**GOOD, "backend": "cuda"}, {}, 422, "evaluates on cpu"),
+    ({**GOOD, "remeasure": "yes"}, {}, 422, "remeasure"),
+    ({**GOOD, "admin": True}, {}, 422, "unknown field"),
+])
+def test_bad_submissions_get_a_clear_4xx_and_store_nothing(client, store, body, kw, status, message):
+    r = _post(client, body, **kw)
+    assert r.status_code == status, r.text
+    assert message in r.json()["error"] and r.json()["status"] == status
+    _nothing_stored(store)
+
+
+def test_oversized_body_is_refused_before_reading(client, store):
+    r = client.post("/api/submissions", content=b"x" * (3 << 20),
+                    headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    assert r.status_code == 413
+    _nothing_stored(store)
+
+
+def test_form_needs_the_token_and_reads_stay_open(client, store):
+    r = client.post("/submit", data={"task": GELU, "name": "form-agent", "source": GOOD["source"]})
+    assert r.status_code == 401 and "token is required" in r.text and 'id="error"' in r.text
+    r = client.post("/submit", data={"task": GELU, "name": "form-agent", "source": GOOD["source"], "token": "no"})
+    assert r.status_code == 403
+    _nothing_stored(store)
+    for url in ("/", "/submit", "/submissions", "/api/leaderboard", "/api/tasks"):
+        assert client.get(url).status_code == 200, url
+
+
+def test_a_valid_submission_is_queued_never_evaluated_in_the_web_process(client, store, monkeypatch):
+    from kernelgym_gap import engine
+
+    def forbidden(*a, **kw):
+        raise AssertionError("the web process must not evaluate")
+    monkeypatch.setattr(engine, "evaluate", forbidden)
+    monkeypatch.setattr(engine, "run_sandboxed", forbidden)
+    r = _post(client, GOOD)
+    assert r.status_code == 202 and r.json()["state"] == "queued"
+    sid = r.json()["id"]
+    assert r.headers["location"] == f"/api/submissions/{sid}"
+    sub = client.get(f"/api/submissions/{sid}").json()
+    assert sub["state"] == "queued" and sub["record"] is None and sub["task_id"] == GELU
+    assert store.count("evaluations") == 0
+    r = client.post("/submit", data={"task": GELU, "name": "form-agent", "dsl": "triton", "token": TOKEN},
+                    files={"file": ("k.py", GOOD["source"].encode(), "text/x-python")}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == f"/submissions/{sid + 1}"
+    page = client.get(f"/submissions/{sid + 1}").text
+    assert 'data-state="queued"' in page and 'http-equiv="refresh"' in page
+
+
+def test_worker_serves_the_cache_and_reports_harness_failures(store, registry, monkeypatch):
+    from kernelgym_gap import engine
+    from kernelgym_gap.config import EvalConfig
+
+    def no_child(*a, **kw):
+        raise AssertionError("a child process was started")
+    monkeypatch.setattr(engine, "run_sandboxed", no_child)
+    config, source = EvalConfig(), GOOD["source"].encode()
+    key = st.cache_key_for(registry.get(GELU), source, "triton", "cpu", config)
+    store.add_record(record(backend="cpu", reward=1.0), source, "first", key=key)
+    w = Worker(store, registry, config)
+    hit = store.enqueue(source, submitter="again", task_id=GELU, dsl="triton", backend="cpu")
+    w.run_one(store.claim_next())
+    done = store.submission(hit)
+    assert done["state"] == "done" and done["cache_hit"] and done["evaluation_id"] == 1
+    broken = store.enqueue(source, submitter="x", task_id="kernelgym_gap/Gone-v9", dsl="triton", backend="cpu")
+    w.run_one(store.claim_next())
+    assert store.submission(broken)["state"] == "error" and "Gone" in store.submission(broken)["error"]
+    assert store.claim_next() is None
+
+
+def test_cli_results_and_show(store, capsys):
+    from kernelgym_gap.cli import main
+    _fill(store)
+    assert main(["results", "--db", str(store.path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == 4
+    assert main(["leaderboard", "show", "--db", str(store.path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"][0]["submitter"] == "agent-2"
+    assert main(["leaderboard", "show", "--task", "GELU", "--db", str(store.path)]) == 0
+    assert "1. agent-2" in capsys.readouterr().out
+    assert main(["results", "--name", "agent-0", "--task", "GELU", "--db", str(store.path)]) == 0
+    assert "2 submission(s)" in capsys.readouterr().out
+
+
+# ---- a real browser -------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the server exited with {proc.returncode}: {proc.stderr.read()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"{url} did not answer in {timeout} s")
+
+
+def _children(pid: int, fields: str = "args=") -> list[str]:
+    out = subprocess.run(["ps", "--ppid", str(pid), "-o", fields], capture_output=True, text=True).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is absent (apt-get install chromium chromium-driver; scripts/setup.sh does)")
+    pytest.importorskip("selenium", reason="selenium is not installed (the web extra)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+              "--window-size=1280,1000"):
+        opts.add_argument(a)
+    service = Service(CHROMEDRIVER if os.path.exists(CHROMEDRIVER) else shutil.which("chromedriver"))
+    driver = webdriver.Chrome(service=service, options=opts)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def server(tmp_path):
+    db, port = tmp_path / "served.sqlite3", _free_port()
+    cli = [sys.executable, "-m", "kernelgym_gap.cli"]
+    proc = subprocess.Popen(cli + ["leaderboard", "serve", "--port", str(port), "--backend", "cpu", "--db", str(db),
+                                   "--token", TOKEN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    base = f"http://127.0.0.1:{port}"
+    workers: list[int] = []
+    try:
+        _wait_http(base + "/api/health", proc)
+        workers = [int(line.split()[0]) for line in _children(proc.pid, "pid=,args=")
+                   if "kernelgym_gap.web.worker" in line]
+        yield {"base": base, "db": db, "proc": proc, "cli": cli, "workers": workers}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 15
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in workers:                                # stopping the server stops its worker
+        assert not Path(f"/proc/{pid}").exists(), f"worker {pid} outlived the server"
+
+
+def test_browser_submits_a_reference_solution_and_sees_it_ranked(browser, server, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+    shots = Path(os.environ.get("KGG_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    base, d = server["base"], browser
+    # the web server evaluates nothing itself: its worker is a separate process
+    assert len(server["workers"]) == 1
+
+    d.get(base + "/")
+    assert "No evaluated submissions" in d.find_element(By.ID, "overall").text
+    d.find_element(By.LINK_TEXT, "Submit").click()
+    # without the token: refused with a clear message, nothing stored
+    Select(d.find_element(By.ID, "task")).select_by_visible_text("GELU-v0")
+    d.find_element(By.ID, "name").send_keys("browser-agent")
+    d.find_element(By.ID, "file").send_keys(str(GELU_FAST))
+    d.find_element(By.ID, "submit").click()
+    assert "token is required" in d.find_element(By.ID, "error").text
+    assert st.Store(server["db"]).count("submissions") == 0
+    # with it: queued, evaluated by the worker in the sandboxed engine, shown with its source
+    Select(d.find_element(By.ID, "task")).select_by_visible_text("GELU-v0")
+    d.find_element(By.ID, "file").send_keys(str(GELU_FAST))
+    d.find_element(By.ID, "token").send_keys(TOKEN)
+    d.find_element(By.ID, "submit").click()
+    WebDriverWait(d, 20).until(lambda d: re.search(r"/submissions/\d+$", d.current_url))
+    sub_url = d.current_url
+
+    def done(d):
+        d.get(sub_url)
+        state = d.find_element(By.ID, "state").get_attribute("data-state")
+        assert state != "error", d.find_element(By.TAG_NAME, "main").text
+        return state == "done"
+    WebDriverWait(d, 150, poll_frequency=1.0).until(done)
+    assert d.find_element(By.ID, "submitter").text == "browser-agent"
+    assert "ok" in d.find_element(By.ID, "status").text
+    assert d.find_element(By.ID, "reward").text.startswith("1.0000")
+    assert "def gelu" in d.find_element(By.ID, "source").text
+    assert "correctness only" in d.find_element(By.ID, "diagnosis").text
+    d.save_screenshot(str(shots / "submission.png"))
+
+    # the same kernel from the CLI: served from the cache, no second evaluation
+    out = subprocess.run(server["cli"] + ["submit", "--task", "GELU", "--name", "cli-agent", "--backend", "cpu",
+                                          "--db", str(server["db"]), "--json", str(GELU_FAST)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["cache_hit"] is True
+    s = st.Store(server["db"])
+    assert s.count("evaluations") == 1 and s.count("submissions") == 2
+
+    d.get(base + "/?backend=cpu")
+    rows = d.find_elements(By.CSS_SELECTOR, "#overall tbody tr")
+    assert [r.get_attribute("data-submitter") for r in rows] == ["browser-agent", "cli-agent"]
+    assert rows[0].find_element(By.CSS_SELECTOR, "td.rank").text == "1"
+    d.save_screenshot(str(shots / "overview.png"))
+    d.find_element(By.LINK_TEXT, "GELU-v0").click()
+    ranked = d.find_elements(By.CSS_SELECTOR, "#task-ranking tbody tr")
+    assert [r.get_attribute("data-submitter") for r in ranked] == ["browser-agent", "cli-agent"]
+    assert d.find_elements(By.CSS_SELECTOR, "#screening-chart svg")
+    d.save_screenshot(str(shots / "task.png"))
+    d.find_element(By.LINK_TEXT, "JSON API").click()
+    assert "/api/leaderboard" in d.find_element(By.TAG_NAME, "body").text
