@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import KernelGymError
+from .errors import KernelGymError, ProtocolError
 from .record import EvalRecord
 
 ENV_DB = "KERNELGYM_GAP_DB"            # Store(path=None) and the CLI's --db default
@@ -430,7 +430,12 @@ class Store:
             "AND dsl=? AND backend=? AND device=? AND settings_hash=? AND software_hash=? "
             f"AND status NOT IN ({','.join('?' * len(NOT_CACHED_STATUSES))}) ORDER BY id DESC LIMIT 1",
             (*dataclasses.astuple(key), *sorted(NOT_CACHED_STATUSES))).fetchone()
-        return (row["id"], EvalRecord.from_json(row["record_json"])) if row else None
+        if row is None:
+            return None
+        try:
+            return row["id"], EvalRecord.from_json(row["record_json"])
+        except ProtocolError:        # stored by another version of the record schema: measure again
+            return None
 
     # -- the queue (web submissions) --
 
@@ -510,6 +515,10 @@ class Store:
         out["source"] = bytes(row["content"]).decode("utf-8", "replace")
         out["record"] = json.loads(row["record_json"]) if row["record_json"] else None
         return out
+
+    def pending(self) -> int:
+        """Submissions queued or being evaluated."""
+        return self.conn.execute("SELECT COUNT(*) FROM submissions WHERE state IN ('queued', 'running')").fetchone()[0]
 
     def count(self, table: str) -> int:
         if table not in ("sources", "evaluations", "submissions", "cache"):

@@ -197,6 +197,22 @@ def test_form_needs_the_token_and_reads_stay_open(client, store):
         assert client.get(url).status_code == 200, url
 
 
+def test_form_rejections_and_a_full_queue(store, registry):
+    c = TestClient(create_app(store, TOKEN, registry=registry, backend="cpu", max_pending=1))
+    r = c.post("/submit", content=b"--xx\r\nbroken", headers={"Content-Type": "multipart/form-data; boundary=xx"})
+    assert r.status_code in (400, 401)
+    big = {"file": ("k.py", b"x" * (256 * 1024 + 1), "text/x-python")}
+    r = c.post("/submit", data={"task": GELU, "name": "n", "token": TOKEN}, files=big)
+    assert r.status_code == 413 and "limit" in r.text
+    r = c.post("/submit", data={"task": "Nope", "name": "n", "token": TOKEN, "source": "x"})
+    assert r.status_code == 422 and "Nope" in r.text and TOKEN not in r.text    # the token is not echoed
+    _nothing_stored(store)
+    assert _post(c, GOOD).status_code == 202
+    r = _post(c, GOOD)
+    assert r.status_code == 429 and "waiting" in r.json()["error"]
+    assert store.count("submissions") == 1
+
+
 def test_a_valid_submission_is_queued_never_evaluated_in_the_web_process(client, store, monkeypatch):
     from kernelgym_gap import engine
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -53,6 +54,7 @@ class Settings:
     backend: str
     config: object
     max_source_bytes: int
+    max_pending: int = 500
 
     @property
     def body_limit(self) -> int:     # JSON escaping can grow a source; the source itself is checked after
@@ -217,6 +219,8 @@ def validate(s: Settings, data) -> dict:
 
 def _enqueue(request: Request, clean: dict, origin: str) -> int:
     s = _settings(request)
+    if s.store.pending() >= s.max_pending:
+        raise Rejected(429, f"{s.max_pending} submissions are already waiting for the worker; try again later")
     return s.store.enqueue(clean.pop("source"), origin=origin, **clean)
 
 
@@ -233,10 +237,10 @@ async def api_submit(request: Request):
         except (ValueError, UnicodeDecodeError) as e:
             raise Rejected(400, f"malformed JSON: {e}") from None
         clean = validate(s, data)
+        sid = _enqueue(request, clean, "api")
     except Rejected as r:
         headers = {"WWW-Authenticate": "Bearer"} if r.status == 401 else None
         return _json({"error": r.message, "status": r.status}, r.status, headers=headers)
-    sid = _enqueue(request, clean, "api")
     return _json({"id": sid, "state": "queued", "url": f"/submissions/{sid}", "api": f"/api/submissions/{sid}"},
                  202, headers={"Location": f"/api/submissions/{sid}"})
 
@@ -246,24 +250,27 @@ async def form_submit(request: Request):
     fields: dict = {}
     try:
         _check_length(request, s.body_limit)
-        form = await request.form(max_files=1, max_fields=16, max_part_size=s.body_limit)
-        fields = {k: form.get(k) for k in ("task", "name", "dsl", "source", "token")}
+        try:
+            form = await request.form(max_files=1, max_fields=16, max_part_size=s.body_limit)
+        except (HTTPException, MultiPartException) as e:    # malformed or oversized multipart body
+            detail = getattr(e, "detail", None) or getattr(e, "message", None) or str(e)
+            raise Rejected(400, f"malformed form: {detail}") from None
+        fields = {k: v if isinstance(v := form.get(k), str) else "" for k in ("task", "name", "dsl", "source",
+                                                                           "token")}
         upload = form.get("file")
-        _check_token(s, (fields.get("token") or "").strip() or None)
-        source = fields.get("source") or ""
-        if upload is not None and hasattr(upload, "read"):
+        _check_token(s, fields["token"].strip() or None)
+        source = fields["source"]
+        if upload is not None and not isinstance(upload, str):
             data = await upload.read(s.max_source_bytes + 1)
             if data:
                 source = data          # the file's bytes exactly (its hash is the cache key)
-        clean = validate(s, {"task": fields.get("task") or "", "name": fields.get("name") or "",
-                             "dsl": fields.get("dsl") or "triton", "source": source})
+        clean = validate(s, {"task": fields["task"], "name": fields["name"], "dsl": fields["dsl"] or "triton",
+                             "source": source})
+        sid = _enqueue(request, clean, "form")
     except Rejected as r:
+        fields.pop("token", None)
         return _render(request, "submit.html", r.status, error=r.message, form=fields,
                        tasks=_task_ids(s), dsls=DSLS)
-    except Exception as e:   # the multipart parser rejects malformed or oversized bodies
-        return _render(request, "submit.html", 400, error=f"malformed form: {e}", form=fields,
-                       tasks=_task_ids(s), dsls=DSLS)
-    sid = _enqueue(request, clean, "form")
     return RedirectResponse(f"/submissions/{sid}", status_code=303)
 
 
@@ -340,8 +347,8 @@ def api_index(request: Request):
 def api_health(request: Request):
     s = _settings(request)
     counts = {t: s.store.count(t) for t in ("submissions", "evaluations")}
-    queued = s.store.conn.execute("SELECT COUNT(*) FROM submissions WHERE state IN ('queued','running')").fetchone()[0]
-    return _json({"ok": True, "backend": s.backend, "schema_version": SCHEMA_VERSION, "pending": queued, **counts})
+    return _json({"ok": True, "backend": s.backend, "schema_version": SCHEMA_VERSION, "pending": s.store.pending(),
+                  **counts})
 
 
 def api_leaderboard(request: Request):
@@ -435,7 +442,8 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(store: Store, token: str, *, registry=None, backend: str = "cpu", config=None) -> Starlette:
+def create_app(store: Store, token: str, *, registry=None, backend: str = "cpu", config=None,
+               max_pending: int = 500) -> Starlette:
     """The ASGI app. `backend` is what the worker evaluates submissions on (resolved: cpu or cuda); the
     app itself only validates, queues and reads."""
     from ..config import EvalConfig
@@ -444,7 +452,8 @@ def create_app(store: Store, token: str, *, registry=None, backend: str = "cpu",
         raise ValueError("the server needs a token for writes")
     config = config or EvalConfig()
     settings = Settings(store=store, token=token, registry=registry if registry is not None else default_registry(),
-                        backend=backend, config=config, max_source_bytes=config.max_source_bytes)
+                        backend=backend, config=config, max_source_bytes=config.max_source_bytes,
+                        max_pending=max_pending)
 
     routes = [
         Route("/", index), Route("/tasks/{name:path}", task_page), Route("/submissions", submissions_page),

@@ -96,6 +96,19 @@ class Worker:
             self.store.fail(sid, f"{type(e).__name__}: {e}")
 
 
+def _gpu_count() -> int:
+    import subprocess
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        n = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    except (OSError, subprocess.SubprocessError):
+        n = 0
+    if not n:
+        import torch
+        n = torch.cuda.device_count()
+    return max(1, n)
+
+
 def _die_with_parent() -> None:
     """Linux: the kernel sends this process SIGTERM when its parent exits (uvicorn re-raises the signal
     that stopped it, so the server may not get to clean up)."""
@@ -117,14 +130,20 @@ def main(argv=None) -> int:
     p.add_argument("--db", help="results database (default: $KERNELGYM_GAP_DB or the default path)")
     p.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--threads", type=int, default=1, help="evaluations at once (cuda: one per GPU)")
-    p.add_argument("--gpus", type=int, default=1, help="GPUs to spread cuda evaluations over")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs to spread cuda evaluations over (0: all visible)")
     p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="worker %(levelname)s %(name)s: %(message)s")
     from ..config import EvalConfig
     from ..registry import default_registry
     store = Store(resolve_db_path(args.db))
-    worker = Worker(store, default_registry(), EvalConfig(), threads=args.threads, gpu_count=args.gpus)
+    threads, gpus = max(1, args.threads), max(1, args.gpus)
+    if args.backend == "cuda":
+        gpus = args.gpus or _gpu_count()
+        if threads > gpus:       # two evaluations timing on one GPU would disturb each other's numbers
+            log.warning("%d threads for %d GPU(s): using %d (one evaluation per GPU)", threads, gpus, gpus)
+            threads = gpus
+    worker = Worker(store, default_registry(), EvalConfig(), threads=threads, gpu_count=gpus)
 
     def _terminate(signum, frame):
         worker._stop.set()
