@@ -1,0 +1,189 @@
+"""The batch API (evaluate_many, score_completions) and the Gymnasium vector environment over KernelEnv."""
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from kernelgym_gap.batch import (EvalRequest, evaluate_many, make_vector_env, score_completions,
+                                 visible_gpus)
+from kernelgym_gap.config import EvalConfig
+from kernelgym_gap.errors import HarnessError, UnknownChoiceError, UnknownTaskError
+from kernelgym_gap.record import EvalRecord
+from kernelgym_gap.status import Status
+
+
+def _source(registry, name="AddReLU", index=0):
+    task = registry.get(name)
+    return task.solution_path(task.solutions[index]).read_text()
+
+
+def _wrong_add_relu(registry):
+    """The optimized AddReLU without its ReLU: finite, non-zero and wrong (a mismatch)."""
+    src = _source(registry)
+    assert src.count("tl.maximum(s, 0.0)") == 2
+    return src.replace("tl.maximum(s, 0.0)", "s")
+
+
+class Recorder:
+    """A double of engine.evaluate that sleeps a random while and remembers who ran what."""
+
+    def __init__(self, fail_on: str | None = None):
+        self.calls, self.lock, self.fail_on = [], threading.Lock(), fail_on
+        self.active = self.peak = 0
+
+    def __call__(self, task, source, dsl, backend, config):
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            self.calls.append((source, backend, config.gpu_index, threading.current_thread().name))
+        time.sleep(random.uniform(0.01, 0.05))
+        with self.lock:
+            self.active -= 1
+        if source == self.fail_on:
+            raise RuntimeError("the harness broke")
+        return EvalRecord(task=task.id, task_version=task.version, dsl=dsl, backend=backend, status=Status.OK,
+                          correct=True, reward=1.0, reward_mode="correctness", terms={}, message=source,
+                          device={"name": "double"})
+
+
+def test_records_come_back_in_request_order_from_parallel_workers():
+    ev = Recorder()
+    reqs = [EvalRequest("AddReLU", f"src{i}", backend="cpu") for i in range(12)]
+    recs = evaluate_many(reqs, workers=3, evaluator=ev)
+    assert [r.message for r in recs] == [f"src{i}" for i in range(12)]
+    assert ev.peak <= 3 and len({c[3] for c in ev.calls}) > 1
+    assert evaluate_many([], evaluator=ev) == []
+
+
+def test_per_request_config_and_progress():
+    ev = Recorder()
+    seen = []
+    cfg = EvalConfig(trial_seed=11)
+    reqs = [EvalRequest("AddReLU", "a", backend="cpu"), EvalRequest("GELU", "b", backend="cpu", config=cfg)]
+    evaluate_many(reqs, workers=2, config=EvalConfig(trial_seed=5), evaluator=ev,
+                  progress=lambda d, t, w: seen.append((d, t)))
+    by_source = {c[0]: c for c in ev.calls}
+    assert sorted(seen) == [(1, 2), (2, 2)]
+    assert len(by_source) == 2
+
+
+def test_misuse_fails_before_anything_runs():
+    ev = Recorder()
+    with pytest.raises(UnknownTaskError):
+        evaluate_many([EvalRequest("AddReLU", "a", backend="cpu"), EvalRequest("NoSuchTask", "b", backend="cpu")],
+                      evaluator=ev)
+    with pytest.raises(UnknownChoiceError):
+        evaluate_many([EvalRequest("AddReLU", "a", dsl="cuda-c", backend="cpu")], evaluator=ev)
+    with pytest.raises(ValueError):
+        evaluate_many([EvalRequest("AddReLU", "a", backend="cpu")], workers=0, evaluator=ev)
+    with pytest.raises(TypeError):
+        evaluate_many([("AddReLU", "a")], evaluator=ev)
+    assert ev.calls == []
+
+
+def test_a_harness_failure_is_raised_after_the_pool_drains():
+    ev = Recorder(fail_on="bad")
+    reqs = [EvalRequest("AddReLU", s, backend="cpu") for s in ("a", "bad", "c")]
+    with pytest.raises(HarnessError, match="the harness broke"):
+        evaluate_many(reqs, workers=1, evaluator=ev)
+
+
+def test_cuda_pins_one_worker_per_gpu(monkeypatch):
+    """GPU placement logic, with the backend check and the engine replaced (this machine has no GPU)."""
+    monkeypatch.setattr("kernelgym_gap.engine.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
+    ev = Recorder()
+    reqs = [EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(8)]
+    recs = evaluate_many(reqs, gpus=[2, 5], workers=8, evaluator=ev)
+    assert ev.peak <= 2
+    by_thread = {}
+    for _, _, gpu, thread in ev.calls:
+        by_thread.setdefault(thread, set()).add(gpu)
+    assert all(len(g) == 1 for g in by_thread.values()) and set().union(*by_thread.values()) <= {2, 5}
+    assert {r.device["gpu_index"] for r in recs} <= {2, 5}
+    assert all(r.device["gpu_index"] == c[2] for r, c in zip(recs, sorted(ev.calls, key=lambda c: int(c[0][1:]))))
+    with pytest.raises(HarnessError, match="no GPU"):
+        evaluate_many(reqs, gpus=[], evaluator=ev)
+
+
+def test_visible_gpus_reads_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert visible_gpus() == [3, 1]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_gpus() == []
+
+
+def test_score_completions_extracts_the_code_blocks():
+    ev = Recorder()
+    replies = ["Sure!\n```python\ndef add_relu(x, y):\n    return x\n```\n", "no code at all"]
+    recs = score_completions("AddReLU", replies, backend="cpu", evaluator=ev, workers=2)
+    assert [r.message for r in recs] == ["def add_relu(x, y):\n    return x\n", "no code at all\n"]
+
+
+@pytest.mark.slow
+def test_real_batch_on_the_cpu_backend(registry):
+    """Three real sandboxed evaluations, two at a time: a correct kernel, a wrong one, a gate failure."""
+    reqs = [EvalRequest("AddReLU", _source(registry), backend="cpu"),
+            EvalRequest("AddReLU", _wrong_add_relu(registry), backend="cpu"),
+            EvalRequest("AddReLU", "def add_relu(x, y):\n    return (\n", backend="cpu")]
+    recs = evaluate_many(reqs, workers=2, config=EvalConfig(trial_seed=0))
+    assert [r.status for r in recs] == [Status.OK, Status.MISMATCH, Status.SYNTAX_ERROR]
+    assert [r.reward for r in recs] == [1.0, 0.0, 0.0]
+    assert all(r.backend == "cpu" and r.task == "kernelgym_gap/AddReLU-v0" for r in recs)
+
+
+def test_vector_env_rejects_bad_sizes():
+    with pytest.raises(ValueError):
+        make_vector_env(0, "AddReLU", backend="cpu")
+
+
+def _double(task, source, dsl, backend, config):
+    """A correct and a failed step differ in type where Gymnasium's vector info merge cares: E is a float
+    or None, diagnosis a dict or None, failure None or a dict."""
+    from kernelgym_gap.record import FailureDetail
+    ok = "x + y" in source
+    return EvalRecord(task=task.id, task_version=task.version, dsl=dsl, backend=backend,
+                      status=Status.OK if ok else Status.MISMATCH, correct=ok, reward=float(ok),
+                      reward_mode="correctness", terms={"E": 0.5 if ok else None, "U": 0.25 if ok else None}, message="",
+                      diagnosis={"verdict": "efficient"} if ok else None,
+                      failure=None if ok else FailureDetail(max_abs_err=1.0))
+
+
+def test_sync_and_async_vector_envs_agree_with_a_double():
+    actions = ("def add_relu(x, y):\n    return x + y\n", "def add_relu(x, y):\n    return x\n")
+    results = []
+    for asynchronous in (False, True):
+        envs = make_vector_env(2, "AddReLU", asynchronous=asynchronous, backend="cpu", max_steps=2,
+                               evaluator=_double)
+        try:
+            obs, info = envs.reset(seed=0)
+            assert obs[0].startswith("# Task kernelgym_gap/AddReLU-v0") and obs[0] == obs[1]
+            obs, reward, term, trunc, info = envs.step(actions)
+            results.append((list(reward), list(term), list(trunc), list(info["status"])))
+            assert "Feedback from the previous step\nstatus: mismatch" in obs[1]
+            assert info["terms"][0]["E"] == 0.5 and info["terms"][1]["E"] is None
+            assert info["diagnosis"][0]["verdict"] == "efficient" and info["diagnosis"][1] is None
+            assert info["record"][1]["failure"]["max_abs_err"] == 1.0 and info["record"][0]["failure"] is None
+        finally:
+            envs.close()
+    assert results[0] == results[1] == ([1.0, 0.0], [True, False], [False, False], ["ok", "mismatch"])
+
+
+@pytest.mark.slow
+def test_async_vector_env_runs_real_evaluations_in_parallel(registry):
+    """gymnasium.vector.AsyncVectorEnv over KernelEnv, each copy in its own process, through the engine."""
+    import gymnasium as gym
+    envs = make_vector_env(2, "AddReLU", backend="cpu", max_steps=2, config=EvalConfig(trial_seed=0))
+    assert isinstance(envs, gym.vector.AsyncVectorEnv)
+    try:
+        obs, info = envs.reset(seed=1)
+        assert "AddReLU" in obs[0] and list(info["task"]) == ["kernelgym_gap/AddReLU-v0"] * 2
+        obs, reward, term, trunc, info = envs.step((_source(registry), _wrong_add_relu(registry)))
+        assert list(info["status"]) == ["ok", "mismatch"]
+        assert np.allclose(reward, [1.0, 0.0]) and list(term) == [True, False] and list(trunc) == [False, False]
+        rec = info["record"]
+        assert rec[0]["status"] == "ok" and rec[1]["failure"]["trial"] is not None
+        assert rec[0]["source_sha256"] != rec[1]["source_sha256"]
+    finally:
+        envs.close()
