@@ -1,0 +1,80 @@
+"""The Ray evaluation pool on a local Ray instance started here with 2 CPUs: one actor per CPU slot, the
+same sandboxed engine, and the same records as the local pool for the same submissions."""
+import json
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from kernelgym_gap import cli  # noqa: E402
+from kernelgym_gap.batch import EvalRequest, evaluate_many  # noqa: E402
+from kernelgym_gap.config import EvalConfig  # noqa: E402
+from kernelgym_gap.env import KernelEnv  # noqa: E402
+from kernelgym_gap.ray_pool import RayPool  # noqa: E402
+from kernelgym_gap.status import Status  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+CONFIG = EvalConfig(trial_seed=0)
+WALL_CLOCK_FIELDS = ("latency", "created_at")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+def _batch(registry):
+    task = registry.get("AddReLU")
+    fast = task.solution_path(task.solutions[0]).read_text()
+    wrong = fast.replace("tl.maximum(s, 0.0)", "s")          # no ReLU: a mismatch
+    return [EvalRequest("AddReLU", fast, backend="cpu"), EvalRequest("AddReLU", wrong, backend="cpu"),
+            EvalRequest("AddReLU", "def add_relu(x, y):\n    return (\n", backend="cpu")]
+
+
+def _comparable(record):
+    d = record.to_dict()
+    for k in WALL_CLOCK_FIELDS:
+        d.pop(k)
+    return d
+
+
+def test_ray_records_equal_the_local_pool_records(local_ray, registry):
+    reqs = _batch(registry)
+    local = evaluate_many(reqs, workers=2, config=CONFIG)
+    with RayPool(address="auto", backend="cpu") as pool:
+        assert pool.size == 2 and pool.backend == "cpu" and not pool.owns_ray
+        assert len({p["pid"] for p in pool.actor_placements}) == 2
+        remote = pool.evaluate(reqs, config=CONFIG)
+        assert len({p["pid"] for p in pool.placements}) >= 1
+    assert [r.status for r in remote] == [Status.OK, Status.MISMATCH, Status.SYNTAX_ERROR]
+    for a, b in zip(local, remote):
+        assert _comparable(a) == _comparable(b)
+    assert ray.is_initialized()          # a pool that did not start Ray leaves it running
+
+
+def test_evaluate_many_and_the_env_through_ray(local_ray, registry):
+    reqs = _batch(registry)[1:]
+    recs = evaluate_many(reqs, ray="auto", config=CONFIG)
+    assert [r.status for r in recs] == [Status.MISMATCH, Status.SYNTAX_ERROR]
+    with pytest.raises(ValueError):
+        evaluate_many(reqs, ray="auto", gpus=[0])
+    with RayPool(address="auto", backend="cpu", workers=1) as pool:
+        with pytest.raises(ValueError, match="evaluates on cpu"):
+            pool.evaluate([EvalRequest("AddReLU", "x", backend="cuda")])
+        env = KernelEnv(task_id="AddReLU", backend="cpu", evaluator=pool.evaluator(), config=CONFIG)
+        env.reset(seed=0)
+        _, reward, terminated, _, info = env.step(reqs[1].source)
+        assert info["status"] == "syntax_error" and reward == 0.0 and not terminated
+
+
+def test_episode_cli_with_ray(local_ray, capsys):
+    rc = cli.main(["episode", "--agent", "replay", "--task", "AddReLU", "--backend", "cpu", "--steps", "1",
+                   "--seed", "0", "--ray", "auto", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["steps"][0]["status"] == "ok" and out["best"]["reward"] == 1.0
+    assert ray.is_initialized()
