@@ -145,6 +145,7 @@ class Trial:
 @dataclasses.dataclass(frozen=True)
 class TimingConfig:
     warmup_ms: float = 25.0
+    clock_warmup_ms: float = 300.0  # the GPU kept busy this long before the first measurement
     min_reps: int = 20
     max_reps: int = 500
     min_time_ms: float = 20.0       # and at least this much GPU time per callable before stopping early

@@ -123,3 +123,25 @@ def test_run_prints_a_table(registry):
     assert f"{len(task.solutions)} reference solutions evaluated" in p.stdout
     assert "0 failed" in p.stdout
     assert "[" in p.stderr                        # progress goes to stderr, not into the table
+
+
+def test_suite_runs_episodes_in_parallel_and_keeps_plan_order(registry):
+    """Two workers on the cpu backend, with a stub evaluator (the real path is test_run_prints_a_table):
+    every solution of the chosen tasks gets one row, in plan order, whichever worker finished first."""
+    import threading
+    import time as time_mod
+    from kernelgym_gap.engine import evaluate
+    from kernelgym_gap.suite import run_suite
+    seen = set()
+
+    def stub(task, source, dsl, backend, config):
+        seen.add(threading.current_thread().name)
+        time_mod.sleep(0.2)
+        return evaluate(task, "def broken(:\n", dsl, backend, config)      # fails at the gate, no child
+    rows = run_suite(backend="cpu", dsls=("triton",), task_ids=["LayerNorm", "RMSNorm", "GELU"], evaluator=stub,
+                     workers=2)
+    expected = [(t, s.file) for t in ("LayerNorm", "RMSNorm", "GELU") for s in registry.get(t).solutions
+                if s.dsl == "triton"]
+    assert [(r.task.removeprefix("kernelgym_gap/").removesuffix("-v0"), r.solution) for r in rows] == expected
+    assert all(r.status == "syntax_error" for r in rows)
+    assert len(seen) == 2
