@@ -63,6 +63,9 @@ def study_task(task, backend: str, workload: str):
 
 
 def select(registry, only: str | None, dsl: str | None):
+    """(task, solution) pairs: a filter that names a category selects that category, any other filter the
+    solutions whose 'Task/file.py' contains it (case-insensitive); in the order the filters were given."""
+    from kernelgym_gap.task import CATEGORIES
     tokens = [t.strip().lower() for t in (only or "").split(",") if t.strip()]
     chosen = []
     for task in registry:
@@ -70,10 +73,13 @@ def select(registry, only: str | None, dsl: str | None):
             if dsl and sol.dsl != dsl:
                 continue
             name = f"{task.name}/{sol.file}".lower()
-            if tokens and not any(t in name or t == task.category for t in tokens):
+            hits = [k for k, t in enumerate(tokens) if (t == task.category if t in CATEGORIES else t in name)]
+            if tokens and not hits:
                 continue
-            chosen.append((task, sol))
-    return chosen
+            rank = min(hits, default=0)
+            chosen.append((rank, task, sol))
+    # in the order the filters were given (a stable sort keeps the registry's order within one filter)
+    return [(task, sol) for _, task, sol in sorted(chosen, key=lambda c: c[0])]
 
 
 def evaluate_one(task, sol, backend: str, config) -> dict:
@@ -195,15 +201,23 @@ def chart(rows: list[dict], meta: dict, path: Path) -> str:
         return "no kernel has E and U (cpu backend?): no chart written"
     colors = {"efficient": "tab:green", "repairable_defect": "tab:red", "structural_residual": "tab:orange"}
     fig, ax = plt.subplots(figsize=(13, 9))
-    for r in pts:
+    placed: list[tuple[float, float]] = []
+    for r in sorted(pts, key=lambda r: (-r["U"], r["E"])):
         marker = "o" if r["dsl"] == "triton" else "s"
         c = colors.get(r["verdict"], "tab:gray")
         ax.scatter(r["E"], r["U"], marker=marker, s=60, edgecolors=c,
                    facecolors=c if r["kind"] == "optimized" else "none", linewidths=1.6, zorder=3)
+        # labels of points close together (in log space) are stacked downwards instead of overprinting
+        x, y = math.log10(r["E"]), math.log10(r["U"])
+        near = sum(1 for px, py in placed if abs(px - x) < 0.35 and abs(py - y) < 0.08)
+        placed.append((x, y))
         ax.annotate(f"{r['task'].removeprefix('kernelgym_gap/').removesuffix('-v0')}/{r['kernel']}",
-                    (r["E"], r["U"]), textcoords="offset points", xytext=(5, 3), fontsize=6.5)
+                    (r["E"], r["U"]), textcoords="offset points", xytext=(6, 3 - 9 * near), fontsize=6.5,
+                    arrowprops=dict(arrowstyle="-", lw=0.3, color="gray") if near else None)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(right=max(3.0, 1.5 * max(r["E"] for r in pts)))
+    ax.set_ylim(top=max(1.3, 1.3 * max(r["U"] for r in pts)))
     ax.axvline(DEFAULT.e_threshold, color="k", ls="--", lw=1)
     ax.axhline(DEFAULT.u_threshold, color="k", ls="--", lw=1)
     ax.axvline(1.0, color="gray", ls=":", lw=0.8)
@@ -212,8 +226,9 @@ def chart(rows: list[dict], meta: dict, path: Path) -> str:
     ax.text(ax.get_xlim()[0] * 1.2, DEFAULT.u_threshold * 1.08, f"U = {DEFAULT.u_threshold}", fontsize=8)
     from matplotlib.lines import Line2D
     handles = [Line2D([], [], ls="", marker="o", color=c, label=v) for v, c in colors.items()]
-    handles += [Line2D([], [], ls="", marker="o", color="k", label="Triton (filled: optimized)"),
-                Line2D([], [], ls="", marker="s", color="k", mfc="none", label="TileLang (hollow: slow)")]
+    handles += [Line2D([], [], ls="", marker="o", color="k", label="circle: Triton"),
+                Line2D([], [], ls="", marker="s", color="k", label="square: TileLang"),
+                Line2D([], [], ls="", marker="o", color="k", mfc="none", label="hollow: slow variant")]
     ax.legend(handles=handles, loc="lower right", fontsize=8)
     ax.set_xlabel("E = t_library / t_kernel (log)")
     ax.set_ylabel("U = t_floor / t_kernel (log)")
@@ -297,6 +312,7 @@ def main(argv=None) -> int:
         backend = metas[0]["backend"]
         meta = dict(metas[0], parts=[{k: m.get(k) for k in ("date", "calibration", "device")} for m in metas])
         meta["date"] = max(m["date"] for m in metas)
+        meta["versions"] = {k: v for m in metas for k, v in (m.get("versions") or {}).items()}
         notes = finalize(rows, meta, backend, out_dir)
         return report(rows, meta, notes)
 
