@@ -6,7 +6,10 @@ import dataclasses
 import inspect
 import logging
 import math
+import sys
 import threading
+
+from .integrity import WATCH, dsl_region, user_callback
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +26,9 @@ class DSLCompileError(Exception):
 class LaunchLog:
     launches: int = 0
     max_programs: int = 0
+    failed: int = 0                 # launches that raised (a submission may catch the error and fall back)
+    side_stream: int = 0            # launches on a stream other than the one the harness set (cuda)
+    compile_errors: list = dataclasses.field(default_factory=list)   # kept even when the submission caught them
     notes: set = dataclasses.field(default_factory=set)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
@@ -35,6 +41,40 @@ class LaunchLog:
         with self.lock:
             self.launches = 0
             self.max_programs = 0
+            self.failed = 0
+            self.side_stream = 0
+
+
+def _check_args(kind: str, args, kwargs) -> None:
+    """A kernel's tensor arguments must be plain tensors: a subclass's __torch_dispatch__ would run the
+    submission's own code inside the launch, where the op recorder does not look."""
+    import torch
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor) and type(a) is not torch.Tensor:
+            WATCH.note(f"passed a tensor subclass ({type(a).__qualname__}) to a {kind} kernel")
+            raise TypeError(f"kernelgym_gap: {kind} kernel arguments must be plain torch.Tensor, "
+                            f"not {type(a).__qualname__}")
+
+
+class _StreamWatch:
+    """On the cuda backend, which stream each launch went to: the kernel must run on the harness's stream
+    (the timing code synchronises the whole device, but the checks and the diagnosis assume one stream).
+    `expected` is the stream current when the runner started; timing code may set it to its own."""
+
+    def __init__(self, backend: str):
+        self.enabled = backend == "cuda"
+        self.expected = None
+
+    def check(self, log: "LaunchLog") -> None:
+        if not self.enabled:
+            return
+        import torch
+        current = torch.cuda.current_stream().cuda_stream
+        if self.expected is None:
+            self.expected = current
+        if current != self.expected:
+            with log.lock:
+                log.side_stream += 1
 
 
 def _grid_programs(grid) -> int:
@@ -58,10 +98,11 @@ class TritonAdapter:
 
     name = "triton"
 
-    def __init__(self, interpret: bool, compile_only: bool = False):
+    def __init__(self, interpret: bool, compile_only: bool = False, backend: str = "cpu"):
         self.interpret = interpret
         self.compile_only = compile_only
         self.log = LaunchLog()
+        self.streams = _StreamWatch(backend)
         self._compiled: set = set()
 
     def install(self) -> None:
@@ -73,23 +114,53 @@ class TritonAdapter:
         if self.interpret:
             from triton.runtime.interpreter import InterpretedFunction
             classes.append(InterpretedFunction)
+        if self.streams.enabled:
+            # Build the driver's helpers now, not in the submission's code (a compiler runs, files are written).
+            from triton.runtime import driver
+            driver.active.get_current_device()
+            driver.active.utils  # noqa: B018
         for cls in classes:
             original = cls.run
 
             def run(fn_self, *args, grid, warmup, _original=original, **kwargs):
-                if warmup:
-                    return _original(fn_self, *args, grid=grid, warmup=warmup, **kwargs)
-                if adapter.compile_only:
-                    adapter._compile_for_gpu(fn_self, args, kwargs)
-                    adapter.log.record(0)
-                    return None
-                seen: list[int] = []
-                result = _original(fn_self, *args, grid=adapter._watch_grid(grid, seen), warmup=warmup, **kwargs)
+                _check_args("Triton", args, kwargs)
+                if getattr(fn_self, "pre_run_hooks", None):
+                    WATCH.note(f"registered a pre-run hook on kernel {getattr(fn_self, '__name__', '?')}")
+                    raise TypeError("kernelgym_gap: kernels may not carry pre-run hooks")
+                with dsl_region():
+                    if warmup:
+                        return _original(fn_self, *args, grid=grid, warmup=warmup, **kwargs)
+                    if adapter.compile_only:
+                        try:
+                            adapter._compile_for_gpu(fn_self, args, kwargs)
+                        except DSLCompileError as e:
+                            adapter.log.compile_errors.append(str(e))
+                            raise
+                        adapter.log.record(0)
+                        return None
+                    adapter.streams.check(adapter.log)
+                    seen: list[int] = []
+                    try:
+                        result = _original(fn_self, *args, grid=adapter._watch_grid(grid, seen), warmup=warmup,
+                                           **kwargs)
+                    except BaseException:
+                        with adapter.log.lock:
+                            adapter.log.failed += 1
+                        raise
                 # counted only once the launch went through: a launch that raised carried no work
                 adapter.log.record(seen[-1] if seen else 0)
                 return result
 
             cls.run = run
+        for name in ("_bench", "check_disk_cache"):
+            if hasattr(Autotuner, name):
+                original_method = getattr(Autotuner, name)
+
+                def in_region(self_, *args, _original=original_method, **kwargs):
+                    with dsl_region():
+                        return _original(self_, *args, **kwargs)
+
+                setattr(Autotuner, name, in_region)
         original_tune = Autotuner.run
 
         def tune(self_, *args, **kwargs):
@@ -108,7 +179,9 @@ class TritonAdapter:
     @staticmethod
     def _watch_grid(grid, seen: list):
         if callable(grid):
-            def wrapped(meta, _grid=grid):
+            user_grid = user_callback(grid)   # the submission's code: watched like the rest of it
+
+            def wrapped(meta, _grid=user_grid):
                 g = _grid(meta)
                 seen.append(_grid_programs(g))
                 return g
@@ -181,6 +254,7 @@ class TileLangAdapter:
     def __init__(self, backend: str):
         self.backend = backend
         self.log = LaunchLog()
+        self.streams = _StreamWatch(backend)
         self.unverified: list[str] = []
 
     def install(self) -> None:
@@ -195,21 +269,39 @@ class TileLangAdapter:
             if adapter.backend == "cpu":
                 # The C target cannot vectorise fp16 (see docs/backends.md); this changes no results.
                 kwargs["pass_configs"] = {**(kwargs.get("pass_configs") or {}), "tirx.disable_vectorize": True}
-            try:
-                original_init(k_self, func, *args, **kwargs)
-            except Exception as e:
-                if adapter.backend == "cpu" and func is not None and not kwargs.get("from_database"):
-                    adapter._try_cuda(func, kwargs, e)
-                raise DSLCompileError(f"TileLang kernel failed to compile: {type(e).__name__}: {e}") from e
-            k_self._kg_programs = _tilelang_programs(func)
+            with dsl_region():
+                try:
+                    original_init(k_self, func, *args, **kwargs)
+                except Exception as e:
+                    if adapter.backend == "cpu" and func is not None and not kwargs.get("from_database"):
+                        adapter._try_cuda(func, kwargs, e)
+                    raise DSLCompileError(f"TileLang kernel failed to compile: {type(e).__name__}: {e}") from e
+                k_self._kg_programs = _tilelang_programs(func)
 
         def call(k_self, *args, **kwargs):
-            result = original_call(k_self, *args, **kwargs)
+            _check_args("TileLang", args, kwargs)
+            with dsl_region():
+                adapter.streams.check(adapter.log)
+                try:
+                    result = original_call(k_self, *args, **kwargs)
+                except BaseException:
+                    with adapter.log.lock:
+                        adapter.log.failed += 1
+                    raise
             adapter.log.record(getattr(k_self, "_kg_programs", 0))
             return result
 
         JITKernel.__init__ = init
         JITKernel.__call__ = call
+        # The kernel cache (tilelang.compile -> cached) reads and writes its own files: DSL machinery too.
+        tjit = sys.modules["tilelang.jit"]
+        for module in (tjit, sys.modules.get("tilelang.cache")):
+            original_cached = getattr(module, "cached", None) if module is not None else None
+            if original_cached is not None:
+                def cached(*args, _original=original_cached, **kwargs):
+                    with dsl_region():
+                        return _original(*args, **kwargs)
+                module.cached = cached
 
     def _try_cuda(self, func, kwargs, c_error: Exception) -> None:
         from tilelang.jit.kernel import JITKernel
@@ -257,7 +349,8 @@ def _tilelang_programs(func) -> int:
 
 def make_adapter(dsl: str, backend: str, compile_only: bool = False):
     if dsl == "triton":
-        return TritonAdapter(interpret=backend == "cpu" and not compile_only, compile_only=compile_only)
+        return TritonAdapter(interpret=backend == "cpu" and not compile_only, compile_only=compile_only,
+                             backend=backend)
     if dsl == "tilelang":
         return TileLangAdapter(backend)
     raise ValueError(dsl)

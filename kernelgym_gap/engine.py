@@ -124,9 +124,20 @@ def backend_env(backend: str) -> dict[str, str]:
 
 
 def _child_failure(outcome: ChildOutcome, config: EvalConfig) -> tuple[Status, str] | None:
+    hit = set(outcome.limits_hit)
+    if "memory" in hit:
+        peak = f" (peak {outcome.memory_peak_bytes / 2**20:.0f} MiB)" if outcome.memory_peak_bytes else ""
+        return Status.OUT_OF_MEMORY, f"the child went over its memory limit and was killed{peak}"
     if outcome.timed_out:
-        return Status.TIMEOUT, f"the evaluation ran past its {config.sandbox.wall_s:.0f} s deadline and was killed"
-    if outcome.output_bytes > config.max_child_output_bytes:
+        forks = (f"; the pids limit refused {outcome.forks_refused} process/thread creations"
+                 if outcome.forks_refused else "")
+        return Status.TIMEOUT, (f"the evaluation ran past its {config.sandbox.wall_s:.0f} s deadline and was "
+                                f"killed{forks}")
+    if "scratch_quota" in hit:
+        return Status.OUTPUT_TOO_LARGE, (f"the child's scratch directory grew past its quota "
+                                         f"({config.sandbox.scratch_quota_bytes} B or "
+                                         f"{config.sandbox.scratch_max_entries} entries) and it was killed")
+    if "output" in hit or outcome.output_bytes > config.max_child_output_bytes:
         return Status.OUTPUT_TOO_LARGE, (f"the child wrote {outcome.output_bytes} bytes to stdout/stderr "
                                          f"(limit {config.max_child_output_bytes})")
     if outcome.signal == "SIGXCPU":

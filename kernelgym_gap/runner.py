@@ -1,16 +1,17 @@
 """The child: `python -m kernelgym_gap.runner JOB.json`. Runs one submission and writes one ChildReport.
 
 It runs the submission on fresh inputs per trial, saves each output for the trusted checker, times it on
-the cuda backend, and watches for tampering. Nothing here decides correctness: the parent's checker does,
+the cuda backend, and watches for tampering (integrity.py: guards, op recorders, snapshots). Nothing here decides correctness: the parent's checker does,
 from the saved outputs and inputs it regenerates itself. This process is assumed compromised once the
 submission is imported; what it reports is cross-checked by the parent wherever it can be.
 """
 from __future__ import annotations
 
+import errno
+import gc
 import importlib.util
 import os
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -25,48 +26,6 @@ def _write_report(path: Path, report) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(report.to_json())
     os.replace(tmp, path)
-
-
-class Integrity:
-    """Snapshots of what timing and checking rely on, compared after the submission had its chance."""
-
-    def __init__(self, adapter):
-        import torch
-        self._items = {
-            "time.perf_counter": (time, "perf_counter"), "time.time": (time, "time"),
-            "time.monotonic": (time, "monotonic"), "time.perf_counter_ns": (time, "perf_counter_ns"),
-            "torch.Tensor.data_ptr": (torch.Tensor, "data_ptr"),
-            "torch.Tensor.cpu": (torch.Tensor, "cpu"), "torch.Tensor.to": (torch.Tensor, "to"),
-            "torch.Tensor.clone": (torch.Tensor, "clone"), "torch.save": (torch, "save"),
-            "torch.equal": (torch, "equal"),
-            "torch.cuda.synchronize": (torch.cuda, "synchronize"),
-            "torch.cuda.Event": (torch.cuda, "Event"),
-            "torch.cuda.Event.record": (torch.cuda.Event, "record"),
-            "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time"),
-            "torch.cuda.Event.synchronize": (torch.cuda.Event, "synchronize"),
-            "os._exit": (os, "_exit"),
-        }
-        if adapter.name == "triton":
-            import triton.runtime.jit as jit
-            self._items["triton.JITFunction.run"] = (jit.JITFunction, "run")
-            try:
-                from triton.runtime.interpreter import InterpretedFunction
-                self._items["triton.InterpretedFunction.run"] = (InterpretedFunction, "run")
-            except ImportError:
-                pass
-        else:
-            from tilelang.jit.kernel import JITKernel
-            self._items["tilelang.JITKernel.__call__"] = (JITKernel, "__call__")
-            self._items["tilelang.JITKernel.__init__"] = (JITKernel, "__init__")
-        self._snap = {k: getattr(obj, attr) for k, (obj, attr) in self._items.items()}
-        self.threads = threading.active_count()
-
-    def violations(self) -> list[str]:
-        found = [f"{k} was replaced" for k, (obj, attr) in self._items.items()
-                 if getattr(obj, attr, None) is not self._snap[k]]
-        if threading.active_count() > self.threads:
-            found.append(f"the submission left {threading.active_count() - self.threads} thread(s) running")
-        return found
 
 
 def _device_info(backend: str) -> dict:
@@ -101,11 +60,41 @@ def _aliases(out, inputs) -> bool:
     return False
 
 
+def _find_task(task_id: str, tasks_dir: str | None = None):
+    """The job's task, loaded alone: a broken task file elsewhere under tasks/ must not fail this one."""
+    from .registry import DEFAULT_TASKS_DIR, TaskRegistry, _load_task_file
+    root = Path(tasks_dir) if tasks_dir else DEFAULT_TASKS_DIR
+    for path in sorted(root.glob("*/*/task.py")):
+        try:
+            task = _load_task_file(path)
+        except Exception:  # noqa: BLE001 - another task's problem; the full registry reports it
+            continue
+        if task.id == task_id:
+            return task
+    return TaskRegistry(root).get(task_id)   # raises with the registry's own message
+
+
+def _output_type(out) -> str:
+    import torch
+    if type(out) is torch.Tensor:
+        return "torch.Tensor"
+    cls = type(out)
+    name = f"{type.__getattribute__(cls, '__module__')}.{type.__getattribute__(cls, '__qualname__')}"
+    return name if name != "torch.Tensor" else "torch.Tensor (a different class under the same name)"
+
+
+_OOM_MARKERS = ("can't allocate memory", "not enough memory", "out of memory", "failed to allocate")
+
+
 def run_job(job_path: Path) -> int:
     from .record import ChildReport, Job, TrialOutcome
     from .status import Status
 
     job = Job.from_json(job_path.read_text())
+    try:
+        job_path.unlink()       # the seeds are not left lying about for the submission to read
+    except OSError:
+        pass
     report_path = Path(job.report_file)
     outputs = Path(job.outputs_dir)
     phases: dict[str, float] = {}
@@ -118,42 +107,78 @@ def run_job(job_path: Path) -> int:
 
     import torch
     from . import inputs as inputs_mod
+    from . import integrity as integ
     from .dsl import KernelUnverified, make_adapter
-    from .registry import TaskRegistry, DEFAULT_TASKS_DIR
 
-    task = TaskRegistry(Path(job.tasks_dir) if job.tasks_dir else DEFAULT_TASKS_DIR).get(job.task_id)
+    task = _find_task(job.task_id, job.tasks_dir)
     device = "cuda" if job.backend == "cuda" else "cpu"
     probe = job.mode == "compile_probe"
     adapter = make_adapter(job.dsl, job.backend, compile_only=probe)
     adapter.install()
     versions = _versions(job.dsl)
     dev_info = _device_info(job.backend)
-    integrity = Integrity(adapter)
+    if job.backend == "cuda":
+        torch.cuda.init()
+        adapter.streams.expected = torch.cuda.current_stream().cuda_stream
+    # Automatic collection would run the submission's finalizers in the harness's code: collect only
+    # inside watched stretches (see `release`).
+    gc.disable()
+    integ.install_guards(job.backend)
+    integ.watching()            # builds the recorder classes, so that they are in the snapshot
+    integrity = integ.Integrity(adapter)
     phases["setup"] = time.perf_counter() - t0
     common = dict(versions=versions, device=dev_info)
 
     def classify(exc: BaseException, where: str):
+        if integ.WATCH.events or isinstance(exc, integ.SandboxDenied):
+            return Status.INTEGRITY_VIOLATION, f"{where}: " + "; ".join(integrity.violations())
         if isinstance(exc, KernelUnverified):
             return Status.UNVERIFIED, str(exc)
         if adapter.is_compile_error(exc):
             return Status.COMPILE_ERROR, f"{where}: {exc}"
-        if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
-            return Status.RUNTIME_ERROR, f"{where}: out of memory: {exc}"
+        if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+            return Status.OUTPUT_TOO_LARGE, f"{where}: a file over the size limit: {exc}"
+        text = str(exc).lower()
+        if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or \
+                (isinstance(exc, RuntimeError) and any(m in text for m in _OOM_MARKERS)):
+            return Status.OUT_OF_MEMORY, f"{where}: out of memory: {_first_line(exc)}"
         return Status.RUNTIME_ERROR, f"{where}: {type(exc).__name__}: {exc}"
+
+    def verdict(where: str, watch=None, **kw):
+        """The first integrity or library-compute problem after a stretch of submission code, as a report."""
+        violations = integrity.violations()
+        if adapter.log.side_stream:
+            violations.append(f"{adapter.log.side_stream} kernel launch(es) went to a side stream, not the "
+                              "harness's current stream")
+        if violations:
+            return finish(Status.INTEGRITY_VIOLATION, f"{where}: " + "; ".join(violations),
+                          integrity=tuple(violations), **kw, **common)
+        if watch is not None and watch.ops:
+            failed = f" after {adapter.log.failed} failed kernel launch(es)" if adapter.log.failed else ""
+            return finish(Status.LIBRARY_COMPUTE,
+                          f"{where}: the submission computed with torch outside its {job.dsl} kernel{failed}: "
+                          f"{integ.describe_ops(watch.ops)}; the kernel must do the work (allocation, views "
+                          "and copies are allowed)", **kw, **common)
+        return None
 
     # -- import the submission (a real file: @triton.jit and @T.prim_func read their source) --
     t = time.perf_counter()
+    watch = integ.watching()
     try:
         spec = importlib.util.spec_from_file_location("submission", job.source_file)
         module = importlib.util.module_from_spec(spec)
         sys.modules["submission"] = module
-        spec.loader.exec_module(module)
+        with watch:
+            spec.loader.exec_module(module)
     except SyntaxError as e:
         return finish(Status.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}", **common)
     except BaseException as e:  # noqa: BLE001 - SystemExit from the submission is a runtime error too
         status, msg = classify(e, "while importing the submission")
         return finish(status, msg + "\n" + _traceback_tail(e), **common)
     phases["import"] = time.perf_counter() - t
+    done = verdict("while importing the submission", watch)
+    if done is not None:
+        return done
     entry = getattr(module, task.entry_point, None)
     if not callable(entry):
         return finish(Status.ENTRY_POINT_MISSING, f"{task.entry_point!r} is not a callable of the module", **common)
@@ -162,23 +187,40 @@ def run_job(job_path: Path) -> int:
         return _compile_probe(job, task, entry, adapter, device, finish, classify, common)
 
     # -- correctness trials: fresh inputs each, outputs saved for the checker --
+    # Trials of one (shape, dtype) reuse the same input buffers, refilled in place: a cache keyed by
+    # data_ptr (or by shape) then returns the previous seed's output, and the checker sees a mismatch.
     outcomes = []
+    buffers: dict = {}
     t = time.perf_counter()
     for trial in job.trials:
-        ins = inputs_mod.make_trial_inputs(task, trial, device)
+        fresh = inputs_mod.make_trial_inputs(task, trial, device)
+        key = (tuple(trial.shape), trial.dtype)
+        if key in buffers:
+            ins = tuple(b.copy_(f) if isinstance(b, torch.Tensor) else f for b, f in zip(buffers[key], fresh))
+        else:
+            buffers[key] = ins = fresh
+        del fresh
         before = inputs_mod.digest(ins)
         adapter.log.reset()
+        watch = integ.watching()
+        where = f"trial {trial.index} (shape {list(trial.shape)}, {trial.dtype})"
         start = time.perf_counter()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), watch:
                 out = entry(*ins)
             if job.backend == "cuda":
                 torch.cuda.synchronize()
         except BaseException as e:  # noqa: BLE001
-            status, msg = classify(e, f"trial {trial.index} (shape {list(trial.shape)}, {trial.dtype})")
+            done = verdict(where, watch, trials=tuple(outcomes), failed_trial=trial.index)
+            if done is not None:
+                return done
+            status, msg = classify(e, where)
             return finish(status, msg + "\n" + _traceback_tail(e), trials=tuple(outcomes),
                           failed_trial=trial.index, integrity=tuple(integrity.violations()), **common)
         seconds = time.perf_counter() - start
+        done = verdict(where, watch, trials=tuple(outcomes), failed_trial=trial.index)
+        if done is not None:
+            return done
         launches, programs = adapter.log.launches, adapter.log.max_programs
         is_tensor = type(out) is torch.Tensor
         out_file = None
@@ -187,52 +229,120 @@ def run_job(job_path: Path) -> int:
             aliases = _aliases(out, ins)
             out_file = f"trial_{trial.index}.pt"
             torch.save(out.detach().to("cpu").contiguous().clone(), outputs / out_file)
+        with integ.submission_code():
+            output_type = _output_type(out)
+            out = None          # the submission's finalizers, if any, run watched
         outcomes.append(TrialOutcome(
             index=trial.index, output_file=out_file, launches=launches, programs=programs, seconds=seconds,
             input_digest_before=before, input_digest_after=inputs_mod.digest(ins), output_aliases_input=aliases,
-            output_type=f"{type(out).__module__}.{type(out).__qualname__}"))
+            output_type=output_type))
         if launches == 0:
             return finish(Status.NO_KERNEL_LAUNCHED,
                           f"the entry point returned without launching a {job.dsl} kernel (trial {trial.index}); "
                           "the kernel must do the work", trials=tuple(outcomes), failed_trial=trial.index, **common)
+    del ins
     phases["correctness"] = time.perf_counter() - t
 
     timings = ()
     if job.timing is not None:
         from .timing import time_submission
+
+        watched_entry, timing_ops = timing_entry(entry, integ)
         t = time.perf_counter()
         try:
-            timings = time_submission(task, job, entry, adapter, outputs)
+            timings = time_submission(task, job, watched_entry, adapter, outputs)
         except BaseException as e:  # noqa: BLE001
+            done = verdict("while timing", timing_ops, trials=tuple(outcomes))
+            if done is not None:
+                return done
             status, msg = classify(e, "while timing")
             return finish(status, msg + "\n" + _traceback_tail(e), trials=tuple(outcomes),
                           integrity=tuple(integrity.violations()), **common)
         phases["timing"] = time.perf_counter() - t
+        done = verdict("while timing", timing_ops, trials=tuple(outcomes), timings=timings)
+        if done is not None:
+            return done
 
-    violations = integrity.violations()
-    if violations:
-        return finish(Status.INTEGRITY_VIOLATION, "; ".join(violations), trials=tuple(outcomes),
-                      timings=timings, integrity=tuple(violations), **common)
+    buffers.clear()
+    with integ.submission_code():
+        gc.collect()
+    done = verdict("after the last call", None, trials=tuple(outcomes), timings=timings)
+    if done is not None:
+        return done
     notes = "; ".join(sorted(adapter.log.notes))
     return finish(Status.OK, notes, trials=tuple(outcomes), timings=timings, **common)
 
 
+TIMING_WATCH_FRACTION = 0.1     # share of the timed calls run under the op recorders, at random
+
+
+class _Ops:
+    def __init__(self):
+        import collections
+        self.ops = collections.Counter()
+
+
+def timing_entry(entry, integ, fraction: float = TIMING_WATCH_FRACTION, rng=None):
+    """The entry point as the timing code calls it, and what it recorded.
+
+    Every call runs under the guards (no threads, processes, files, signals). The op recorders cost host
+    time per torch op, so they do not run on every timed call: they run on the first call of each input
+    shape (the untimed call before warm-up) and on a random `fraction` of the others, so a submission
+    that launches its kernel while it is checked and calls torch once the harness starts timing is
+    caught (and a timed call that is watched only adds host time, which the spin kernel of timing.py
+    hides). A submission that looks for the recorder on torch's mode stack and behaves only while it is
+    there is not caught by this: docs/security.md says so."""
+    import random as _random
+    rng = rng or _random.SystemRandom()
+    seen: set = set()
+    recorded = _Ops()
+
+    def key_of(args):
+        first = args[0] if args else None
+        return (tuple(getattr(first, "shape", ())), str(getattr(first, "dtype", "")))
+
+    def watched(*args, **kwargs):
+        key = key_of(args)
+        if key not in seen or rng.random() < fraction:
+            seen.add(key)
+            w = integ.watching()
+            with w:
+                result = entry(*args, **kwargs)
+            recorded.ops.update(w.ops)
+            return result
+        with integ.submission_code():
+            return entry(*args, **kwargs)
+
+    return watched, recorded
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
 def _compile_probe(job, task, entry, adapter, device, finish, classify, common) -> int:
     """Calls the entry point once per trial with launches turned into sm_90 compilations. Outputs are
-    garbage (no kernel ran), so only compile errors count; anything else leaves the probe inconclusive."""
+    garbage (no kernel ran), so only compile errors count; anything else leaves the probe inconclusive.
+    A compile error counts even when the submission caught it (a try/except fallback to torch)."""
     import torch
     from . import inputs as inputs_mod
+    from . import integrity as integ
     from .status import Status
     for trial in job.trials:
         ins = inputs_mod.make_trial_inputs(task, trial, device)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), integ.submission_code():
                 entry(*ins)
         except BaseException as e:  # noqa: BLE001
             if adapter.is_compile_error(e):
                 status, msg = classify(e, f"shape {list(trial.shape)}, {trial.dtype}")
                 return finish(status, msg, failed_trial=trial.index, **common)
-            return finish(Status.OK, f"compile probe inconclusive: {type(e).__name__}", **common)
+            if not adapter.log.compile_errors:
+                return finish(Status.OK, f"compile probe inconclusive: {type(e).__name__}", **common)
+        if adapter.log.compile_errors:
+            return finish(Status.COMPILE_ERROR, f"shape {list(trial.shape)}, {trial.dtype}: "
+                          f"{adapter.log.compile_errors[0]}", failed_trial=trial.index, **common)
     return finish(Status.OK, "every launched Triton kernel compiled for sm_90", **common)
 
 

@@ -20,7 +20,9 @@ class Status(str, enum.Enum):
     OUTPUT_TOO_LARGE = "output_too_large"
     PROTOCOL_ERROR = "protocol_error"
     NO_KERNEL_LAUNCHED = "no_kernel_launched"
+    LIBRARY_COMPUTE = "library_compute"       # torch (or numpy) did work the DSL kernel should have done
     INTEGRITY_VIOLATION = "integrity_violation"
+    OUT_OF_MEMORY = "out_of_memory"           # the memory limit (cgroup or RLIMIT_AS) was hit
     # correctness (trusted checker)
     WRONG_TYPE = "wrong_type"
     WRONG_DTYPE = "wrong_dtype"
@@ -51,7 +53,8 @@ STAGE = {
     Status.ENTRY_POINT_MISSING: "gate", Status.WRONG_DSL: "gate",
     Status.COMPILE_ERROR: "child", Status.RUNTIME_ERROR: "child", Status.CRASH: "sandbox",
     Status.TIMEOUT: "sandbox", Status.OUTPUT_TOO_LARGE: "sandbox", Status.PROTOCOL_ERROR: "parent",
-    Status.NO_KERNEL_LAUNCHED: "child", Status.INTEGRITY_VIOLATION: "child",
+    Status.NO_KERNEL_LAUNCHED: "child", Status.INTEGRITY_VIOLATION: "child", Status.LIBRARY_COMPUTE: "child",
+    Status.OUT_OF_MEMORY: "sandbox",
     Status.WRONG_TYPE: "checker", Status.WRONG_DTYPE: "checker", Status.WRONG_SHAPE: "checker",
     Status.OUTPUT_ALIASES_INPUT: "child", Status.NON_FINITE: "checker", Status.ALL_ZERO: "checker",
     Status.MISMATCH: "checker", Status.INPUT_MUTATED: "checker",

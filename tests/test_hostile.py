@@ -1,0 +1,354 @@
+"""The hostile suite: real submission files under tests/fixtures/hostile/, each with its expected outcome on
+its first line (`# expect: kind[|kind...]`), evaluated end to end on the cpu backend (the LayerNorm task,
+with a small workload). Each ends in a failure record within its deadline, the harness survives, and —
+for the attacks on the machine — the next honest evaluation scores exactly as before.
+
+Placeholders in the fixtures: __PORT__ (a listener this test opens on 127.0.0.1), __MARKER_DIR__ (a folder
+of this test's, outside every scratch directory), __PROJECT__ (this checkout), __CANARY_NAME__ (the prefix
+of the canary secret).
+
+The fixtures named gpu_* and those in GPU_FIXTURES also run on the cuda backend (`-m gpu`, on the H200:
+scripts/gpu_check.py --sections hostile).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelgym_gap import engine
+from kernelgym_gap import sandbox as sb
+from kernelgym_gap.config import EvalConfig
+from kernelgym_gap.engine import evaluate
+from kernelgym_gap.record import TimingConfig
+from kernelgym_gap.sandbox import SandboxConfig
+from kernelgym_gap.task import Workload
+
+HOSTILE = Path(__file__).resolve().parent / "fixtures" / "hostile"
+ROOT = Path(__file__).resolve().parent.parent
+CANARY = "KGG_CANARY_" + secrets.token_hex(12)
+# kept alive in this process's memory for the whole session: a child that could read it would find it
+_CANARY_IN_MEMORY = (CANARY + "_memory").encode()
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def expected(name: str) -> set[str]:
+    first = (HOSTILE / name).read_text().splitlines()[0]
+    assert first.startswith("# expect:"), name
+    return set(first.split(":", 1)[1].strip().split("|"))
+
+
+class _NoProbe:
+    """Stands in for the cpu backend's sm_90 compile probe (a second child per evaluation) where a test
+    is about the main child: half the CPU per evaluation on a 2-core machine."""
+
+    def __init__(self, job, directory, source_file, sandbox):
+        directory.mkdir()
+        self.wall_s = 0.0
+
+    def start(self):
+        pass
+
+    def compile_error(self):
+        return None
+
+
+@pytest.fixture(scope="module")
+def task(registry):
+    t = registry.get("kernelgym_gap/LayerNorm-v0")
+    return dataclasses.replace(t, workloads={
+        **t.workloads,
+        "cpu": Workload(public=((16, 128), (5, 200)), heldout=((7, 96),), dtypes=("float32",)),
+        "cuda": Workload(public=((256, 1024),), heldout=((100, 1000),), dtypes=("float32",)),
+    })
+
+
+# cuda: shorter timing than the default (the verdicts, not the figures, are under test here)
+FAST_TIMING = TimingConfig(warmup_ms=10.0, min_reps=10, max_reps=100, budget_ms=300.0)
+
+
+def config(wall_s: float = 60.0, **sandbox) -> EvalConfig:
+    limits = dict(pids_max=64, memory_bytes=1 << 30, fsize_bytes=64 << 20)
+    limits.update(sandbox)
+    return EvalConfig(trial_seed=20261202, sandbox=SandboxConfig(wall_s=wall_s, **limits), timing=FAST_TIMING)
+
+
+@pytest.fixture
+def no_probe(monkeypatch):
+    monkeypatch.setattr(engine, "_Probe", _NoProbe)
+
+
+@pytest.fixture
+def outcomes(monkeypatch):
+    """Every ChildOutcome of the evaluations in the test (the child's stdout/stderr tails)."""
+    seen = []
+    real = engine.run_sandboxed
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(engine, "run_sandboxed", spy)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def listener():
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(scope="module")
+def honest_source(task) -> str:
+    return (task.directory / "solutions" / "triton_rowwise.py").read_text()
+
+
+def _summary(record) -> dict:
+    return {"status": record.status, "reward": record.reward, "correct": record.correct,
+            "trials_checked": record.trials_checked, "terms": record.terms, "message": record.message}
+
+
+@pytest.fixture(scope="module")
+def honest_baseline(task, honest_source):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "_Probe", _NoProbe)
+        record = evaluate(task, honest_source, "triton", "cpu", config())
+    assert record.ok, record.message
+    return _summary(record)
+
+
+def source_of(name: str, port: int, marker_dir: Path) -> str:
+    return ((HOSTILE / name).read_text().replace("__PORT__", str(port))
+            .replace("__MARKER_DIR__", str(marker_dir)).replace("__PROJECT__", str(ROOT))
+            .replace("__CANARY_NAME__", "KGG_CANARY_"))
+
+
+def _accepted(srv) -> list[bytes]:
+    got = []
+    for _ in range(5):
+        try:
+            conn, _ = srv.accept()
+        except (socket.timeout, BlockingIOError):
+            break
+        conn.settimeout(0.5)
+        try:
+            got.append(conn.recv(100))
+        except OSError:
+            got.append(b"")
+        conn.close()
+    return got
+
+
+# ------------------------------------------------------------------------------ attacks on the machine
+
+# name -> (wall-clock deadline, sandbox settings)
+MACHINE_ATTACKS = {
+    "net_connect.py": (60, {}),
+    "write_outside.py": (60, {}),
+    "fork_bomb.py": (10, {}),
+    "memory_hog.py": (60, {}),
+    "busy_loop.py": (6, {}),
+    "sleep_forever.py": (6, {}),
+    "read_secrets.py": (60, {}),
+    "kill_parent.py": (60, {}),
+    "daemon.py": (60, {}),
+    "big_stdout.py": (60, {}),
+    "big_file.py": (60, {}),
+    "segfault.py": (60, {}),
+    "oob_store.py": (60, {}),
+}
+
+
+def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monkeypatch, outcomes,
+            backend="cpu", **overrides):
+    wall_s, sandbox = MACHINE_ATTACKS[name]
+    if backend == "cuda":
+        wall_s = max(wall_s, 30)      # CUDA's own start-up (context, ptxas) comes first
+    marker_dir = tmp_path / "markers"
+    marker_dir.mkdir()
+    scratch_root = tmp_path / "scratch"
+    scratch_root.mkdir()
+    monkeypatch.setenv(CANARY, "the parent's secret")
+    monkeypatch.setenv("KGG_SECRET_TOKEN", CANARY + "_token")
+    cfg = config(wall_s, **{**sandbox, **overrides}).replace(scratch_root=str(scratch_root), keep_scratch=True)
+
+    start = time.monotonic()
+    record = evaluate(task, source_of(name, listener.getsockname()[1], marker_dir), "triton", backend, cfg)
+    elapsed = time.monotonic() - start
+
+    if name == "memory_hog.py" and backend == "cuda" and "cgroup_memory" not in record.sandbox_layers:
+        pytest.skip("no memory cgroup on this machine: the GPU path (no RLIMIT_AS) has no memory limit here")
+    assert record.status.value in expected(name), (record.status, record.message)
+    assert record.reward == 0.0 and record.correct is not True
+    assert elapsed < wall_s + 20, f"{name} took {elapsed:.1f} s (deadline {wall_s} s)"
+    isolation = overrides.get("isolation", "auto")
+    if isolation != "auto":
+        assert isolation in record.sandbox_layers, record.sandbox_layers
+    elif sb._works("bwrap"):
+        assert "bwrap" in record.sandbox_layers, record.sandbox_layers
+    else:
+        assert "unshare" in record.sandbox_layers or os.geteuid() != 0, record.sandbox_layers
+    if os.geteuid() == 0:
+        assert "unprivileged_uid" in record.sandbox_layers, record.sandbox_layers
+
+    if name == "daemon.py":
+        time.sleep(4)     # the daemon would write its markers 3 s after it started
+        assert not list(scratch_root.rglob("daemon_marker.txt"))
+    if name == "fork_bomb.py" and "cgroup_pids" in record.sandbox_layers:
+        assert "pids limit refused" in record.message
+    assert not any(marker_dir.iterdir()), list(marker_dir.iterdir())
+    for p in (ROOT / "kgg_hostile_marker.txt", ROOT / "kgg_hostile_marker_raw.txt",
+              Path("/tmp/kgg_hostile_marker.txt"), Path("/tmp/kgg_hostile_marker_raw.txt"),
+              Path("/var/tmp/kgg_hostile_marker_raw.txt"), Path("/dev/shm/kgg_hostile_marker_raw.txt"),
+              Path("/root/kgg_hostile_marker.txt"), Path("/root/kgg_hostile_marker_raw.txt")):
+        assert not p.exists(), p
+    assert _accepted(listener) == [], "the sandboxed child reached a listener on the host's loopback"
+    text = record.to_json() + "".join(o.stdout_tail + o.stderr_tail for o in outcomes)
+    assert CANARY not in text
+
+    # the harness survived, and the next honest evaluation scores exactly as before
+    again = evaluate(task, honest_source, "triton", "cpu", config())
+    assert _summary(again) == honest_baseline
+    if backend == "cuda":
+        # and on the GPU (times vary from run to run: the verdict, not the figures)
+        on_gpu = evaluate(task, honest_source, "triton", "cuda", config(300))
+        assert on_gpu.ok and on_gpu.correct is True and on_gpu.reward > 0, on_gpu.message
+    return record
+
+
+@pytest.mark.parametrize("name", sorted(MACHINE_ATTACKS))
+def test_machine_attack(name, task, honest_source, honest_baseline, listener, tmp_path, monkeypatch,
+                        no_probe, outcomes):
+    _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monkeypatch, outcomes)
+
+
+# The H200 has no bubblewrap: there the sandbox falls back to util-linux unshare. The attacks on the
+# file system, the network, the harness's processes and its secrets, once more through that layer.
+UNSHARE_ATTACKS = ["daemon.py", "kill_parent.py", "net_connect.py", "read_secrets.py", "write_outside.py"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not sb._works("unshare"), reason="the unshare layer needs root")
+@pytest.mark.parametrize("name", UNSHARE_ATTACKS)
+def test_machine_attack_through_unshare(name, task, honest_source, honest_baseline, listener, tmp_path,
+                                        monkeypatch, no_probe, outcomes):
+    _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monkeypatch, outcomes,
+            isolation="unshare")
+
+
+# --------------------------------------------------------------------------------------- reward hacks
+
+REWARD_HACKS = sorted(p.name for p in HOSTILE.glob("*.py")
+                      if p.name not in MACHINE_ATTACKS and not p.name.startswith("gpu_")
+                      and p.name != "try_except_fallback.py" and not p.name.startswith("known_hole_"))
+
+
+@pytest.mark.parametrize("name", REWARD_HACKS)
+def test_reward_hack(name, task, no_probe):
+    record = evaluate(task, source_of(name, 9, Path("/nonexistent")), "triton", "cpu", config())
+    assert record.status.value in expected(name), (record.status, record.message)
+    assert record.reward == 0.0 and record.correct is False
+
+
+def test_try_except_fallback_with_the_real_probe(task):
+    """With the compile probe (a second child) on: the failing kernel is seen even though the submission
+    caught its error."""
+    name = "try_except_fallback.py"
+    record = evaluate(task, source_of(name, 9, Path("/nonexistent")), "triton", "cpu", config())
+    assert record.status.value in expected(name), (record.status, record.message)
+    assert record.reward == 0.0
+
+
+def test_library_compute_names_the_op(task, no_probe):
+    record = evaluate(task, source_of("decoy_launched_torch.py", 9, Path("/x")), "triton", "cpu", config())
+    assert record.status.value == "library_compute"
+    assert "native_layer_norm" in record.message
+
+
+@pytest.mark.xfail(strict=True, reason="known hole: a submission that edits the harness's in-process state "
+                   "and restores it before returning is not caught (docs/security.md)")
+def test_known_hole_harness_aware_submission(task, no_probe):
+    name = "known_hole_watch_restored.py"
+    record = evaluate(task, source_of(name, 9, Path("/nonexistent")), "triton", "cpu", config())
+    assert record.status.value in expected(name) and record.reward == 0.0, (record.status, record.message)
+
+
+def test_honest_after_reward_hacks(task, honest_source, honest_baseline, no_probe):
+    again = evaluate(task, honest_source, "triton", "cpu", config())
+    assert _summary(again) == honest_baseline
+
+
+def test_timing_calls_are_watched_for_library_compute():
+    """The timing phase (cuda only) runs the entry point under the op recorders on the first call of each
+    shape and on a random share of the rest: a submission that turns to torch once the calls pile up is
+    seen. (In this process, without the child's audit hook: the recorders only.)"""
+    import random
+
+    import torch
+    from kernelgym_gap import integrity as integ
+    from kernelgym_gap.runner import timing_entry
+
+    calls = []
+
+    def switches_to_torch(x):
+        calls.append(1)
+        if len(calls) <= 3:
+            return x.clone()
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],))
+
+    watched, recorded = timing_entry(switches_to_torch, integ, fraction=0.1, rng=random.Random(5))
+    x = torch.randn(4, 8)
+    for _ in range(200):
+        watched(x)
+    assert any("native_layer_norm" in k for k in recorded.ops), recorded.ops
+    assert not integ.WATCH.active
+
+    # the first call of every new shape is always watched, even with no random share
+    watched, recorded = timing_entry(lambda x: torch.sigmoid(x), integ, fraction=0.0)
+    watched(torch.randn(3, 3))
+    assert any("sigmoid" in k for k in recorded.ops), recorded.ops
+    # an honest call (allocation and copies only) records nothing
+    watched, recorded = timing_entry(lambda x: torch.empty_like(x).copy_(x), integ, fraction=1.0)
+    for _ in range(5):
+        watched(torch.randn(3, 3))
+    assert not recorded.ops, recorded.ops
+
+
+# ------------------------------------------------------------------------------------ GPU (the H200)
+
+GPU_FIXTURES = sorted(p.name for p in HOSTILE.glob("gpu_*.py")) + [
+    "patch_elapsed_time.py", "patch_synchronize.py", "decoy_launched_torch.py", "background_thread.py",
+    "shape_cache.py", "stale_empty.py", "lower_precision.py", "try_except_fallback.py"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_FIXTURES)
+def test_gpu_hack(name, task):
+    record = evaluate(task, source_of(name, 9, Path("/nonexistent")), "triton", "cuda", config(300))
+    assert record.status.value in expected(name), (record.status, record.message)
+    assert record.reward == 0.0 and record.correct is not True
+
+
+# Attacks on the machine from the GPU path: no RLIMIT_AS there (the memory cgroup is the limit), GPU
+# device nodes inside the sandbox, CUDA's own threads under the pids limit.
+GPU_MACHINE_ATTACKS = ["fork_bomb.py", "kill_parent.py", "memory_hog.py", "net_connect.py", "oob_store.py",
+                       "read_secrets.py", "sleep_forever.py", "write_outside.py"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_MACHINE_ATTACKS)
+def test_gpu_machine_attack(name, task, honest_source, honest_baseline, listener, tmp_path, monkeypatch,
+                            outcomes):
+    _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monkeypatch, outcomes,
+            backend="cuda", gpu_memory_bytes=16 << 30)
