@@ -1,10 +1,14 @@
 """GPU check run: everything the cuda backend needs verified on the device, in one call.
 
     python scripts/gpu_check.py [--sections calibrate,gap,stability,latency,tests] [--out DIR]
+    python scripts/gpu_check.py --sections hostile [--hostile-k EXPR] --out DIR
 
 Sections: `calibrate` (ceilings next to FACTS.md's), `gap` (LayerNorm's optimized, scalar-loop and
 single-program Triton solutions: correctness-only and full reward, E, U, diagnosis), `stability` (the
-optimized kernel in 5 separate evaluations), `latency` (per-step breakdown), `tests` (pytest -m gpu).
+optimized kernel in 5 separate evaluations), `latency` (per-step breakdown), `tests` (pytest -m gpu),
+`hostile` (the GPU part of the hostile suite, tests/test_hostile.py -m gpu: reward hacks on the cuda
+backend and attacks on the machine from the GPU path, each test's outcome listed; not in the default set,
+since `tests` runs them too; --hostile-k narrows it, e.g. "gpu_hack" or "gpu_machine_attack").
 Writes gpu_check.json under --out and prints a short table last.
 """
 from __future__ import annotations
@@ -30,6 +34,8 @@ def main() -> int:
     ap.add_argument("--sections", default="calibrate,gap,stability,latency,tests")
     ap.add_argument("--out", default=".")
     ap.add_argument("--stability-runs", type=int, default=5)
+    ap.add_argument("--hostile-k", default=None, help="pytest -k expression for the hostile section")
+    ap.add_argument("--hostile-timeout", type=int, default=540)
     args = ap.parse_args()
     sections = args.sections.split(",")
     import torch
@@ -119,6 +125,23 @@ def main() -> int:
         tail = proc.stdout.strip().splitlines()[-15:]
         out["tests"] = {"returncode": proc.returncode, "tail": tail}
         lines.append(f"pytest -m gpu ({time.time() - t0:.0f} s): " + (tail[-1] if tail else proc.stderr[-300:]))
+
+    if "hostile" in sections:
+        t0 = time.time()
+        cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-m", "gpu", "-p", "no:cacheprovider",
+               "tests/test_hostile.py"] + (["-k", args.hostile_k] if args.hostile_k else [])
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.hostile_timeout)
+            stdout, rc = proc.stdout, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            stdout = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            rc = "timeout"
+        outcomes = [ln for ln in stdout.splitlines()
+                    if ln.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "XPASS"))]
+        out["hostile"] = {"returncode": rc, "outcomes": outcomes, "tail": stdout.strip().splitlines()[-60:]}
+        summary = stdout.strip().splitlines()[-1] if stdout.strip() else f"rc={rc}"
+        lines.append(f"hostile, pytest -m gpu tests/test_hostile.py ({time.time() - t0:.0f} s): {summary}")
+        lines += ["  " + ln[:160] for ln in outcomes]
 
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "gpu_check.json").write_text(json.dumps(out, indent=2, default=str))
