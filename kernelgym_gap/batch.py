@@ -93,7 +93,7 @@ def _resolve(requests: Sequence[EvalRequest], registry) -> tuple[list[TaskSpec],
 
 
 def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *,
-                  config: EvalConfig | None = None, gpus: Sequence[int] | None = None, ray: str | None = None,
+                  config: EvalConfig | None = None, gpus: Sequence[int] | None = None, ray: Any = None,
                   registry=None, evaluator: Evaluator | None = None,
                   progress: Progress | None = None) -> list[EvalRecord]:
     """Evaluates every request; returns the records in request order.
@@ -102,7 +102,9 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         one per GPU (a larger number is capped, a smaller one uses the first GPUs of `gpus`).
     config: the default for requests whose config is None.
     gpus: host GPU indices for the cuda backend (default: all, see visible_gpus()).
-    ray: None for the local pool, "auto" or a cluster address for Ray actors (see ray_pool.RayPool).
+    ray: None for the local pool; "auto" or a cluster address for Ray actors started for this call and
+        stopped after it (see ray_pool.RayPool); or a RayPool kept by the caller across batches (a trainer
+        scoring batch after batch should keep one: actors start in about a second, Ray itself in several).
     evaluator: replaces engine.evaluate in the local pool (a store-backed cache, a test double).
     Raises for misuse (unknown task, dsl or backend) before evaluating anything, and HarnessError if an
     evaluation itself raised (the remaining requests are not started)."""
@@ -117,6 +119,8 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
     if ray is not None:
         if evaluator is not None or gpus is not None:
             raise ValueError("evaluator= and gpus= apply to the local pool; a Ray pool places its own actors")
+        if not isinstance(ray, str):     # a RayPool the caller keeps across batches
+            return ray.evaluate(requests, config=default_config, progress=progress, registry=registry)
         from .ray_pool import RayPool
         with RayPool(address=ray, backend=_one_backend(requests), workers=workers) as pool:
             return pool.evaluate(requests, config=default_config, progress=progress, registry=registry)

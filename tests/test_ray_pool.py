@@ -66,6 +66,8 @@ def test_evaluate_many_and_the_env_through_ray(local_ray, registry):
     with RayPool(address="auto", backend="cpu", workers=1) as pool:
         with pytest.raises(ValueError, match="evaluates on cpu"):
             pool.evaluate([EvalRequest("AddReLU", "x", backend="cuda")])
+        again = evaluate_many(reqs[1:], ray=pool, config=CONFIG)         # a pool kept across batches
+        assert _comparable(again[0]) == _comparable(recs[1])
         env = KernelEnv(task_id="AddReLU", backend="cpu", evaluator=pool.evaluator(), config=CONFIG)
         env.reset(seed=0)
         _, reward, terminated, _, info = env.step(reqs[1].source)
