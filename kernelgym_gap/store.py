@@ -492,6 +492,12 @@ class Store:
         self._write(lambda conn: conn.execute("INSERT OR REPLACE INTO cache VALUES (?, ?, ?, ?)",
                                               (kind, _key(key), text, now_iso())))
 
+    def cache_items(self, kind: str, limit: int = 1000) -> list[dict]:
+        """The values of one kind, newest first, each with its key and when it was written."""
+        rows = self.conn.execute("SELECT key, value_json, created_at FROM cache WHERE kind=? "
+                                 "ORDER BY created_at DESC, key LIMIT ?", (kind, limit))
+        return [{"key": r["key"], "value": json.loads(r["value_json"]), "updated_at": r["created_at"]} for r in rows]
+
     def cache_delete(self, kind: str, key: str | None = None) -> int:
         if key is None:
             return self._write(lambda conn: conn.execute("DELETE FROM cache WHERE kind=?", (kind,)).rowcount)

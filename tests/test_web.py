@@ -54,7 +54,7 @@ def record(task=GELU, *, reward=0.8, E=0.9, U=0.6, status=Status.OK, backend="cu
         reward=reward if ok else 0.0, reward_mode="full" if cuda else "correctness",
         terms={"correctness": float(ok), "performance": reward if ok and cuda else None,
                "E": E if ok and cuda else None, "U": U if ok and cuda else None, "per_shape": per_shape,
-               "flags": []},
+               "flags": [], **({"calibration": {"source": "measured", "copy_bytes_per_s": 4.3e12}} if cuda else {})},
         message="synthetic", diagnosis={"verdict": verdict, "summary": f"synthetic verdict E={E}",
                                         "evidence": ["too little parallelism"]} if ok and cuda else None,
         device={"kind": backend, "name": "NVIDIA H200" if cuda else "cpu"}, created_at=st.now_iso())
@@ -115,6 +115,10 @@ def test_pages_and_json_api(client, store):
     assert client.get("/tasks/NoSuchTask-v3").status_code == 404
     assert client.get("/?backend=tpu").status_code == 422
     assert client.get("/api/health").json()["ok"]
+    dev = client.get("/api/device-cache?task=GELU").json()
+    assert len(dev["library_baselines"]) == 1                  # one shape, one device
+    assert dev["library_baselines"][0]["device"] == "NVIDIA H200"
+    assert [(c["device"], c["copy_bytes_per_s"]) for c in dev["calibrations"]] == [("NVIDIA H200", 4.3e12)]
 
 
 def test_pagination(client, store):

@@ -99,7 +99,10 @@ def _backend(request: Request) -> str:
     b = request.query_params.get("backend")
     if b is not None and b not in ("cpu", "cuda"):
         raise HTTPException(422, f"unknown backend {b!r}: choose cpu or cuda")
-    return b or board.default_backend(_settings(request).store)
+    if b:
+        return b
+    s = _settings(request)
+    return board.default_backend(s.store) if board.backends(s.store) else s.backend
 
 
 def _task_ids(s: Settings) -> list[str]:
@@ -341,6 +344,7 @@ def api_index(request: Request):
         "POST /api/submissions": "submit {task, name, source, dsl?, backend?, remeasure?} with "
                                  "Authorization: Bearer TOKEN; 202 with the submission id",
         "GET /api/submissions/{id}": "state (queued, running, done, error), record and source",
+        "GET /api/device-cache?task=": "per device: calibrated ceilings and library timings per shape",
     }, "schema_version": SCHEMA_VERSION})
 
 
@@ -399,6 +403,18 @@ def api_submission(request: Request):
         raise HTTPException(404, f"no submission #{request.path_params['id']}")
     sub["url"] = f"/submissions/{sub['id']}"
     return _json(sub)
+
+
+def api_device_cache(request: Request):
+    """Per-device history: calibrated ceilings and library timings per shape, from stored cuda records."""
+    s = _settings(request)
+    task = request.query_params.get("task")
+    task_id = _task_id(s, task) if task else None
+    baselines = [b["value"] | {"updated_at": b["updated_at"]} for b in s.store.cache_items("library_baseline")
+                 if task_id is None or b["value"].get("task") == task_id]
+    calibrations = [{"device": json.loads(c["key"])[0], **c["value"], "updated_at": c["updated_at"]}
+                    for c in s.store.cache_items("calibration")]
+    return _json({"calibrations": calibrations, "library_baselines": baselines})
 
 
 async def _submissions_collection(request: Request):
@@ -463,7 +479,7 @@ def create_app(store: Store, token: str, *, registry=None, backend: str = "cpu",
         Route("/api/tasks", api_tasks), Route("/api/tasks/{name:path}/screening", api_screening),
         Route("/api/tasks/{name:path}", api_task),
         Route("/api/submissions", _submissions_collection, methods=["GET", "POST"]),
-        Route("/api/submissions/{id:int}", api_submission),
+        Route("/api/submissions/{id:int}", api_submission), Route("/api/device-cache", api_device_cache),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error},
