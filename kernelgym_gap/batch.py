@@ -342,28 +342,40 @@ def _make_env(kwargs: dict):
 
 
 def make_vector_env(n: int, task_id: str | None = None, *, asynchronous: bool = True,
-                    gpus: Sequence[int] | None = None, context: str | None = None, **env_kwargs):
+                    gpus: Sequence[int] | None = None, context: str | None = None, ray: str | None = None,
+                    **env_kwargs):
     """`n` KernelEnv copies as one Gymnasium vector environment (AsyncVectorEnv: one process per copy, so
     the copies' evaluations run in parallel; SyncVectorEnv with asynchronous=False).
 
     Text observations need `shared_memory=False` (with shared memory AsyncVectorEnv returns a string of
     '0's instead of the observation): this helper always passes it. Each copy is wrapped in VectorInfo, so
-    that infos of failed and correct steps merge (`info["record"][i]` is the i-th copy's record). On the cuda backend copy i evaluates on
-    GPU gpus[i % len(gpus)] (default: all visible GPUs). Other keyword arguments go to KernelEnv
-    (task_ids, dsl, backend, max_steps, config, stop_when_correct, ...)."""
+    that infos of failed and correct steps merge (`info["record"][i]` is the i-th copy's record). On the
+    cuda backend copy i evaluates on GPU gpus[i % len(gpus)] (default: all visible GPUs). With
+    `ray="auto"` or an address, each copy evaluates through its own Ray actor instead (ray_pool.RayEvaluator;
+    Ray places the actors, one GPU or one CPU slot each); AsyncVectorEnv then starts its copies with
+    "spawn", since a process forked from a Ray driver cannot use Ray. Other keyword arguments go to
+    KernelEnv (task_ids, dsl, backend, max_steps, config, stop_when_correct, evaluator, ...)."""
     from .engine import resolve_backend
     if n < 1:
         raise ValueError("n must be at least 1")
     env_kwargs = dict(env_kwargs, task_id=task_id)
     backend = resolve_backend(env_kwargs.get("backend", "auto"))
     env_kwargs["backend"] = backend
+    if ray is not None:
+        if "evaluator" in env_kwargs or gpus is not None:
+            raise ValueError("ray= gives each copy a Ray evaluator; it combines with neither evaluator= nor gpus=")
+        from .ray_pool import RayEvaluator, driver_address
+        address = driver_address(ray)
+        context = context or "spawn"
     base = env_kwargs.get("config") or EvalConfig()
-    host = (list(gpus) if gpus is not None else visible_gpus()) if backend == "cuda" else []
+    host = (list(gpus) if gpus is not None else visible_gpus()) if backend == "cuda" and ray is None else []
     fns = []
     for i in range(n):
         kw = dict(env_kwargs)
         if host:
             kw["config"] = base.replace(gpu_index=host[i % len(host)])
+        if ray is not None:
+            kw["evaluator"] = RayEvaluator(address, backend)
         fns.append(functools.partial(_make_env, kw))
     if not asynchronous:
         return gym.vector.SyncVectorEnv(fns)

@@ -201,3 +201,40 @@ class RayPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class RayEvaluator:
+    """An engine.evaluate-shaped callable that evaluates on a Ray cluster through one actor of its own,
+    started in whichever process first calls it (an AsyncVectorEnv copy). Pickles as its address alone."""
+
+    def __init__(self, address: str, backend: str):
+        self.address, self.backend = address, backend
+        self._pool = None
+
+    def __getstate__(self):
+        return {"address": self.address, "backend": self.backend}
+
+    def __setstate__(self, state):
+        self.__init__(state["address"], state["backend"])
+
+    def __call__(self, task, source, dsl, backend, config):
+        if self._pool is None:
+            self._pool = RayPool(address=self.address, backend=self.backend, workers=1)
+        return self._pool.evaluate_one(task.id, source, dsl, config)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def driver_address(setting: str = "auto") -> str:
+    """The address every vector copy connects to: the Ray this process uses, initialised here if needed
+    (a running cluster, else a local instance, as RayPool's "auto"), so that copies never start their own."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        kw = {"include_dashboard": False, "log_to_driver": False}
+        if setting != "auto":
+            kw["address"] = setting
+        ray.init(**kw)
+    return ray.get_runtime_context().gcs_address

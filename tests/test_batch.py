@@ -145,7 +145,8 @@ def _double(task, source, dsl, backend, config):
     ok = "x + y" in source
     return EvalRecord(task=task.id, task_version=task.version, dsl=dsl, backend=backend,
                       status=Status.OK if ok else Status.MISMATCH, correct=ok, reward=float(ok),
-                      reward_mode="correctness", terms={"E": 0.5 if ok else None, "U": 0.25 if ok else None}, message="",
+                      reward_mode="correctness", terms={"E": 0.5 if ok else None, "U": 0.25 if ok else None},
+                      message="",
                       diagnosis={"verdict": "efficient"} if ok else None,
                       failure=None if ok else FailureDetail(max_abs_err=1.0))
 

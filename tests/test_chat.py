@@ -137,7 +137,8 @@ def test_prompt_from_observation_and_multi_turn_feedback(server, registry):
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "user"]
     assert second["messages"][2]["content"].startswith("First try:")
     follow = second["messages"][3]["content"]
-    assert "compile_error" in follow and "scripted feedback: line 3 is wrong" in follow and "(2 submission(s) left)" in follow
+    assert "compile_error" in follow and "scripted feedback: line 3 is wrong" in follow
+    assert "(2 submission(s) left)" in follow
     assert agent.usage["prompt_tokens"] == 20 and agent.usage["requests"] == 2
 
 
@@ -219,7 +220,8 @@ def test_unreachable_endpoint_stops_the_episode_with_exit_3(capsys, monkeypatch)
 def test_chat_episode_through_the_cli_with_a_real_evaluation(server, registry, capsys):
     """One command, as a user would point the agent at a served model: a scripted wrong answer (the gate
     rejects it, no child runs), then the reference solution, evaluated for real on the cpu backend."""
-    server.script = ["```python\ndef add_relu(x, y):\n    return (\n```", "```python\n" + reference_source(registry) + "```"]
+    server.script = ["```python\ndef add_relu(x, y):\n    return (\n```",
+                     "```python\n" + reference_source(registry) + "```"]
     rc = cli.main(["episode", "--agent", "chat", "--task", "AddReLU", "--backend", "cpu", "--steps", "2",
                    "--base-url", server.base_url, "--model", "scripted-model", "--seed", "0", "--json"])
     out = json.loads(capsys.readouterr().out)

@@ -74,6 +74,22 @@ def test_evaluate_many_and_the_env_through_ray(local_ray, registry):
         assert info["status"] == "syntax_error" and reward == 0.0 and not terminated
 
 
+def test_async_vector_env_evaluates_through_ray(local_ray, registry):
+    """What an RL trainer does: vectorize the environment, and score the batch of actions through Ray
+    (each AsyncVectorEnv copy is a spawned process with its own actor on the cluster this test started)."""
+    from kernelgym_gap.batch import make_vector_env
+    reqs = _batch(registry)
+    envs = make_vector_env(2, "AddReLU", backend="cpu", ray="auto", config=CONFIG, max_steps=2)
+    try:
+        envs.reset(seed=0)
+        _, reward, term, _, info = envs.step((reqs[0].source, reqs[2].source))
+        assert list(info["status"]) == ["ok", "syntax_error"] and list(reward) == [1.0, 0.0]
+        assert list(term) == [True, False]
+    finally:
+        envs.close()
+    assert ray.is_initialized()
+
+
 def test_episode_cli_with_ray(local_ray, capsys):
     rc = cli.main(["episode", "--agent", "replay", "--task", "AddReLU", "--backend", "cpu", "--steps", "1",
                    "--seed", "0", "--ray", "auto", "--json"])
