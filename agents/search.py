@@ -30,6 +30,7 @@ import random
 import re
 from typing import Any
 
+from kernelgym_gap.errors import KernelGymError
 from kernelgym_gap.registry import TaskRegistry, default_registry
 
 _EXACT = {"num_warps": "warps", "warps": "warps", "nwarps": "warps", "num_stages": "stages", "stages": "stages",
@@ -242,7 +243,8 @@ class SearchAgent:
     def _reference(task, dsl: str) -> str:
         sols = [s for s in task.solutions if s.dsl == dsl]
         if not sols:
-            raise ValueError(f"{task.id} has no reference solution in {dsl} to start the search from")
+            raise KernelGymError(f"{task.id} has no reference solution in {dsl} to start the search from "
+                                 "(give one with start_file=PATH)")
         best = next((s for s in sols if s.kind == "optimized"), sols[0])
         return task.solution_path(best).read_text()
 
