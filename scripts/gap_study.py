@@ -109,6 +109,7 @@ def evaluate_one(task, sol, backend: str, config) -> dict:
         "message": (rec.message or "")[:600], "seconds": round(seconds, 2), "per_shape": per_shape,
         "flags": terms.get("flags") or [], "calibration": terms.get("calibration"),
         "device": rec.device, "versions": rec.versions, "latency": rec.latency,
+        "source_sha256": rec.source_sha256,
         "workload": {"shapes": [list(s) for s in task.workload(backend).all_shapes()],
                      "public": [list(s) for s in task.workload(backend).public],
                      "dtypes": list(task.workload(backend).dtypes)},
