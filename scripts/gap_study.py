@@ -2,6 +2,7 @@
 
     python scripts/gap_study.py --backend cuda [--only TOKENS] [--workload study|full] [--out results]
     python scripts/gap_study.py --merge part1.json part2.json --out results     # combine device calls
+                                                 # (a later file's row replaces an earlier one of the same kernel)
     python scripts/gap_study.py --backend cpu --only AddReLU/triton_blocked     # correctness half only
 
 Each solution named in a task's `solutions=` is evaluated with `kernelgym_gap.engine.evaluate` (gate,
@@ -305,11 +306,14 @@ def main(argv=None) -> int:
     from kernelgym_gap.config import EvalConfig
     config = EvalConfig(seeds_per_shape=args.seeds)
     if args.merge:
-        rows, metas = [], []
-        for p in args.merge:
+        by_kernel, metas = {}, []
+        for p in args.merge:          # a later file's row replaces an earlier row of the same kernel
             data = json.loads(Path(p).read_text())
-            rows += data["rows"]
+            for r in data["rows"]:
+                by_kernel.pop((r["task"], r["kernel"]), None)
+                by_kernel[(r["task"], r["kernel"])] = r
             metas.append(data["meta"])
+        rows = list(by_kernel.values())
         backend = metas[0]["backend"]
         meta = dict(metas[0], parts=[{k: m.get(k) for k in ("date", "calibration", "device")} for m in metas])
         meta["date"] = max(m["date"] for m in metas)
