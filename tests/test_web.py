@@ -348,7 +348,11 @@ def server(tmp_path):
 
 def test_browser_submits_a_reference_solution_and_sees_it_ranked(browser, server, tmp_path):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    def find(by, what, timeout=30):        # after a click the next page may not have loaded yet
+        return WebDriverWait(d, timeout).until(EC.presence_of_element_located((by, what)))
     shots = Path(os.environ.get("KGG_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     base, d = server["base"], browser
@@ -359,11 +363,11 @@ def test_browser_submits_a_reference_solution_and_sees_it_ranked(browser, server
     assert "No evaluated submissions" in d.find_element(By.ID, "overall").text
     d.find_element(By.LINK_TEXT, "Submit").click()
     # without the token: refused with a clear message, nothing stored
-    Select(d.find_element(By.ID, "task")).select_by_visible_text("GELU-v0")
+    Select(find(By.ID, "task")).select_by_visible_text("GELU-v0")
     d.find_element(By.ID, "name").send_keys("browser-agent")
     d.find_element(By.ID, "file").send_keys(str(GELU_FAST))
     d.find_element(By.ID, "submit").click()
-    assert "token is required" in d.find_element(By.ID, "error").text
+    assert "token is required" in find(By.ID, "error").text
     assert st.Store(server["db"]).count("submissions") == 0
     # with it: queued, evaluated by the worker in the sandboxed engine, shown with its source
     Select(d.find_element(By.ID, "task")).select_by_visible_text("GELU-v0")
@@ -401,9 +405,11 @@ def test_browser_submits_a_reference_solution_and_sees_it_ranked(browser, server
     assert rows[0].find_element(By.CSS_SELECTOR, "td.rank").text == "1"
     d.save_screenshot(str(shots / "overview.png"))
     d.find_element(By.LINK_TEXT, "GELU-v0").click()
+    find(By.ID, "task-ranking")
     ranked = d.find_elements(By.CSS_SELECTOR, "#task-ranking tbody tr")
     assert [r.get_attribute("data-submitter") for r in ranked] == ["browser-agent", "cli-agent"]
     assert d.find_elements(By.CSS_SELECTOR, "#screening-chart svg")
     d.save_screenshot(str(shots / "task.png"))
     d.find_element(By.LINK_TEXT, "JSON API").click()
-    assert "/api/leaderboard" in d.find_element(By.TAG_NAME, "body").text
+    WebDriverWait(d, 30).until(lambda d: d.current_url.endswith("/api"))
+    assert "/api/leaderboard" in find(By.TAG_NAME, "body").text
