@@ -124,7 +124,20 @@ def software_versions(dsl: str) -> dict[str, str]:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             out[dist] = "absent"
+    out["harness"] = harness_fingerprint()
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def harness_fingerprint() -> str:
+    """A hash of the harness's own source: a change to the engine, checker, timing or reward code makes
+    earlier cached records stale even when the package version string was not bumped."""
+    h = hashlib.sha256()
+    pkg = Path(__file__).resolve().parent
+    for path in sorted(pkg.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def software_hash(dsl: str) -> str:
