@@ -51,6 +51,9 @@ def test_optimized_layernorm_is_measured_and_efficient(registry, cuda_config):
     r = _eval(registry, "triton_rowwise.py", cuda_config)
     assert r.status.value == "ok", r.message
     t = r.terms
+    for p in t["per_shape"]:       # shown with -s (scripts/gpu_check.py quotes it)
+        print(f"{p['shape']} {p['dtype']}: kernel {p['kernel_ms']:.4f} ms spread {p['kernel_spread']:.3f} "
+              f"reps {p['kernel_reps']}; torch {p['library_ms']:.4f} ms; E {p['E']:.2f} U {p['U']:.2f}")
     assert t["E"] > 0.5 and 0.1 < t["U"] <= 1.0 / 0.9
     for p in t["per_shape"]:
         assert p["kernel_ms"] > 0 and p["library_ms"] > 0 and p["floor_ms"] > 0 and p["kernel_reps"] >= 10
