@@ -356,6 +356,30 @@ def leftover_processes() -> list[int]:
 
 # ------------------------------------------------------------------------------------------ snapshots
 
+def _code_state(value):
+    """What a replacement in place would change in a Python function: its code, defaults and closure
+    contents (`f.__code__ = ...` keeps the function's identity)."""
+    f = getattr(value, "__func__", value)          # classmethod, staticmethod, bound method
+    code = getattr(f, "__code__", None)
+    if code is None or not hasattr(f, "__defaults__"):
+        return None
+    cells = ()
+    for c in f.__closure__ or ():
+        try:
+            cells += (c.cell_contents,)
+        except ValueError:                     # an empty cell
+            cells += (_MISSING,)
+    kw = f.__kwdefaults__
+    return code, f.__defaults__, dict(kw) if kw else None, cells
+
+
+def _same_code(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a[0] is b[0] and a[1] is b[1] and a[2] == b[2] and len(a[3]) == len(b[3])
+            and all(x is y for x, y in zip(a[3], b[3])))
+
+
 def _stable_dict(obj) -> dict:
     try:
         return dict(vars(obj))
@@ -369,10 +393,27 @@ class Integrity:
     Module namespaces are compared name by name for the names present at the snapshot (lazy imports add
     names legitimately); class namespaces also flag new names (they would shadow inherited methods)."""
 
-    def __init__(self, adapter, extra_modules: tuple = (), extra_classes: tuple = ()):
+    def __init__(self, adapter, extra_modules: tuple = (), extra_classes: tuple = (), task=None):
         import torch
+        import torch.nn.functional
         modules = [time, os, threading, _thread, builtins, gc, signal, torch, torch.cuda, torch.overrides,
                    sys.modules[__name__]]
+        # what the library baseline is made of (its time is E's numerator: slowing it down inflates E)
+        modules.append(torch.nn.functional)
+        extra_classes = tuple(extra_classes) + (type(torch._C._VariableFunctions),)
+        for name in ("_nn", "_linalg", "_special", "_fft"):
+            if isinstance(getattr(torch._C, name, None), type(sys)):
+                modules.append(getattr(torch._C, name))
+        for name in ("linalg", "special", "fft"):
+            mod = getattr(torch, name, None)
+            if isinstance(mod, type(sys)):
+                modules.append(mod)
+        self._task = task
+        self._task_fields = dict(_stable_dict(task)) if task is not None else {}
+        if task is not None:
+            mod = sys.modules.get(getattr(getattr(task, "reference", None), "__module__", None) or "")
+            if mod is not None:
+                modules.append(mod)
         classes = [torch.Tensor, torch._C.TensorBase, torch.cuda.Event, torch.cuda.Stream,
                    getattr(torch._C, "_CudaEventBase", None), getattr(torch._C, "_CudaStreamBase", None),
                    Watching, _Watch]
@@ -423,6 +464,16 @@ class Integrity:
                 self._classes.append((f"{c.__module__}.{c.__qualname__}", c, _stable_dict(c)))
         self._hooks = self._hook_state()
         self._watch = WATCH
+        self._codes = {}
+        for label, _, snap in self._modules + self._classes:
+            for name, value in snap.items():
+                state = _code_state(value)
+                if state is not None:
+                    self._codes[f"{label}.{name}"] = (value, state)
+        for name, value in self._task_fields.items():
+            state = _code_state(value)
+            if state is not None:
+                self._codes[f"task.{name}"] = (value, state)
         self._threads = {t.ident for t in threading.enumerate()}
         self._thread_count = _thread._count() if hasattr(_thread, "_count") else None
         self.threads = threading.active_count()
@@ -462,6 +513,14 @@ class Integrity:
                     found.append(f"{label}.{name} was replaced")
             for name in current.keys() - snap.keys() - _CACHED_CLASS_ATTRS:
                 found.append(f"{label}.{name} was added")
+        for label, (value, state) in self._codes.items():
+            if not _same_code(_code_state(value), state):
+                found.append(f"{label} was changed in place (its code, defaults or closure)")
+        if self._task is not None:
+            current = _stable_dict(self._task)
+            for name, value in self._task_fields.items():
+                if current.get(name, _MISSING) is not value:
+                    found.append(f"the task's {name} was replaced")
         now = self._hook_state()
         for name, value in self._hooks.items():
             other = now.get(name, _MISSING)

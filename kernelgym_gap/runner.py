@@ -125,7 +125,7 @@ def run_job(job_path: Path) -> int:
     gc.disable()
     integ.install_guards(job.backend)
     integ.watching()            # builds the recorder classes, so that they are in the snapshot
-    integrity = integ.Integrity(adapter)
+    integrity = integ.Integrity(adapter, task=task)
     phases["setup"] = time.perf_counter() - t0
     common = dict(versions=versions, device=dev_info)
 

@@ -329,7 +329,8 @@ def test_timing_calls_are_watched_for_library_compute():
 
 GPU_FIXTURES = sorted(p.name for p in HOSTILE.glob("gpu_*.py")) + [
     "patch_elapsed_time.py", "patch_synchronize.py", "decoy_launched_torch.py", "background_thread.py",
-    "shape_cache.py", "stale_empty.py", "lower_precision.py", "try_except_fallback.py"]
+    "shape_cache.py", "stale_empty.py", "lower_precision.py", "try_except_fallback.py", "slow_baseline.py",
+    "patch_code_in_place.py"]
 
 
 @pytest.mark.gpu
