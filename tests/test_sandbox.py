@@ -4,6 +4,7 @@ and says so; on the CI machine (root, bubblewrap from scripts/setup.sh, cgroup v
 from __future__ import annotations
 
 import json
+import resource
 import os
 import secrets
 import shutil
@@ -353,3 +354,23 @@ def test_gpu_nodes_only_on_the_gpu_path(tmp_path, monkeypatch):
     assert "/dev/null" not in sb._unshare_argv(tmp_path, SandboxConfig(gpu_devices=(0,)), None)[-2]
     # and the child's environment names the GPU only on the gpu path
     assert child_env(tmp_path, {})["CUDA_VISIBLE_DEVICES"] == ""
+
+
+@pytest.mark.parametrize("isolation", [pytest.param("bwrap", marks=needs_bwrap),
+                                       pytest.param("unshare", marks=needs_root), "none"])
+def test_gpu_path_sandbox_starts(tmp_path, isolation):
+    """The GPU path's sandbox (device nodes and /sys passed through, no RLIMIT_AS, the GPU memory limit)
+    starts a child here too, without a GPU: what the H200 (unshare, no bwrap) runs the cuda backend in."""
+    out = run(tmp_path, """
+        import json, os, resource
+        print(json.dumps({"cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                          "as": resource.getrlimit(resource.RLIMIT_AS)[0], "sys": os.path.isdir("/sys/class"),
+                          "uid": os.getuid()}))
+    """, isolation=isolation, gpu_devices=(0,), address_space_bytes=1 << 30)
+    got = last_json(out)
+    assert got["cvd"] == "0" and got["as"] == resource.RLIM_INFINITY and got["sys"] is True
+    assert "gpu_devices" in out.layers and "rlimit_as" not in out.layers and "no_gpu_nodes" not in out.layers
+    if isolation != "none":
+        assert isolation in out.layers
+    if ROOT and isolation != "none":
+        assert got["uid"] >= sb.UID_BASE
