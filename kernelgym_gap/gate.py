@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import logging
+import pickle
+import subprocess
+import sys
 
 from .status import Status
+
+log = logging.getLogger(__name__)
 
 MAX_SOURCE_BYTES = 256 * 1024
 
@@ -72,6 +78,34 @@ def _defines(tree: ast.Module, name: str) -> bool:
     return False
 
 
+def _parse(text: str) -> ast.Module:
+    """ast.parse, robust to CPython 3.11's "AST constructor recursion depth mismatch" SystemError (a parser
+    bug, gh-106905, seen once in a long test process): retried once, then parsed in a fresh interpreter."""
+    try:
+        return ast.parse(text, filename="submission.py")
+    except SystemError:
+        pass
+    try:
+        return ast.parse(text, filename="submission.py")
+    except SystemError:
+        log.warning("ast.parse raised SystemError twice; parsing in a fresh interpreter")
+    code = ("import ast, pickle, sys\n"
+            "try:\n    out = ('ok', ast.parse(sys.stdin.read(), filename='submission.py'))\n"
+            "except SyntaxError as e:\n    out = ('syntax', (e.msg, e.lineno))\n"
+            "except (RecursionError, MemoryError):\n    out = ('deep', None)\n"
+            "sys.stdout.buffer.write(pickle.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-I", "-c", code], input=text.encode("utf-8"), capture_output=True,
+                          timeout=60)
+    kind, value = pickle.loads(proc.stdout)     # our own interpreter's output: AST nodes and constants only
+    if kind == "syntax":
+        err = SyntaxError(value[0])
+        err.lineno = value[1]
+        raise err
+    if kind == "deep":
+        raise RecursionError("too deep")
+    return value
+
+
 def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = MAX_SOURCE_BYTES) -> GateResult:
     # surrogatepass: a str with lone surrogates becomes bytes that fail the UTF-8 decode below
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
@@ -84,9 +118,12 @@ def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = 
     if "\x00" in text:
         return GateResult(Status.SOURCE_NOT_UTF8, "source contains a NUL character")
     try:
-        tree = ast.parse(text, filename="submission.py")
+        tree = _parse(text)
     except SyntaxError as e:
         return GateResult(Status.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}")
+    except (RecursionError, MemoryError):
+        return GateResult(Status.SYNTAX_ERROR, "the source nests too deeply for the parser (e.g. a chain of "
+                                               "thousands of operators)")
     if not _defines(tree, entry_point):
         return GateResult(Status.ENTRY_POINT_MISSING,
                           f"the module defines no top-level {entry_point!r} (the task's entry point)")

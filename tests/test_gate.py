@@ -145,3 +145,29 @@ def test_evaluate_never_raises_on_a_string_with_lone_surrogates(registry, text):
 
 def test_gate_never_raises_on_a_string_with_lone_surrogates():
     assert check_source("\ud800", "f", "triton").status is Status.SOURCE_NOT_UTF8
+
+
+def test_a_source_too_deep_for_the_parser_is_a_syntax_error_and_leaves_the_parser_working():
+    deep = "def layernorm(x):\n    return " + "+".join(["x"] * 60_000) + "\n"      # 120 KB, under the size limit
+    r = check_source(deep, "layernorm", "triton")
+    assert r.status is Status.SYNTAX_ERROR and "nests too deeply" in r.message
+    ok = check_source("import triton\n@triton.jit\ndef k(x):\n    pass\ndef layernorm(x):\n    return x\n",
+                      "layernorm", "triton")
+    assert ok.passed
+
+
+def test_parser_system_error_falls_back_to_a_fresh_interpreter(monkeypatch):
+    import ast as ast_mod
+    from kernelgym_gap import gate as gate_mod
+    calls = []
+
+    def broken(*a, **k):
+        calls.append(1)
+        raise SystemError("AST constructor recursion depth mismatch (before=132, after=30)")
+    monkeypatch.setattr(gate_mod.ast, "parse", broken)
+    r = check_source("import triton\n@triton.jit\ndef k(x):\n    pass\ndef layernorm(x):\n    return x\n",
+                     "layernorm", "triton")
+    assert r.passed and len(calls) == 2
+    bad = check_source("def layernorm(:\n", "layernorm", "triton")
+    assert bad.status is Status.SYNTAX_ERROR
+    assert ast_mod.parse is broken

@@ -180,6 +180,13 @@ def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monk
     marker_dir.mkdir()
     scratch_root = tmp_path / "scratch"
     scratch_root.mkdir()
+    # pytest's temporary directories are 0700: where the sandbox cannot hide /tmp behind a tmpfs (the
+    # unshare layer on the H200 binds back only what the child needs), the unprivileged uid must still be
+    # able to traverse down to its scratch directory. Traverse-only (o+x), no listing.
+    for d in [scratch_root, *scratch_root.parents]:
+        if d == Path("/tmp") or d == d.parent:
+            break
+        d.chmod(d.stat().st_mode | 0o011)
     monkeypatch.setenv(CANARY, "the parent's secret")
     monkeypatch.setenv("KGG_SECRET_TOKEN", CANARY + "_token")
     cfg = config(wall_s, **{**sandbox, **overrides}).replace(scratch_root=str(scratch_root), keep_scratch=True)
