@@ -32,17 +32,41 @@ class LaunchLog:
     notes: set = dataclasses.field(default_factory=set)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
-    def record(self, programs: int) -> None:
+    handed_bytes: int = 0           # bytes of the distinct tensors handed to the kernels since the reset
+
+    def record(self, programs: int, handed_bytes: int = 0) -> None:
         with self.lock:
             self.launches += 1
             self.max_programs = max(self.max_programs, int(programs))
+            self.handed_bytes += int(handed_bytes)
 
     def reset(self) -> None:
         with self.lock:
             self.launches = 0
             self.max_programs = 0
+            self.handed_bytes = 0
             self.failed = 0
             self.side_stream = 0
+
+
+def _tensor_bytes(*groups) -> int:
+    """Bytes of the distinct tensors among a launch's arguments (and results): what the kernel is handed,
+    an upper bound of what it can move. A harness diagnostic only: it never fails a launch."""
+    try:
+        import torch
+        seen, total = set(), 0
+        for group in groups:
+            items = group.values() if isinstance(group, dict) else (group if isinstance(group, (list, tuple))
+                                                                     else (group,))
+            for a in items:
+                if type(a) is torch.Tensor:
+                    key = (a.data_ptr(), a.numel(), a.dtype)
+                    if key not in seen:
+                        seen.add(key)
+                        total += a.numel() * a.element_size()
+        return total
+    except Exception:  # noqa: BLE001 - diagnostics must not break a launch
+        return 0
 
 
 def _check_args(kind: str, args, kwargs) -> None:
@@ -148,7 +172,7 @@ class TritonAdapter:
                             adapter.log.failed += 1
                         raise
                 # counted only once the launch went through: a launch that raised carried no work
-                adapter.log.record(seen[-1] if seen else 0)
+                adapter.log.record(seen[-1] if seen else 0, _tensor_bytes(args, kwargs))
                 return result
 
             cls.run = run
@@ -288,7 +312,7 @@ class TileLangAdapter:
                     with adapter.log.lock:
                         adapter.log.failed += 1
                     raise
-            adapter.log.record(getattr(k_self, "_kg_programs", 0))
+            adapter.log.record(getattr(k_self, "_kg_programs", 0), _tensor_bytes(args, kwargs, result))
             return result
 
         JITKernel.__init__ = init

@@ -64,7 +64,8 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
                           "library_ms": t.library_ms, "library_spread": t.library_spread, "floor_ms": fl,
                           "bound": bound, "E": e, "U": u, "library_U": fl / t.library_ms,
                           "launches_per_call": t.launches_per_call, "programs": t.programs,
-                          "stream_ms": t.stream_ms, "device_ms": t.device_ms})
+                          "stream_ms": t.stream_ms, "device_ms": t.device_ms, "handed_bytes": t.handed_bytes,
+                          "min_bytes": task.min_bytes(t.shape, t.dtype)})
         if t.side_stream:
             return (Status.INTEGRITY_VIOLATION,
                     f"shape {list(t.shape)} {t.dtype}: work finished after the current stream's end event "
@@ -83,7 +84,7 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
     library_U = geomean([p["library_U"] for p in per_shape])
     biggest = max(per_shape, key=lambda p: p["floor_ms"])
     evidence = causes(source, {t.dtype for t in report.timings}, biggest["programs"],
-                      biggest["launches_per_call"], report.device.get("sm_count"), None,
+                      biggest["launches_per_call"], report.device.get("sm_count"), biggest["handed_bytes"],
                       task.min_bytes(tuple(biggest["shape"]), biggest["dtype"]))
     diagnosis = diagnose(agg["E"], agg["U"], library_U, best_known_efficiency(task.id, dsl, cal.device_name),
                          evidence)

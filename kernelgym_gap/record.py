@@ -208,6 +208,7 @@ class ShapeTiming:
     side_stream: bool = False                 # the device-wide reading far exceeded the stream's
     stream_ms: float | None = None            # median of the current-stream readings
     device_ms: float | None = None            # median of the device-wide readings
+    handed_bytes: int | None = None           # bytes of the distinct tensors handed to the kernels, one call
 
 
 @dataclasses.dataclass(frozen=True)

@@ -177,7 +177,7 @@ def time_submission(task, job, entry, adapter, outputs) -> tuple[ShapeTiming, ..
         with torch.no_grad():
             entry(*sets[0])
         torch.cuda.synchronize()
-        launches, programs = adapter.log.launches, adapter.log.max_programs
+        launches, programs, handed = adapter.log.launches, adapter.log.max_programs, adapter.log.handed_bytes
         with torch.no_grad():
             kernel, library = bench.measure_interleaved([lambda i: entry(*sets[i % len(sets)]),
                                                          lambda i: task.reference(*sets[i % len(sets)])])
@@ -197,7 +197,8 @@ def time_submission(task, job, entry, adapter, outputs) -> tuple[ShapeTiming, ..
             kernel_spread=kernel.spread, kernel_reps=kernel.reps, library_ms=library.median_ms,
             library_spread=library.spread, library_reps=library.reps, launches_per_call=launches,
             programs=programs, recheck_output_file=name, recheck_trial=recheck if name else None,
-            side_stream=side_stream_suspected(kernel), stream_ms=kernel.stream_ms, device_ms=kernel.device_ms))
+            side_stream=side_stream_suspected(kernel), stream_ms=kernel.stream_ms, device_ms=kernel.device_ms,
+            handed_bytes=handed or None))
         del ins, out
         torch.cuda.empty_cache()
     return tuple(results)

@@ -3,7 +3,7 @@
     python scripts/gpu_check.py [--sections calibrate,gap,stability,latency,tests] [--out DIR]
     python scripts/gpu_check.py --sections hostile [--hostile-k EXPR] --out DIR
 
-Sections: `calibrate` (ceilings next to FACTS.md's), `gap` (LayerNorm's optimized, scalar-loop and
+Sections: `calibrate` (ceilings next to FACTS.md's), `scaling` (a fixed batch on 1 GPU and on all GPUs), `gap` (LayerNorm's optimized, scalar-loop and
 single-program Triton solutions: correctness-only and full reward, E, U, diagnosis), `stability` (the
 optimized kernel in 5 separate evaluations), `latency` (per-step breakdown), `tests` (pytest -m gpu),
 `hostile` (the GPU part of the hostile suite, tests/test_hostile.py -m gpu: reward hacks on the cuda
@@ -34,6 +34,7 @@ def main() -> int:
     ap.add_argument("--sections", default="calibrate,gap,stability,latency,tests")
     ap.add_argument("--out", default=".")
     ap.add_argument("--stability-runs", type=int, default=5)
+    ap.add_argument("--scaling-tasks", default="LayerNorm,RMSNorm,Softmax,GELU,AddReLU,RowSum")
     ap.add_argument("--hostile-k", default=None, help="pytest -k expression for the hostile section")
     ap.add_argument("--hostile-timeout", type=int, default=540)
     args = ap.parse_args()
@@ -102,12 +103,17 @@ def main() -> int:
         ms = [next(p["kernel_ms"] for p in r.terms["per_shape"] if p["shape"] == [8192, 4096]
                    and p["dtype"] == "float16") for r in recs if r.ok]
         rewards = [r.reward for r in recs if r.ok]
-        out["stability"] = {"kernel_ms": ms, "rewards": rewards, "statuses": [r.status.value for r in recs]}
+        effs = [r.terms["E"] for r in recs if r.ok]
+        out["stability"] = {"kernel_ms": ms, "rewards": rewards, "E": effs,
+                            "statuses": [r.status.value for r in recs]}
         if ms:
-            med = statistics.median(ms)
+            def dev(xs):
+                m = statistics.median(xs)
+                return m, max(abs(x - m) for x in xs) / m
+            (med, d_ms), (e_med, d_e) = dev(ms), dev(effs)
             lines.append(f"stability ({len(ms)} evaluations, 8192x4096 fp16): median {med:.4f} ms, "
-                         f"max deviation {max(abs(m - med) for m in ms) / med:.2%}; reward "
-                         f"{min(rewards):.4f}..{max(rewards):.4f}")
+                         f"max deviation {d_ms:.2%}; E (all shapes) median {e_med:.3f}, max deviation {d_e:.2%}; "
+                         f"reward {min(rewards):.4f}..{max(rewards):.4f}")
         else:
             lines.append(f"stability: no successful run: {[r.status.value for r in recs]}")
 
@@ -117,6 +123,38 @@ def main() -> int:
         keys = ["gate", "child_setup", "child_import", "child_correctness", "child_timing", "child_total", "child",
                 "check", "total"]
         lines.append("step latency (s): " + ", ".join(f"{k}={r.latency[k]:.2f}" for k in keys if k in r.latency))
+
+    if "scaling" in sections:
+        # evaluations per minute over one fixed batch of reference solutions, on 1 GPU and on every GPU of
+        # the host (batch.evaluate_many: one child per GPU, each pinned); rewards compared run to run
+        from kernelgym_gap.batch import EvalRequest, evaluate_many, visible_gpus
+        from kernelgym_gap.registry import default_registry
+        reg = default_registry()
+        batch = []
+        for name in args.scaling_tasks.split(","):
+            t = reg.get(name)
+            for s in t.solutions:
+                if s.dsl == "triton" and s.kind == "optimized":
+                    batch.append(EvalRequest(t.id, t.solution_path(s).read_text(), "triton", "cuda", tag=s.file))
+        gpus = visible_gpus()
+        runs = {}
+        for label, use in [("1 GPU", gpus[:1]), (f"{len(gpus)} GPUs", gpus)]:
+            if label in runs:
+                continue
+            t0 = time.time()
+            recs = evaluate_many(batch, gpus=use, config=cfg)
+            wall = time.time() - t0
+            runs[label] = {"wall_s": wall, "evals_per_min": 60 * len(recs) / wall,
+                           "devices": [r.device.get("gpu_index") for r in recs],
+                           "statuses": [r.status.value for r in recs], "rewards": [r.reward for r in recs]}
+        out["scaling"] = runs
+        base = next(iter(runs.values()))["rewards"]
+        lines.append(f"scaling ({len(batch)} evaluations: {args.scaling_tasks}):")
+        for label, x in runs.items():
+            diff = max(abs(a - b) for a, b in zip(x["rewards"], base))
+            lines.append(f"  {label:8s} {x['wall_s']:6.1f} s  {x['evals_per_min']:5.1f} evals/min  devices "
+                         f"{sorted(set(x['devices']), key=str)}  statuses {sorted(set(x['statuses']))}  "
+                         f"max reward diff vs 1 GPU {diff:.4f}")
 
     if "tests" in sections:
         t0 = time.time()

@@ -165,3 +165,28 @@ def test_timing_code_never_prints():
     tree = ast.parse(Path(timing_mod.__file__).read_text())
     calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert "print" not in calls
+
+
+def test_bytes_handed_to_the_kernels_are_evidence(registry, config):
+    """A kernel handed twice the op's minimum bytes (an fp32 copy of fp16 inputs, an intermediate buffer)
+    has it named among the causes."""
+    task = registry.get("LayerNorm")
+    shape = (8192, 4096)
+    fl, _ = floor_ms(task, shape, "float16", CAL)
+    need = task.min_bytes(shape, "float16")
+    _, _, terms, diag = performance_terms(task, report(timing(shape, "float16", 40 * fl, 2 * fl,
+                                                              handed_bytes=2 * need)), config)
+    assert terms["per_shape"][0]["handed_bytes"] == 2 * need and terms["per_shape"][0]["min_bytes"] == need
+    assert any("MB per call against a minimum" in c for c in diag["evidence"])
+    _, _, _, diag = performance_terms(task, report(timing(shape, "float16", 40 * fl, 2 * fl, handed_bytes=need)),
+                                      config)
+    assert not any("MB per call" in c for c in diag["evidence"])
+
+
+def test_tensor_bytes_counts_distinct_tensors_once():
+    import torch
+    from kernelgym_gap.dsl import _tensor_bytes
+    x = torch.zeros(100, dtype=torch.float16)
+    y = torch.zeros(10, dtype=torch.float32)
+    assert _tensor_bytes((x, x, 3, "s"), {"y": y}) == 200 + 40
+    assert _tensor_bytes((), {}, y) == 40
