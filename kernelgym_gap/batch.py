@@ -95,7 +95,7 @@ def _resolve(requests: Sequence[EvalRequest], registry) -> tuple[list[TaskSpec],
 def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *,
                   config: EvalConfig | None = None, gpus: Sequence[int] | None = None, ray: Any = None,
                   registry=None, evaluator: Evaluator | None = None,
-                  progress: Progress | None = None) -> list[EvalRecord]:
+                  progress: Progress | None = None, warm: bool = False) -> list[EvalRecord]:
     """Evaluates every request; returns the records in request order.
 
     workers: parallel evaluations on the cpu backend (default os.cpu_count()); on the cuda backend at most
@@ -106,6 +106,9 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         stopped after it (see ray_pool.RayPool); or a RayPool kept by the caller across batches (a trainer
         scoring batch after batch should keep one: actors start in about a second, Ray itself in several).
     evaluator: replaces engine.evaluate in the local pool (a store-backed cache, a test double).
+    warm: each worker of the local pool holds one warm.WarmChecker for the call (cuda: pinned to the
+        worker's GPU; cpu: a cpu one) and passes it to the evaluator as `checker=` (engine.evaluate takes
+        it; a custom evaluator must too). The submissions' children stay one fresh process each.
     Raises for misuse (unknown task, dsl or backend) before evaluating anything, and HarnessError if an
     evaluation itself raised (the remaining requests are not started)."""
     from .registry import default_registry
@@ -117,6 +120,8 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
     registry = registry or default_registry()
     default_config = config or EvalConfig()
     if ray is not None:
+        if warm:
+            raise ValueError("warm= applies to the local pool; a Ray actor's evaluations use a fresh checker")
         if evaluator is not None or gpus is not None:
             raise ValueError("evaluator= and gpus= apply to the local pool; a Ray pool places its own actors")
         if not isinstance(ray, str):     # a RayPool the caller keeps across batches
@@ -127,7 +132,8 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
     tasks, backends = _resolve(requests, registry)
     if evaluator is None:
         from .engine import evaluate as evaluator
-    pool = _LocalPool(evaluator, _slots(backends, workers, gpus), progress, len(requests))
+    pool = _LocalPool(evaluator, _slots(backends, workers, gpus), progress, len(requests), warm=warm,
+                      scratch_root=default_config.scratch_root)
     for i, (r, task, backend) in enumerate(zip(requests, tasks, backends)):
         pool.put(i, backend, task, r.source, r.dsl, r.config or default_config)
     return pool.join()
@@ -165,8 +171,9 @@ class _LocalPool:
     """Threads that each take (index, job) from their backend's queue and run the evaluator."""
 
     def __init__(self, evaluator: Evaluator, slots: dict[str, list[int | None]], progress: Progress | None,
-                 total: int):
+                 total: int, warm: bool = False, scratch_root: str | None = None):
         self.evaluator, self.progress, self.total = evaluator, progress, total
+        self.warm, self.scratch_root = warm, scratch_root
         self.results: dict[int, EvalRecord] = {}
         self.queues = {b: queue.Queue() for b in slots}
         self.lock = threading.Lock()
@@ -193,6 +200,21 @@ class _LocalPool:
         return [self.results[i] for i in range(self.total)]
 
     def _work(self, backend: str, gpu: int | None) -> None:
+        if not self.warm:
+            return self._loop(backend, gpu, self.evaluator)
+        from .warm import WarmChecker
+        try:
+            checker = WarmChecker(gpu_index=gpu if gpu is not None else 0, device=backend,
+                                  scratch_root=self.scratch_root)
+        except BaseException as e:  # noqa: BLE001 - reported after the pool drains
+            log.exception("the warm checker of worker %s/%s did not start", backend, gpu)
+            with self.lock:
+                self.failed = self.failed or e
+            return self._loop(backend, gpu, self.evaluator)     # drains the queue (failed is set)
+        with checker:
+            self._loop(backend, gpu, functools.partial(self.evaluator, checker=checker))
+
+    def _loop(self, backend: str, gpu: int | None, evaluator: Evaluator) -> None:
         q = self.queues[backend]
         while True:
             item = q.get()
@@ -204,7 +226,7 @@ class _LocalPool:
             try:
                 if gpu is not None:
                     config = config.replace(gpu_index=gpu)
-                record = self.evaluator(task, source, dsl, backend, config)
+                record = evaluator(task, source, dsl, backend, config)
                 if gpu is not None:
                     record = dataclasses.replace(record, device={**record.device, "gpu_index": gpu})
             except BaseException as e:  # noqa: BLE001 - reported after the pool drains

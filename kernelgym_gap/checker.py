@@ -1,7 +1,14 @@
 """The trusted checker: regenerates each trial's inputs, computes the reference, and judges the outputs a
 child saved. It never runs submitted code. On the cpu backend it runs inside the parent; on cuda in a
 separate trusted process on the same device (`python -m kernelgym_gap.checker CHECK.json`), since inputs
-are regenerated with the device's own generator."""
+are regenerated with the device's own generator.
+
+`python -m kernelgym_gap.checker --serve [--device cuda|cpu]` is the same checker kept alive (the warm pool,
+kernelgym_gap.warm.WarmChecker): it imports torch and initialises the device once, prints one JSON line
+`{"ready": true, ...}`, then answers each CHECK.json path read from stdin with one JSON line
+(`{"spec": PATH, "ok": true}` once the result file is written, or `{"spec": PATH, "ok": false, "error": TB}`,
+after which it exits, so that no state of a failed check is reused). Only the protocol goes to the real
+stdout: anything else the process prints goes to stderr."""
 from __future__ import annotations
 
 import dataclasses
@@ -123,17 +130,57 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckRe
     return CheckResult(status=Status.OK, message="", trials_checked=checked, kernelbench_allclose=kb)
 
 
-def main(argv=None) -> int:
-    """Trusted child entry: CHECK.json names the job, the child's report, and where to write the result."""
+def _check_spec(spec_path: str) -> None:
+    """One check: CHECK.json names the job, the child's report, the device and where to write the result."""
     import json
     from .registry import TaskRegistry, DEFAULT_TASKS_DIR
-    argv = sys.argv[1:] if argv is None else argv
-    spec = json.loads(Path(argv[0]).read_text())
+    spec = json.loads(Path(spec_path).read_text())
     job = Job.from_json(Path(spec["job"]).read_text())
     report = ChildReport.from_json(Path(spec["report"]).read_text())
     task = TaskRegistry(Path(job.tasks_dir) if job.tasks_dir else DEFAULT_TASKS_DIR).get(job.task_id)
     result = check(task, job, report, spec["device"])
     Path(spec["result"]).write_text(result.to_json())
+
+
+def serve(device: str = "cuda", stdin=None) -> int:
+    """The warm checker's loop (see the module docstring). Returns when stdin closes, or after a failed check."""
+    import json
+    import traceback
+    from . import registry  # noqa: F401 - imported before `ready`, like everything a check needs
+    proto = os.fdopen(os.dup(1), "w", buffering=1)   # the protocol channel: the real stdout
+    os.dup2(2, 1)                                     # fd 1 (prints, C libraries) now goes to stderr
+    stdin = stdin or sys.stdin
+    if device == "cuda":
+        torch.zeros(1, device="cuda").sum().item()   # the CUDA context, created once
+    proto.write(json.dumps({"ready": True, "pid": os.getpid(), "device": device}) + "\n")
+    for line in stdin:
+        path = line.strip()
+        if not path:
+            continue
+        try:
+            _check_spec(path)
+        except BaseException:  # noqa: BLE001 - reported to the parent, then this process ends
+            tb = traceback.format_exc()
+            sys.stderr.write(tb)
+            sys.stderr.flush()
+            proto.write(json.dumps({"spec": path, "ok": False, "error": tb[-4000:]}) + "\n")
+            return 1
+        if device == "cuda":
+            torch.cuda.empty_cache()                 # hold no cached blocks between evaluations
+        proto.write(json.dumps({"spec": path, "ok": True}) + "\n")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Trusted child entry: `CHECK.json` (one check, then exit) or `--serve [--device cuda|cpu]`."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--serve":
+        device = argv[argv.index("--device") + 1] if "--device" in argv else "cuda"
+        if device not in ("cuda", "cpu"):
+            sys.stderr.write(f"--device must be cuda or cpu, not {device!r}\n")
+            return 2
+        return serve(device)
+    _check_spec(argv[0])
     return 0
 
 

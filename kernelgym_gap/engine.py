@@ -164,8 +164,10 @@ def _read_report(path: Path, outcome: ChildOutcome) -> ChildReport:
 
 
 def _run_checker(task: TaskSpec, job: Job, report: ChildReport, backend: str, private: Path,
-                 config: EvalConfig) -> CheckResult:
-    if backend == "cpu":
+                 config: EvalConfig, checker=None) -> CheckResult:
+    """The trusted checker's verdict: with `checker` (a warm.WarmChecker) its persistent process answers;
+    without, in the parent on cpu and in a fresh process on cuda."""
+    if backend == "cpu" and checker is None:
         from .checker import check
         return check(task, job, report, "cpu")
     report_path = private / "report.json"
@@ -173,8 +175,10 @@ def _run_checker(task: TaskSpec, job: Job, report: ChildReport, backend: str, pr
     job_path = private / "job.json"
     job_path.write_text(job.to_json())
     spec = {"job": str(job_path), "report": str(report_path), "result": str(private / "check.json"),
-            "device": "cuda"}
+            "device": backend}
     (private / "check_spec.json").write_text(json.dumps(spec))
+    if checker is not None:
+        return checker.check_spec(private / "check_spec.json", private / "check.json", config.sandbox.wall_s)
     env = child_env(private, backend_env(backend) | {"CUDA_VISIBLE_DEVICES": str(config.gpu_index)})
     proc = subprocess.run([sys.executable, "-m", "kernelgym_gap.checker", str(private / "check_spec.json")],
                           env=env, cwd=private, capture_output=True, timeout=config.sandbox.wall_s)
@@ -182,6 +186,17 @@ def _run_checker(task: TaskSpec, job: Job, report: ChildReport, backend: str, pr
         return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
                            message="the trusted checker failed: " + proc.stderr.decode(errors="replace")[-2000:])
     return CheckResult.from_json((private / "check.json").read_text())
+
+
+def _check_warm(checker, backend: str, config: EvalConfig) -> None:
+    if checker is None:
+        return
+    if getattr(checker, "device", None) != backend:
+        raise ValueError(f"the warm checker serves the {getattr(checker, 'device', None)} device; this "
+                         f"evaluation runs on {backend}")
+    if backend == "cuda" and checker.gpu_index != config.gpu_index:
+        raise ValueError(f"the warm checker is pinned to GPU {checker.gpu_index}; this evaluation runs on "
+                         f"GPU {config.gpu_index} (config.gpu_index)")
 
 
 class _Probe(threading.Thread):
@@ -225,12 +240,17 @@ def _with_tasks_dir(sandbox: SandboxConfig, tasks_dir: str | None) -> SandboxCon
 
 
 def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: str = "auto",
-             config: EvalConfig = EvalConfig()) -> EvalRecord:
+             config: EvalConfig = EvalConfig(), checker=None) -> EvalRecord:
     """Evaluate one submission. Never raises for anything the submission does; raises only for misuse
-    (unknown dsl or backend) or a machine that cannot run the backend."""
+    (unknown dsl or backend, a checker for another device) or a machine that cannot run the backend.
+
+    checker: None (a fresh trusted checker process per evaluation on cuda, the parent itself on cpu) or a
+    kernelgym_gap.warm.WarmChecker for this backend (and, on cuda, for config.gpu_index): its persistent
+    process checks instead. The submission's child is a fresh process either way."""
     if dsl not in DSLS:
         raise UnknownChoiceError("dsl", dsl, DSLS)
     backend = resolve_backend(backend)
+    _check_warm(checker, backend, config)
     t_start = time.perf_counter()
     raw = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else source
     ev = Evaluation(task, dsl, backend, config, hashlib.sha256(raw).hexdigest())
@@ -300,7 +320,7 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             return ev.record(report.status, report.message, correct=None if report.status is Status.UNVERIFIED
                              else False, failure=FailureDetail(trial=trial, traceback_tail=tb) if trial or tb else None)
         t = time.perf_counter()
-        result = _run_checker(task, job, report, backend, private, config)
+        result = _run_checker(task, job, report, backend, private, config, checker)
         ev.latency["check"] = time.perf_counter() - t
         if result.status is not Status.OK:
             return ev.record(result.status, result.message, failure=result.failure,

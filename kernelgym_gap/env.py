@@ -81,7 +81,7 @@ class KernelEnv(gym.Env):
     def __init__(self, task_id: str | None = None, task_ids: list[str] | None = None, dsl: str = "triton",
                  backend: str = "auto", max_steps: int = 4, config: EvalConfig | None = None,
                  stop_when_correct: bool | None = None, evaluator: Evaluator | None = None,
-                 registry: TaskRegistry | None = None, render_mode: str | None = None):
+                 registry: TaskRegistry | None = None, render_mode: str | None = None, warm: Any = False):
         if dsl not in DSLS:
             raise UnknownChoiceError("dsl", dsl, DSLS)
         if max_steps < 1:
@@ -100,7 +100,23 @@ class KernelEnv(gym.Env):
         # Where speed cannot be measured, a correct kernel is the best outcome: the episode ends there.
         self.stop_when_correct = (self.backend == "cpu" or self.config.reward.mode == "correctness"
                                   if stop_when_correct is None else stop_when_correct)
-        self.evaluator: Evaluator = evaluator or (lambda t, s, d, b, c: evaluate(t, s, d, b, c))
+        # warm: False (a fresh trusted checker per step, as engine.evaluate does by default); True (this env
+        # starts one warm.WarmChecker for its backend and GPU and closes it in close()); or a WarmChecker the
+        # caller owns and closes. Only the built-in evaluator uses it; the submission's child stays fresh.
+        self.checker = None
+        self._owns_checker = False
+        if warm is not False and warm is not None:
+            if evaluator is not None:
+                raise ValueError("warm= applies to the built-in evaluator; pass a checker to your own evaluator")
+            if warm is True:
+                from .warm import WarmChecker
+                self.checker = WarmChecker(gpu_index=self.config.gpu_index, device=self.backend,
+                                           scratch_root=self.config.scratch_root)
+                self._owns_checker = True
+            else:
+                self.checker = warm
+        checker = self.checker
+        self.evaluator: Evaluator = evaluator or (lambda t, s, d, b, c: evaluate(t, s, d, b, c, checker=checker))
         self.render_mode = render_mode
         self.observation_space = spaces.Text(max_length=MAX_OBSERVATION_CHARS, min_length=0, charset=CHARSET)
         self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
@@ -144,6 +160,11 @@ class KernelEnv(gym.Env):
                 "message": record.message, "record": _deterministic(record.to_dict())}
         self.last_record = record
         return self._obs, float(record.reward), terminated, truncated, info
+
+    def close(self):
+        if self._owns_checker and self.checker is not None:
+            self.checker.close()
+        super().close()
 
     def render(self):
         if self.render_mode == "ansi":
