@@ -5,7 +5,8 @@
 
 Sections: `calibrate` (ceilings next to FACTS.md's), `scaling` (a fixed batch on 1 GPU and on all GPUs), `gap` (LayerNorm's optimized, scalar-loop and
 single-program Triton solutions: correctness-only and full reward, E, U, diagnosis), `stability` (the
-optimized kernel in 5 separate evaluations), `latency` (per-step breakdown), `tests` (pytest -m gpu),
+optimized kernel in 5 separate evaluations), `latency` (per-step breakdown,
+two evaluations with a fresh checker process each and two through one warm checker), `tests` (pytest -m gpu),
 `hostile` (the GPU part of the hostile suite, tests/test_hostile.py -m gpu: reward hacks on the cuda
 backend and attacks on the machine from the GPU path, each test's outcome listed; not in the default set,
 since `tests` runs them too; --hostile-k narrows it, e.g. "gpu_hack" or "gpu_machine_attack").
@@ -118,11 +119,35 @@ def main() -> int:
             lines.append(f"stability: no successful run: {[r.status.value for r in recs]}")
 
     if "latency" in sections:
-        r = run("triton_rowwise.py")
-        out["latency"] = r.latency
+        # the per-step breakdown of LayerNorm's optimized Triton solution: two evaluations with a fresh trusted
+        # checker process each (cold, today's default), then two through one warm checker (kernelgym_gap.warm),
+        # started and warmed up before the first of them (its start is reported apart, outside the steps)
+        from kernelgym_gap.warm import WarmChecker
         keys = ["gate", "child_setup", "child_import", "child_correctness", "child_timing", "child_total", "child",
                 "check", "total"]
-        lines.append("step latency (s): " + ", ".join(f"{k}={r.latency[k]:.2f}" for k in keys if k in r.latency))
+        cold = [run("triton_rowwise.py") for _ in range(2)]
+        t0 = time.perf_counter()
+        with WarmChecker(gpu_index=cfg.gpu_index, device="cuda") as chk:
+            ready_s = chk.warm_up()
+            start_s = time.perf_counter() - t0
+            warm = [evaluate(task, sols["triton_rowwise.py"], "triton", "cuda", cfg.replace(reward=RewardConfig(
+                mode="full")), checker=chk) for _ in range(2)]
+            starts = chk.starts
+        out["latency"] = {"cold": [r.latency for r in cold], "warm": [r.latency for r in warm],
+                          "warm_checker_start_s": start_s, "warm_checker_ready_wait_s": ready_s,
+                          "warm_checker_processes": starts,
+                          "statuses": {"cold": [r.status.value for r in cold], "warm": [r.status.value for r in warm]},
+                          "rewards": {"cold": [r.reward for r in cold], "warm": [r.reward for r in warm]}}
+        lines.append("step latency (s), LayerNorm triton_rowwise.py, 2 evaluations each:")
+        for label, recs in (("cold", cold), ("warm", warm)):
+            for i, r in enumerate(recs):
+                lines.append(f"  {label} #{i + 1} ({r.status.value}): "
+                             + ", ".join(f"{k}={r.latency[k]:.2f}" for k in keys if k in r.latency))
+        def mean(recs, k):
+            return statistics.mean(r.latency.get(k, 0.0) for r in recs)
+        lines.append(f"  check: cold {mean(cold, 'check'):.2f} s -> warm {mean(warm, 'check'):.2f} s; total: cold "
+                     f"{mean(cold, 'total'):.2f} s -> warm {mean(warm, 'total'):.2f} s; warm checker start "
+                     f"{start_s:.2f} s (once, outside the steps; {starts} process)")
 
     if "scaling" in sections:
         # evaluations per minute over one fixed batch of reference solutions, on 1 GPU and on every GPU of
