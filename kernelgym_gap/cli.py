@@ -77,7 +77,7 @@ def cmd_run(args) -> int:
     from .suite import format_table, run_suite
     dsls = ("triton", "tilelang") if args.dsl == "all" else (args.dsl,)
     rows = run_suite(backend=args.backend, dsls=dsls, task_ids=args.task or None, config=_eval_config(args),
-                     progress=_progress, workers=args.workers)
+                     progress=_progress, workers=args.workers, warm=args.warm)
     if args.json:
         print(json.dumps([{k: v for k, v in r.__dict__.items() if k != "record"} for r in rows], indent=2))
     else:
@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int)
     s.add_argument("--workers", type=int, help="episodes at once (cuda: at most one per GPU, all GPUs by "
                                                 "default; cpu: default 1)")
+    s.add_argument("--warm", action="store_true", help="keep one trusted checker process per worker alive "
+                                                        "across evaluations (saves its start on cuda)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_run)
 
