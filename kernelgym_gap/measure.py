@@ -85,7 +85,7 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
     biggest = max(per_shape, key=lambda p: p["floor_ms"])
     evidence = causes(source, {t.dtype for t in report.timings}, biggest["programs"],
                       biggest["launches_per_call"], report.device.get("sm_count"), biggest["handed_bytes"],
-                      task.min_bytes(tuple(biggest["shape"]), biggest["dtype"]))
+                      biggest["min_bytes"])
     diagnosis = diagnose(agg["E"], agg["U"], library_U, best_known_efficiency(task.id, dsl, cal.device_name),
                          evidence)
     terms = dict(agg, library_U=library_U, per_shape=per_shape, flags=flags,

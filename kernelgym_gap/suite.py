@@ -53,12 +53,10 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
     agent = load_agent("replay", registry=registry)
     plan = [(t, d) for t in tasks for d in dsls if agent.solutions(t.id, d)]
     total = sum(len(agent.solutions(t.id, d)) for t, d in plan)
-    if backend == "cuda":
-        from .batch import visible_gpus
-        slots = list(gpus) if gpus is not None else visible_gpus()
-        slots = slots[: workers or len(slots)]
-    else:
-        slots = [None] * (workers or 1)
+    # the batch API's slots: one per GPU on cuda (an error when none is visible), `workers` on cpu (here 1
+    # by default: an episode is a sequence of steps, and the cpu backend already runs two children a step)
+    from .batch import _slots
+    slots = _slots([backend], workers or (1 if backend == "cpu" else None), gpus)[backend]
     todo: queue.Queue = queue.Queue()
     for i, item in enumerate(plan):
         todo.put((i, item))

@@ -163,9 +163,8 @@ def main() -> int:
                     batch.append(EvalRequest(t.id, t.solution_path(s).read_text(), "triton", "cuda", tag=s.file))
         gpus = visible_gpus()
         runs = {}
-        for label, use in [("1 GPU", gpus[:1]), (f"{len(gpus)} GPUs", gpus)]:
-            if label in runs:
-                continue
+        plans = [("1 GPU", gpus[:1])] + ([(f"{len(gpus)} GPUs", gpus)] if len(gpus) > 1 else [])
+        for label, use in plans:
             t0 = time.time()
             recs = evaluate_many(batch, gpus=use, config=cfg)
             wall = time.time() - t0
