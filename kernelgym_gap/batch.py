@@ -106,9 +106,10 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         stopped after it (see ray_pool.RayPool); or a RayPool kept by the caller across batches (a trainer
         scoring batch after batch should keep one: actors start in about a second, Ray itself in several).
     evaluator: replaces engine.evaluate in the local pool (a store-backed cache, a test double).
-    warm: each worker of the local pool holds one warm.WarmChecker for the call (cuda: pinned to the
-        worker's GPU; cpu: a cpu one) and passes it to the evaluator as `checker=` (engine.evaluate takes
-        it; a custom evaluator must too). The submissions' children stay one fresh process each.
+    warm: each worker of the local pool holds one warm.WarmPool for the call (cuda: pinned to the
+        worker's GPU; cpu: a cpu one) and passes its parts to the evaluator as `checker=` and `children=`
+        (engine.evaluate takes them; a custom evaluator must too). Each submission still runs in a fresh,
+        single-use child (pre-started by the pool or not).
     Raises for misuse (unknown task, dsl or backend) before evaluating anything, and HarnessError if an
     evaluation itself raised (the remaining requests are not started)."""
     from .registry import default_registry
@@ -202,17 +203,17 @@ class _LocalPool:
     def _work(self, backend: str, gpu: int | None) -> None:
         if not self.warm:
             return self._loop(backend, gpu, self.evaluator)
-        from .warm import WarmChecker
+        from .warm import WarmPool
         try:
-            checker = WarmChecker(gpu_index=gpu if gpu is not None else 0, device=backend,
-                                  scratch_root=self.scratch_root)
+            warm = WarmPool(device=backend, gpu_index=gpu if gpu is not None else 0, scratch_root=self.scratch_root)
         except BaseException as e:  # noqa: BLE001 - reported after the pool drains
-            log.exception("the warm checker of worker %s/%s did not start", backend, gpu)
+            log.exception("the warm pool of worker %s/%s did not start", backend, gpu)
             with self.lock:
                 self.failed = self.failed or e
             return self._loop(backend, gpu, self.evaluator)     # drains the queue (failed is set)
-        with checker:
-            self._loop(backend, gpu, functools.partial(self.evaluator, checker=checker))
+        with warm:
+            self._loop(backend, gpu, functools.partial(self.evaluator, checker=warm.checker,
+                                                       children=warm.children))
 
     def _loop(self, backend: str, gpu: int | None, evaluator: Evaluator) -> None:
         q = self.queues[backend]

@@ -116,8 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int)
     s.add_argument("--workers", type=int, help="episodes at once (cuda: at most one per GPU, all GPUs by "
                                                 "default; cpu: default 1)")
-    s.add_argument("--warm", action="store_true", help="keep one trusted checker process per worker alive "
-                                                        "across evaluations (saves its start on cuda)")
+    s.add_argument("--warm", action="store_true", help="a warm pool per worker: one trusted checker process "
+                                                        "kept alive, and each submission's fresh child started "
+                                                        "(imports done) before its step")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_run)
 

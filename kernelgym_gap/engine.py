@@ -22,6 +22,7 @@ from .errors import BackendUnavailableError, ProtocolError, UnknownChoiceError
 from .gate import check_source
 from .registry import PROJECT_ROOT
 from .record import CheckResult, ChildReport, EvalRecord, FailureDetail, Job, Trial
+from .isolation import evaluation_uid
 from .sandbox import ChildOutcome, SandboxConfig, child_env, run_sandboxed
 from .status import Status
 from .task import BACKENDS, DSLS, TaskSpec
@@ -88,6 +89,7 @@ class Evaluation:
         self.layers: tuple[str, ...] = ()
         self.device: dict = {}
         self.versions: dict = {}
+        self.flags: list[str] = []          # notes on checks that could not run, for terms["flags"]
 
     def record(self, status: Status, message: str, *, correct: bool | None = False, reward: float = 0.0,
                terms: dict | None = None, failure: FailureDetail | None = None, diagnosis: dict | None = None,
@@ -95,6 +97,8 @@ class Evaluation:
         base_terms = {"correctness": 1.0 if correct else 0.0, "performance": None, "E": None, "U": None,
                       "per_shape": None, "kernelbench_allclose": None, "flags": []}
         base_terms.update(terms or {})
+        if self.flags:
+            base_terms["flags"] = list(base_terms["flags"] or []) + self.flags
         mode = reward_mode or (self.config.reward.mode if self.backend == "cuda" else "correctness")
         return EvalRecord(
             task=self.task.id, task_version=self.task.version, dsl=self.dsl, backend=self.backend,
@@ -199,36 +203,54 @@ def _check_warm(checker, backend: str, config: EvalConfig) -> None:
                          f"GPU {config.gpu_index} (config.gpu_index)")
 
 
-class _Probe(threading.Thread):
-    """The cpu backend's Triton compile probe, run beside the main child."""
+def probe_env() -> dict[str, str]:
+    """The compile probe's variables: the cuda backend's (no interpreter), with the parent's PATH (ptxas)."""
+    return backend_env("cuda") | {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
 
-    def __init__(self, job: Job, directory: Path, source_file: Path, sandbox: SandboxConfig):
+
+class _Probe(threading.Thread):
+    """The cpu backend's Triton compile probe, run beside the main child (`pre`: a pre-started one)."""
+
+    def __init__(self, job: Job, directory: Path, source_file: Path, sandbox: SandboxConfig, pre=None):
         super().__init__(daemon=True)
-        directory.mkdir()
+        directory.mkdir(exist_ok=True)
         shutil.copy(source_file, directory / "submission.py")
         self.job = dataclasses.replace(job, source_file=str(directory / "submission.py"))
-        self.directory, self.sandbox = directory, sandbox
+        self.directory, self.sandbox, self.pre = directory, sandbox, pre
         self.outcome: ChildOutcome | None = None
         self.wall_s = 0.0
+        self.inconclusive: str | None = None
 
     def run(self):
         path = self.directory / "job.json"
         path.write_text(self.job.to_json())
-        self.outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(path)], self.directory,
-                                     child_env(self.directory, backend_env("cuda") | {"PATH": os.environ.get(
-                                         "PATH", "/usr/local/bin:/usr/bin:/bin")}), self.sandbox)
+        if self.pre is not None and self.pre.send_line(str(path)):
+            self.outcome = self.pre.wait()
+        else:
+            if self.pre is not None:
+                self.pre.kill()
+            self.outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(path)], self.directory,
+                                         child_env(self.directory, probe_env()), self.sandbox)
         self.wall_s = self.outcome.wall_s
 
     def compile_error(self) -> str | None:
-        """The probe's compile error, if it found one; None when it passed or could not tell."""
+        """The probe's compile error, if it found one; None when it passed or could not tell (then
+        `inconclusive` says why)."""
         self.join()
+        self.inconclusive = None
         try:
             report = ChildReport.from_json(Path(self.job.report_file).read_bytes())
-        except (OSError, ProtocolError):
+        except (OSError, ProtocolError) as e:
+            out = self.outcome
+            why = (f"exit code {out.returncode}, {_tail(out.stderr_tail, 3)}" if out is not None else str(e))
+            self.inconclusive = f"compile probe inconclusive: it gave no report ({why})"
             return None
         if report.status is Status.COMPILE_ERROR:
             return ("the kernel runs in the interpreter but does not compile for the GPU (sm_90): "
                     + report.message)
+        if report.status is not Status.OK or "inconclusive" in report.message:
+            self.inconclusive = report.message[:300] if "inconclusive" in report.message else \
+                f"compile probe inconclusive: it ended in {report.status.value}: {report.message[:300]}"
         return None
 
 
@@ -239,14 +261,32 @@ def _with_tasks_dir(sandbox: SandboxConfig, tasks_dir: str | None) -> SandboxCon
     return dataclasses.replace(sandbox, extra_ro_paths=(*sandbox.extra_ro_paths, tasks_dir))
 
 
+def _tasks_dir(task: TaskSpec) -> str | None:
+    return str(task.directory.parent.parent) if task.directory is not None else None
+
+
+def child_spec(task: TaskSpec, dsl: str, backend: str, config: EvalConfig):
+    """What the submission's child is started with (prestart.ChildSpec): its sandbox and environment."""
+    from .prestart import ChildSpec
+    sandbox_cfg = _with_tasks_dir(config.sandbox, _tasks_dir(task))
+    if backend == "cuda":
+        sandbox_cfg = dataclasses.replace(sandbox_cfg, gpu_devices=(config.gpu_index,), address_space_bytes=None)
+    probe = tuple(sorted(probe_env().items())) if backend == "cpu" and dsl == "triton" else None
+    return ChildSpec(dsl=dsl, backend=backend, sandbox=sandbox_cfg, env=tuple(sorted(backend_env(backend).items())),
+                     scratch_root=config.scratch_root, probe_env=probe)
+
+
 def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: str = "auto",
-             config: EvalConfig = EvalConfig(), checker=None) -> EvalRecord:
+             config: EvalConfig = EvalConfig(), checker=None, children=None) -> EvalRecord:
     """Evaluate one submission. Never raises for anything the submission does; raises only for misuse
     (unknown dsl or backend, a checker for another device) or a machine that cannot run the backend.
 
     checker: None (a fresh trusted checker process per evaluation on cuda, the parent itself on cpu) or a
     kernelgym_gap.warm.WarmChecker for this backend (and, on cuda, for config.gpu_index): its persistent
-    process checks instead. The submission's child is a fresh process either way."""
+    process checks instead.
+    children: None, or a kernelgym_gap.prestart.ChildPool: the submission's child is then one the pool
+    pre-started (its imports done) when one fits, and the pool starts the next one once this child ended.
+    The submission's child is a fresh, single-use process either way."""
     if dsl not in DSLS:
         raise UnknownChoiceError("dsl", dsl, DSLS)
     backend = resolve_backend(backend)
@@ -264,13 +304,17 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
     rng = random.Random(config.trial_seed) if config.trial_seed is not None else random.SystemRandom()
     trials = make_trials(task, backend, config, rng)
     timing_trials = make_timing_trials(task, config, rng) if backend == "cuda" else ()
-    scratch = Path(tempfile.mkdtemp(prefix="kgg-eval-", dir=config.scratch_root))
+    spec = child_spec(task, dsl, backend, config)
+    pre = children.take(spec) if children is not None else None
+    scratch = pre.scratch if pre is not None else Path(tempfile.mkdtemp(prefix="kgg-eval-", dir=config.scratch_root))
+    # one uid for this evaluation's children: the compile probe's scratch lives inside the main child's
+    uid = pre.child.uid if pre is not None else evaluation_uid(spec.sandbox)
     private = Path(tempfile.mkdtemp(prefix="kgg-check-", dir=config.scratch_root))
     try:
-        (scratch / "outputs").mkdir()
+        (scratch / "outputs").mkdir(exist_ok=True)
         source_file = scratch / "submission.py"
         source_file.write_text(gate.source)
-        tasks_dir = str(task.directory.parent.parent) if task.directory is not None else None
+        tasks_dir = _tasks_dir(task)
         job = Job(task_id=task.id, dsl=dsl, backend=backend, source_file=str(source_file), tasks_dir=tasks_dir,
                   outputs_dir=str(scratch / "outputs"), report_file=str(scratch / "report.json"),
                   trials=trials, timing=dataclasses.replace(config.timing, baselines=task.baselines)
@@ -287,16 +331,19 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             probe = _Probe(dataclasses.replace(job, mode="compile_probe", trials=tuple(probe_trials),
                                                report_file=str(scratch / "probe" / "report.json"),
                                                outputs_dir=str(scratch / "probe")), scratch / "probe",
-                           source_file, _with_tasks_dir(config.sandbox, tasks_dir))
+                           source_file, dataclasses.replace(spec.sandbox, uid=uid),
+                           pre=pre.probe if pre is not None else None)
             probe.start()
         job_path = scratch / "job.json"
         job_path.write_text(job.to_json())
-        extra = backend_env(backend)
-        sandbox_cfg = _with_tasks_dir(config.sandbox, tasks_dir)
-        if backend == "cuda":
-            sandbox_cfg = dataclasses.replace(sandbox_cfg, gpu_devices=(config.gpu_index,), address_space_bytes=None)
-        outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(job_path)], scratch,
-                                child_env(scratch, extra), sandbox_cfg)
+        outcome = pre.run(job_path) if pre is not None else None
+        if outcome is None:
+            if pre is not None:             # it died while it waited: a cold child in the same scratch
+                pre.reset_scratch()
+            outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(job_path)], scratch,
+                                    child_env(scratch, dict(spec.env)), dataclasses.replace(spec.sandbox, uid=uid))
+        if children is not None:
+            children.refill(spec)           # the next child's imports overlap this evaluation's check
         ev.layers = outcome.layers
         ev.latency["child"] = outcome.wall_s
         probe_failure = probe.compile_error() if probe is not None else None
@@ -304,6 +351,9 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             ev.latency["compile_probe"] = probe.wall_s
         if probe_failure is not None:
             return ev.record(Status.COMPILE_ERROR, probe_failure)
+        if probe is not None and getattr(probe, "inconclusive", None):
+            log.warning("%s: %s", task.id, probe.inconclusive)
+            ev.flags.append("compile_probe_inconclusive: " + probe.inconclusive.split(": ", 1)[-1])
         failed = _child_failure(outcome, config)
         if failed:
             return ev.record(*failed)
@@ -327,6 +377,8 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
                              trials_checked=result.trials_checked)
         return _score(ev, report, result)
     finally:
+        if pre is not None:
+            pre.kill()                      # a no-op once they ran; ends them if something above raised first
         ev.latency["total"] = time.perf_counter() - t_start
         if not config.keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -16,7 +16,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from .config import EvalConfig
-from .engine import evaluate, resolve_backend
+from .engine import child_spec, evaluate, resolve_backend
 from .errors import UnknownChoiceError
 from .record import EvalRecord
 from .registry import TaskRegistry, default_registry
@@ -101,22 +101,25 @@ class KernelEnv(gym.Env):
         self.stop_when_correct = (self.backend == "cpu" or self.config.reward.mode == "correctness"
                                   if stop_when_correct is None else stop_when_correct)
         # warm: False (a fresh trusted checker per step, as engine.evaluate does by default); True (this env
-        # starts one warm.WarmChecker for its backend and GPU and closes it in close()); or a WarmChecker the
-        # caller owns and closes. Only the built-in evaluator uses it; the submission's child stays fresh.
-        self.checker = None
-        self._owns_checker = False
+        # starts a warm.WarmPool for its backend and GPU: a warm checker and pre-started children, closed in
+        # close()); or a WarmPool or WarmChecker the caller owns and closes. Only the built-in evaluator uses
+        # them; each submission still runs in a fresh, single-use child (pre-started or not).
+        from .warm import WarmPool
+        self.checker = self.children = None
+        self._owned: WarmPool | None = None
         if warm is not False and warm is not None:
             if evaluator is not None:
                 raise ValueError("warm= applies to the built-in evaluator; pass a checker to your own evaluator")
             if warm is True:
-                from .warm import WarmChecker
-                self.checker = WarmChecker(gpu_index=self.config.gpu_index, device=self.backend,
-                                           scratch_root=self.config.scratch_root)
-                self._owns_checker = True
+                warm = self._owned = WarmPool(device=self.backend, gpu_index=self.config.gpu_index,
+                                              scratch_root=self.config.scratch_root)
+            if isinstance(warm, WarmPool):
+                self.checker, self.children = warm.checker, warm.children
             else:
                 self.checker = warm
-        checker = self.checker
-        self.evaluator: Evaluator = evaluator or (lambda t, s, d, b, c: evaluate(t, s, d, b, c, checker=checker))
+        checker, children = self.checker, self.children
+        self.evaluator: Evaluator = evaluator or (
+            lambda t, s, d, b, c: evaluate(t, s, d, b, c, checker=checker, children=children))
         self.render_mode = render_mode
         self.observation_space = spaces.Text(max_length=MAX_OBSERVATION_CHARS, min_length=0, charset=CHARSET)
         self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
@@ -139,6 +142,8 @@ class KernelEnv(gym.Env):
         if self._dsl not in DSLS:
             raise UnknownChoiceError("dsl", self._dsl, DSLS)
         self._steps = 0
+        if self.children is not None:       # the first step's child does its imports while the agent thinks
+            self.children.refill(child_spec(self.task, self._dsl, self.backend, self.config))
         self._obs = observation_text(self.task, self._dsl, self.backend, 0, self.max_steps, "")
         return self._obs, {"task": self.task.id, "dsl": self._dsl, "backend": self.backend,
                            "max_steps": self.max_steps}
@@ -162,8 +167,8 @@ class KernelEnv(gym.Env):
         return self._obs, float(record.reward), terminated, truncated, info
 
     def close(self):
-        if self._owns_checker and self.checker is not None:
-            self.checker.close()
+        if self._owned is not None:
+            self._owned.close()
         super().close()
 
     def render(self):

@@ -1,5 +1,9 @@
 """The child: `python -m kernelgym_gap.runner JOB.json`. Runs one submission and writes one ChildReport.
 
+`python -m kernelgym_gap.runner --wait --dsl DSL --backend BACKEND` is the same child pre-started
+(prestart.py): it does the imports (and, on cuda, creates its CUDA context) first, then reads one job path on
+stdin and runs that job. It runs no submission code before the job, and exits after it: single-use.
+
 It runs the submission on fresh inputs per trial, saves each output for the trusted checker, times it on
 the cuda backend, and watches for tampering (integrity.py: guards, op recorders, snapshots). Nothing here decides correctness: the parent's checker does,
 from the saved outputs and inputs it regenerates itself. This process is assumed compromised once the
@@ -86,7 +90,7 @@ def _output_type(out) -> str:
 _OOM_MARKERS = ("can't allocate memory", "not enough memory", "out of memory", "failed to allocate")
 
 
-def run_job(job_path: Path) -> int:
+def run_job(job_path: Path, preimport_s: float | None = None) -> int:
     from .record import ChildReport, Job, TrialOutcome
     from .status import Status
 
@@ -97,7 +101,7 @@ def run_job(job_path: Path) -> int:
         pass
     report_path = Path(job.report_file)
     outputs = Path(job.outputs_dir)
-    phases: dict[str, float] = {}
+    phases: dict[str, float] = {} if preimport_s is None else {"preimport": preimport_s}
     t0 = time.perf_counter()
 
     def finish(status, message, **kw) -> int:
@@ -339,17 +343,46 @@ def _compile_probe(job, task, entry, adapter, device, finish, classify, common) 
                 status, msg = classify(e, f"shape {list(trial.shape)}, {trial.dtype}")
                 return finish(status, msg, failed_trial=trial.index, **common)
             if not adapter.log.compile_errors:
-                return finish(Status.OK, f"compile probe inconclusive: {type(e).__name__}", **common)
+                return finish(Status.OK, f"compile probe inconclusive: the entry point raised before any "
+                              f"launch: {_first_line(e)}", **common)
         if adapter.log.compile_errors:
             return finish(Status.COMPILE_ERROR, f"shape {list(trial.shape)}, {trial.dtype}: "
                           f"{adapter.log.compile_errors[0]}", failed_trial=trial.index, **common)
     return finish(Status.OK, "every launched Triton kernel compiled for sm_90", **common)
 
 
+def wait_for_job(dsl: str, backend: str) -> int:
+    """The pre-started child: the imports a job needs, then one job path on stdin (an empty line or a closed
+    pipe: the pool let it go unused, exit)."""
+    t = time.perf_counter()
+    import torch
+    import triton  # noqa: F401
+    from . import dsl as _dsl, inputs, integrity, record  # noqa: F401
+    if dsl == "tilelang":
+        import tilelang  # noqa: F401
+    if backend == "cuda":
+        from . import calibrate, timing  # noqa: F401
+        torch.zeros(1, device="cuda")       # the CUDA context, made before the job instead of in it
+        torch.cuda.synchronize()
+    preimport_s = time.perf_counter() - t
+    line = sys.stdin.readline().strip()
+    # the submission reads nothing more from the parent: stdin becomes /dev/null
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    if not line:
+        return 0
+    return run_job(Path(line), preimport_s=preimport_s)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m kernelgym_gap.runner JOB.json", file=sys.stderr)
+    if argv[:1] == ["--wait"] and len(argv) == 5 and argv[1] == "--dsl" and argv[3] == "--backend":
+        return wait_for_job(argv[2], argv[4])
+    if len(argv) != 1 or argv[0].startswith("--"):
+        print("usage: python -m kernelgym_gap.runner JOB.json\n"
+              "       python -m kernelgym_gap.runner --wait --dsl DSL --backend BACKEND   (job path on stdin)",
+              file=sys.stderr)
         return 2
     return run_job(Path(argv[0]))
 

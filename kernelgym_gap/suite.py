@@ -41,7 +41,7 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
     """One episode per (task, dsl) with the replay agent. Episodes run in parallel: on the cuda backend one
     at a time per GPU (every visible GPU by default, each episode's evaluations pinned to its worker's GPU),
     on the cpu backend `workers` at a time (default 1). Rows come back in plan order. warm: each worker holds
-    one warm.WarmChecker (its GPU's on cuda) that its episodes' evaluations share."""
+    one warm.WarmPool (its GPU's on cuda: a warm checker and pre-started children) that its episodes share."""
     from .agent import load_agent
     from .engine import resolve_backend
     if warm and evaluator is not None:
@@ -74,22 +74,22 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
 
     def work(gpu: int | None) -> None:
         cfg = config if gpu is None else config.replace(gpu_index=gpu)
-        checker = None
+        pool = None
         try:
             if warm:
-                from .warm import WarmChecker
-                checker = WarmChecker(gpu_index=cfg.gpu_index, device=backend, scratch_root=cfg.scratch_root)
+                from .warm import WarmPool
+                pool = WarmPool(device=backend, gpu_index=cfg.gpu_index, scratch_root=cfg.scratch_root)
             while not errors:
                 try:
                     i, (task, dsl) = todo.get_nowait()
                 except queue.Empty:
                     return
-                results[i] = _episode(task, dsl, backend, cfg, registry, evaluator, tick, gpu, checker)
+                results[i] = _episode(task, dsl, backend, cfg, registry, evaluator, tick, gpu, pool)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(e)
         finally:
-            if checker is not None:
-                checker.close()
+            if pool is not None:
+                pool.close()
 
     threads = [threading.Thread(target=work, args=(g,), name=f"suite-{k}", daemon=True)
                for k, g in enumerate(slots)]
@@ -104,13 +104,13 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
     return [row for i in sorted(results) for row in results[i]]
 
 
-def _episode(task, dsl, backend, config, registry, evaluator, tick, gpu, checker=None) -> list[SuiteRow]:
+def _episode(task, dsl, backend, config, registry, evaluator, tick, gpu, warm=None) -> list[SuiteRow]:
     from .agent import load_agent
     from .env import KernelEnv
     agent = load_agent("replay", registry=registry)
     n = len(agent.solutions(task.id, dsl))
     env = KernelEnv(task_id=task.id, dsl=dsl, backend=backend, max_steps=n, config=config,
-                    stop_when_correct=False, registry=registry, evaluator=evaluator, warm=checker or False)
+                    stop_when_correct=False, registry=registry, evaluator=evaluator, warm=warm or False)
     rows = []
     try:
         obs, info = env.reset(options={"task": task.id, "dsl": dsl})

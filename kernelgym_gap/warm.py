@@ -1,4 +1,5 @@
-"""The warm pool: a trusted checker process kept alive across evaluations.
+"""The warm pool: a trusted checker process kept alive across evaluations (WarmChecker), and, bundled with
+pre-started submission children (prestart.ChildPool), the warm pool of one worker (WarmPool).
 
 On the cuda backend every evaluation used to start `python -m kernelgym_gap.checker CHECK.json`, a fresh
 process that imports torch and creates a CUDA context (4-6 s of a ~20 s step on the H200) to regenerate the
@@ -17,8 +18,9 @@ as the per-evaluation checker's subprocess.run does; the next check starts a fre
 raises inside the server ends that process too (no state of a failed check is reused) and gives the same
 PROTOCOL_ERROR record as a per-evaluation checker that crashed.
 
-Where it is held: KernelEnv(warm=True) (one per env, closed by env.close()), evaluate_many(..., warm=True)
-(one per GPU worker of a cuda batch), run_suite(..., warm=True) (one per worker). Nothing is global.
+Where it is held: KernelEnv(warm=True) (one WarmPool per env, closed by env.close()), evaluate_many(...,
+warm=True) (one per worker: per GPU of a cuda batch), run_suite(..., warm=True) (one per worker). Nothing is
+global.
 """
 from __future__ import annotations
 
@@ -239,3 +241,30 @@ class WarmChecker:
     def __repr__(self) -> str:
         return (f"WarmChecker(device={self.device!r}, gpu_index={self.gpu_index}, pid={self.pid}, "
                 f"starts={self.starts})")
+
+
+class WarmPool:
+    """The warm pool of one worker on one device: a WarmChecker and a prestart.ChildPool.
+
+        with WarmPool("cuda", gpu_index=0) as warm:
+            record = evaluate(task, source, "triton", "cuda", config, checker=warm.checker,
+                              children=warm.children)
+    """
+
+    def __init__(self, device: str = "cuda", gpu_index: int = 0, scratch_root: str | None = None):
+        from .prestart import ChildPool
+        self.checker = WarmChecker(gpu_index=gpu_index, device=device, scratch_root=scratch_root)
+        self.children = ChildPool()
+
+    def close(self) -> None:
+        self.children.close()
+        self.checker.close()
+
+    def __enter__(self) -> "WarmPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"WarmPool({self.checker!r}, {self.children!r})"

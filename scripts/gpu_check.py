@@ -6,7 +6,7 @@
 Sections: `calibrate` (ceilings next to FACTS.md's), `scaling` (a fixed batch on 1 GPU and on all GPUs), `gap` (LayerNorm's optimized, scalar-loop and
 single-program Triton solutions: correctness-only and full reward, E, U, diagnosis), `stability` (the
 optimized kernel in 5 separate evaluations), `latency` (per-step breakdown,
-two evaluations with a fresh checker process each and two through one warm checker), `tests` (pytest -m gpu),
+two cold evaluations and two through one warm pool: a warm checker and pre-started children), `tests` (pytest -m gpu),
 `hostile` (the GPU part of the hostile suite, tests/test_hostile.py -m gpu: reward hacks on the cuda
 backend and attacks on the machine from the GPU path, each test's outcome listed; not in the default set,
 since `tests` runs them too; --hostile-k narrows it, e.g. "gpu_hack" or "gpu_machine_attack").
@@ -38,6 +38,7 @@ def main() -> int:
     ap.add_argument("--scaling-tasks", default="LayerNorm,RMSNorm,Softmax,GELU,AddReLU,RowSum")
     ap.add_argument("--hostile-k", default=None, help="pytest -k expression for the hostile section")
     ap.add_argument("--hostile-timeout", type=int, default=540)
+    ap.add_argument("--think", type=float, default=3.0, help="latency: seconds between steps (the agent's turn)")
     args = ap.parse_args()
     sections = args.sections.split(",")
     import torch
@@ -120,22 +121,34 @@ def main() -> int:
 
     if "latency" in sections:
         # the per-step breakdown of LayerNorm's optimized Triton solution: two evaluations with a fresh trusted
-        # checker process each (cold, today's default), then two through one warm checker (kernelgym_gap.warm),
-        # started and warmed up before the first of them (its start is reported apart, outside the steps)
-        from kernelgym_gap.warm import WarmChecker
-        keys = ["gate", "child_setup", "child_import", "child_correctness", "child_timing", "child_total", "child",
-                "check", "total"]
-        cold = [run("triton_rowwise.py") for _ in range(2)]
+        # checker process and a cold child each, then two through one warm pool (kernelgym_gap.warm.WarmPool:
+        # a warm checker, started and warmed up before the first of them, and pre-started children), steps
+        # `--think` seconds apart (the agent's turn, in which the next child does its imports)
+        from kernelgym_gap.engine import child_spec
+        from kernelgym_gap.warm import WarmPool
+        keys = ["gate", "child_preimport", "child_setup", "child_import", "child_correctness", "child_timing",
+                "child_total", "child", "check", "total"]
+        cold = []
+        for _ in range(2):
+            time.sleep(args.think)
+            cold.append(run("triton_rowwise.py"))
         t0 = time.perf_counter()
-        with WarmChecker(gpu_index=cfg.gpu_index, device="cuda") as chk:
+        full = cfg.replace(reward=RewardConfig(mode="full"))
+        with WarmPool(device="cuda", gpu_index=cfg.gpu_index) as pool:
+            chk = pool.checker
+            pool.children.refill(child_spec(task, "triton", "cuda", full))
             ready_s = chk.warm_up()
             start_s = time.perf_counter() - t0
-            warm = [evaluate(task, sols["triton_rowwise.py"], "triton", "cuda", cfg.replace(reward=RewardConfig(
-                mode="full")), checker=chk) for _ in range(2)]
-            starts = chk.starts
+            warm = []
+            for _ in range(2):
+                time.sleep(args.think)
+                warm.append(evaluate(task, sols["triton_rowwise.py"], "triton", "cuda", full, checker=chk,
+                                     children=pool.children))
+            starts, prestarted = chk.starts, pool.children.served
         out["latency"] = {"cold": [r.latency for r in cold], "warm": [r.latency for r in warm],
                           "warm_checker_start_s": start_s, "warm_checker_ready_wait_s": ready_s,
-                          "warm_checker_processes": starts,
+                          "warm_checker_processes": starts, "prestarted_children_served": prestarted,
+                          "think_s": args.think,
                           "statuses": {"cold": [r.status.value for r in cold], "warm": [r.status.value for r in warm]},
                           "rewards": {"cold": [r.reward for r in cold], "warm": [r.reward for r in warm]}}
         lines.append("step latency (s), LayerNorm triton_rowwise.py, 2 evaluations each:")
@@ -145,9 +158,11 @@ def main() -> int:
                              + ", ".join(f"{k}={r.latency[k]:.2f}" for k in keys if k in r.latency))
         def mean(recs, k):
             return statistics.mean(r.latency.get(k, 0.0) for r in recs)
-        lines.append(f"  check: cold {mean(cold, 'check'):.2f} s -> warm {mean(warm, 'check'):.2f} s; total: cold "
-                     f"{mean(cold, 'total'):.2f} s -> warm {mean(warm, 'total'):.2f} s; warm checker start "
-                     f"{start_s:.2f} s (once, outside the steps; {starts} process)")
+        lines.append(f"  child: cold {mean(cold, 'child'):.2f} s -> pre-started {mean(warm, 'child'):.2f} s "
+                     f"({prestarted} of {len(warm)} steps); check: cold {mean(cold, 'check'):.2f} s -> warm "
+                     f"{mean(warm, 'check'):.2f} s; total: cold {mean(cold, 'total'):.2f} s -> warm "
+                     f"{mean(warm, 'total'):.2f} s; warm checker start {start_s:.2f} s (once, outside the steps; "
+                     f"{starts} process)")
 
     if "scaling" in sections:
         # evaluations per minute over one fixed batch of reference solutions, on 1 GPU and on every GPU of

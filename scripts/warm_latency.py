@@ -1,16 +1,22 @@
-"""Per-step latency with and without the warm checker (kernelgym_gap.warm), on the cpu backend.
+"""Per-step latency without and with the warm pool (kernelgym_gap.warm.WarmPool: a warm trusted checker and
+pre-started children), on the cpu backend.
 
-    .venv/bin/python scripts/warm_latency.py [--task AddReLU] [--solution triton_blocked.py] [--n 2] [--k 5]
+    .venv/bin/python scripts/warm_latency.py [--task AddReLU] [--solution triton_blocked.py] [--n 3] [--k 5]
+                                             [--think 4]
 
-1. The per-step breakdown (record.latency) of `--n` evaluations with the default checker and `--n` through
-   one WarmChecker(device="cpu"), started and warmed up before them (its start is printed apart). On the cpu
-   backend the default checker runs inside the parent (no process), so here the warm checker removes no
-   start: its `check` is the in-parent check plus a round trip (the spec written, one line each way).
-2. What it removes on the cuda backend, where each evaluation starts `python -m kernelgym_gap.checker
-   CHECK.json`: the same check request `--k` times as a fresh process (the engine's per-evaluation command
-   and environment, device cpu) and `--k` times as a round trip to the warm server. On cuda the fresh process
-   also creates a CUDA context, which this cpu figure does not include (gpu_check.py's latency section
-   measures that on the device).
+1. The per-step breakdown (record.latency) of `--n` evaluations in each of three modes: the default (a cold
+   child per step, the check in the parent), a WarmChecker(device="cpu") alone, and a whole WarmPool (the
+   checker plus a prestart.ChildPool: the step's child, and on Triton its compile probe, did their imports
+   before the step). Steps are `--think` seconds apart, standing in for the agent writing its next kernel
+   (the time the pre-started child imports in); the pool's first child is started before the first step, as
+   KernelEnv.reset() does. `child_preimport` is the import time a pre-started child spent before its step.
+   On the cpu backend the default checker runs inside the parent (no process), so the warm checker removes
+   no start here: its `check` is the in-parent check plus a round trip.
+2. What the warm checker removes on the cuda backend, where each evaluation starts `python -m
+   kernelgym_gap.checker CHECK.json`: the same check request `--k` times as a fresh process (the engine's
+   per-evaluation command and environment, device cpu) and `--k` times as a round trip to the warm server.
+   On cuda the fresh process also creates a CUDA context, which this cpu figure does not include
+   (gpu_check.py's latency section measures that on the device).
 """
 from __future__ import annotations
 
@@ -27,12 +33,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernelgym_gap.config import EvalConfig  # noqa: E402
-from kernelgym_gap.engine import backend_env, evaluate  # noqa: E402
+from kernelgym_gap.engine import backend_env, child_spec, evaluate  # noqa: E402
 from kernelgym_gap.registry import get_task  # noqa: E402
 from kernelgym_gap.sandbox import child_env  # noqa: E402
-from kernelgym_gap.warm import WarmChecker  # noqa: E402
+from kernelgym_gap.warm import WarmChecker, WarmPool  # noqa: E402
 
-KEYS = ("gate", "child", "compile_probe", "check", "total")
+KEYS = ("gate", "child", "child_preimport", "compile_probe", "check", "total")
 
 
 def _fmt(lat: dict) -> str:
@@ -43,7 +49,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", default="AddReLU")
     p.add_argument("--solution", default="triton_blocked.py")
-    p.add_argument("--n", type=int, default=2, help="evaluations per mode")
+    p.add_argument("--n", type=int, default=3, help="evaluations per mode")
+    p.add_argument("--think", type=float, default=4.0, help="seconds between two steps (the agent's turn)")
     p.add_argument("--k", type=int, default=5, help="check requests per mode in part 2")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
@@ -54,12 +61,24 @@ def main(argv=None) -> int:
                  "load_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory(prefix="kgg-warm-latency-") as root:
         cfg = EvalConfig(trial_seed=0, scratch_root=root)
-        cold = [evaluate(task, source, dsl, "cpu", cfg) for _ in range(args.n)]
+
+        def steps(**warm):
+            recs = []
+            for i in range(args.n):
+                time.sleep(args.think)
+                recs.append(evaluate(task, source, dsl, "cpu", cfg, **warm))
+            return recs
+        cold = steps()
+        with WarmPool(device="cpu", scratch_root=root) as pool:
+            pool.checker.warm_up()
+            pool.children.refill(child_spec(task, dsl, "cpu", cfg))
+            pooled = steps(checker=pool.checker, children=pool.children)
+            n_served = pool.children.served
         t0 = time.perf_counter()
         with WarmChecker(device="cpu", scratch_root=root) as chk:
             chk.warm_up()
             start_s = time.perf_counter() - t0
-            warm = [evaluate(task, source, dsl, "cpu", cfg, checker=chk) for _ in range(args.n)]
+            warm = steps(checker=chk)
             # part 2: one kept check request (its outputs, job, report and spec), asked both ways
             kept = evaluate(task, source, dsl, "cpu", cfg.replace(keep_scratch=True), checker=chk)
             spec = next(Path(root).glob("kgg-check-*/check_spec.json"))
@@ -79,17 +98,23 @@ def main(argv=None) -> int:
                 served_s.append(time.perf_counter() - t)
                 assert served.to_json() == fresh_result, "the warm and the fresh checker disagree"
             processes = chk.starts
-    statuses = {r.status.value for r in cold + warm + [kept]}
-    out.update({"cold": [r.latency for r in cold], "warm": [r.latency for r in warm], "statuses": sorted(statuses),
+    statuses = {r.status.value for r in cold + warm + pooled + [kept]}
+    out.update({"cold": [r.latency for r in cold], "warm": [r.latency for r in warm],
+                "warm_pool": [r.latency for r in pooled], "prestarted_served": n_served,
+                "think_s": args.think, "statuses": sorted(statuses),
                 "warm_checker_start_s": start_s, "warm_checker_processes": processes,
                 "fresh_checker_process_s": fresh_s, "warm_round_trip_s": served_s,
                 "trials_checked": kept.trials_checked})
     print(f"{task.id} {args.solution}, cpu backend, {os.cpu_count()} CPUs, load {out['load_before']}; "
           f"statuses {sorted(statuses)}")
-    print(f"per step (s), {args.n} evaluations each:")
-    for label, recs in (("default (in-parent check)", cold), ("warm checker", warm)):
+    print(f"per step (s), {args.n} evaluations each, {args.think:g} s apart:")
+    for label, recs in (("default (cold child, in-parent check)", cold), ("warm checker", warm),
+                        ("warm pool (checker + pre-started child)", pooled)):
         for i, r in enumerate(recs):
             print(f"  {label} #{i + 1}: {_fmt(r.latency)}")
+        print(f"  {label}: median total {statistics.median(r.latency['total'] for r in recs):.3f} s, "
+              f"child {statistics.median(r.latency['child'] for r in recs):.3f} s")
+    print(f"  warm pool: {n_served} of {len(pooled)} steps ran in a pre-started child")
     print(f"  warm checker start (once, outside the steps): {start_s:.2f} s; processes started: {processes}")
     print(f"the check request ({kept.trials_checked} trials), {args.k} times each:")
     print(f"  fresh `python -m kernelgym_gap.checker` process: median {statistics.median(fresh_s):.3f} s "

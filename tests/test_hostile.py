@@ -48,9 +48,12 @@ class _NoProbe:
     """Stands in for the cpu backend's sm_90 compile probe (a second child per evaluation) where a test
     is about the main child: half the CPU per evaluation on a 2-core machine."""
 
-    def __init__(self, job, directory, source_file, sandbox):
-        directory.mkdir()
+    def __init__(self, job, directory, source_file, sandbox, pre=None):
+        directory.mkdir(exist_ok=True)
+        if pre is not None:
+            pre.kill()
         self.wall_s = 0.0
+        self.inconclusive = None
 
     def start(self):
         pass
@@ -360,3 +363,14 @@ def test_gpu_machine_attack(name, task, honest_source, honest_baseline, listener
                             outcomes):
     _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monkeypatch, outcomes,
             backend="cuda", gpu_memory_bytes=16 << 30)
+
+
+def test_known_hole_probe_evasion_is_flagged(task):
+    """A kernel that cannot compile for sm_90, hidden from the cpu backend's compile probe (the entry point
+    raises when it runs without the interpreter): not failed (the probe cannot tell evasion from an entry
+    point that needs real outputs), but the record says the probe was inconclusive."""
+    name = "known_hole_probe_evasion.py"
+    record = evaluate(task, source_of(name, 9, Path("/nonexistent")), "triton", "cpu", config())
+    assert record.status.value in expected(name), (record.status, record.message)
+    flags = [f for f in record.terms["flags"] if f.startswith("compile_probe_inconclusive")]
+    assert flags and "not today" in flags[0], record.terms["flags"]

@@ -3,6 +3,7 @@ submission, no audit guard: these test the OS layers themselves). Each test skip
 and says so; on the CI machine (root, bubblewrap from scripts/setup.sh, cgroup v1) all of it runs."""
 from __future__ import annotations
 
+import glob
 import json
 import resource
 import os
@@ -349,8 +350,8 @@ def test_no_isolation_still_has_limits(tmp_path):
 def test_gpu_nodes_only_on_the_gpu_path(tmp_path, monkeypatch):
     """This machine has no /dev/nvidia*: the argv the layers are built from, with nodes pretended."""
     nodes = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]
-    real_glob = sb.glob.glob
-    monkeypatch.setattr(sb.glob, "glob", lambda pat: nodes if pat == "/dev/nvidia*" else real_glob(pat))
+    real_glob = glob.glob
+    monkeypatch.setattr(glob, "glob", lambda pat: nodes if pat == "/dev/nvidia*" else real_glob(pat))
     cpu = sb._bwrap_argv(tmp_path, SandboxConfig(), None, privileged=ROOT)
     gpu = sb._bwrap_argv(tmp_path, SandboxConfig(gpu_devices=(0,)), None, privileged=ROOT)
     assert not any(a.startswith("/dev/nvidia") for a in cpu)

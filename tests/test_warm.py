@@ -22,6 +22,7 @@ from kernelgym_gap.engine import backend_env, evaluate, make_trials
 from kernelgym_gap.record import CheckResult, ChildReport, Job, TrialOutcome
 from kernelgym_gap.sandbox import child_env
 from kernelgym_gap.status import Status
+from kernelgym_gap.prestart import ChildPool
 from kernelgym_gap.warm import WarmChecker
 
 
@@ -205,15 +206,18 @@ def test_env_warm_flag_holds_and_closes_one(task):
     from kernelgym_gap.env import KernelEnv
     env = KernelEnv(task_id=task.id, backend="cpu", warm=True)
     try:
-        assert isinstance(env.checker, WarmChecker)
+        assert isinstance(env.checker, WarmChecker) and isinstance(env.children, ChildPool)
         env.checker.warm_up()
         pid = env.checker.pid
         env.reset(seed=0)
+        assert env.children.idle() == 1                   # reset pre-started the first step's child
+        (waiting,) = env.children._idle.values()
         _, _, _, _, info = env.step("def broken(:\n")      # fails at the gate: the checker is not asked
         assert info["status"] == "syntax_error"
     finally:
         env.close()
     assert not _exists(pid)
+    assert waiting.child.proc.poll() is not None and not waiting.scratch.exists()
     with pytest.raises(ValueError):
         KernelEnv(task_id=task.id, backend="cpu", warm=True, evaluator=lambda *a: None)
 
@@ -222,14 +226,15 @@ def test_evaluate_many_warm_passes_each_worker_its_checker(task):
     from kernelgym_gap.batch import EvalRequest, evaluate_many
     seen = []
 
-    def fake(task_, source, dsl, backend, config, checker=None):
-        seen.append(checker)
-        return evaluate(task_, "def broken(:\n", dsl, backend, config, checker=checker)
+    def fake(task_, source, dsl, backend, config, checker=None, children=None):
+        seen.append((checker, children))
+        return evaluate(task_, "def broken(:\n", dsl, backend, config, checker=checker, children=children)
 
     records = evaluate_many([EvalRequest(task.id, "x", backend="cpu")] * 3, workers=1, evaluator=fake, warm=True)
     assert [r.status for r in records] == [Status.SYNTAX_ERROR] * 3
-    assert len({id(c) for c in seen}) == 1 and isinstance(seen[0], WarmChecker)
-    assert not seen[0].alive()                            # closed when the batch ended
+    assert len({id(c) for c, _ in seen}) == 1 and isinstance(seen[0][0], WarmChecker)
+    assert len({id(p) for _, p in seen}) == 1 and isinstance(seen[0][1], ChildPool)
+    assert not seen[0][0].alive() and seen[0][1].idle() == 0     # closed when the batch ended
 
 
 @pytest.mark.gpu

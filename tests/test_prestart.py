@@ -1,0 +1,165 @@
+"""Pre-started children (kernelgym_gap.prestart.ChildPool): a submission handed to a child that did its
+imports before the submission arrived gets the same record as in a cold child; each child serves one
+submission and is gone after it; a crash leaves the next pre-started child clean; a child that died while it
+waited, or one started for another sandbox setting, is not used (a cold child runs instead); the deadline
+starts at the handoff; close() ends the waiting children. Also the evaluation's one uid: the cpu backend's
+compile probe runs as the main child's uid (it used to race for it and silently fail)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelgym_gap.config import EvalConfig
+from kernelgym_gap.engine import child_spec, evaluate
+from kernelgym_gap.prestart import ChildPool
+from kernelgym_gap.sandbox import SandboxConfig, SandboxedChild, child_env
+from kernelgym_gap.status import Status
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def task(registry):
+    return registry.get("AddReLU")
+
+
+@pytest.fixture(scope="module")
+def source(task):
+    sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
+    return task.solution_path(sol).read_text()
+
+
+def _strip(record) -> dict:
+    d = record.to_dict()
+    d.pop("latency")
+    d.pop("created_at")
+    return d
+
+
+def _ended(child) -> bool:
+    return child.proc.poll() is not None
+
+
+def test_a_prestarted_child_gives_the_cold_record_and_serves_once(task, source, tmp_path):
+    cfg = EvalConfig(trial_seed=0, scratch_root=str(tmp_path))
+    spec = child_spec(task, "triton", "cpu", cfg)
+    cold = evaluate(task, source, "triton", "cpu", cfg)
+    with ChildPool() as pool:
+        pool.refill(spec)
+        first = pool.waiting(spec)
+        assert first is not None and first.child.alive() and first.probe is not None
+        warm = evaluate(task, source, "triton", "cpu", cfg, children=pool)
+        assert pool.served == 1
+        assert _ended(first.child) and _ended(first.probe)          # single-use: gone after its submission
+        assert not first.scratch.exists()
+        second = pool.waiting(spec)                                 # the next one, started after the child
+        assert second is not None and second is not first and second.child.alive()
+        assert second.child.proc.pid != first.child.proc.pid and second.scratch != first.scratch
+    assert _ended(second.child) and not second.scratch.exists()    # close() ends the waiting child
+    assert _strip(warm) == _strip(cold) and warm.status is Status.OK
+    assert "child_preimport" in warm.latency and "child_preimport" not in cold.latency
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_crash_in_a_prestarted_child_leaves_the_next_one_clean(registry, tmp_path):
+    task = registry.get("LayerNorm")
+    honest = task.solution_path(next(s for s in task.solutions if s.file == "triton_rowwise.py")).read_text()
+    cfg = EvalConfig(trial_seed=0, scratch_root=str(tmp_path))
+    baseline = evaluate(task, honest, "triton", "cpu", cfg)
+    with ChildPool() as pool:
+        pool.refill(child_spec(task, "triton", "cpu", cfg))
+        crash = evaluate(task, (FIXTURES / "failures" / "crash.py").read_text(), "triton", "cpu", cfg, children=pool)
+        again = evaluate(task, honest, "triton", "cpu", cfg, children=pool)
+        assert pool.served == 2
+    assert crash.status is Status.CRASH and crash.reward == 0.0
+    assert _strip(again) == _strip(baseline) and again.status is Status.OK
+
+
+def test_a_child_that_died_while_it_waited_is_replaced_by_a_cold_one(task, source, tmp_path):
+    cfg = EvalConfig(trial_seed=0, scratch_root=str(tmp_path))
+    spec = child_spec(task, "triton", "cpu", cfg)
+    with ChildPool() as pool:
+        pool.refill(spec)
+        waiting = pool.waiting(spec)
+        os.killpg(waiting.child.proc.pid, signal.SIGKILL)
+        waiting.child.proc.wait(timeout=30)
+        record = evaluate(task, source, "triton", "cpu", cfg, children=pool)
+        assert pool.served == 0
+        assert not waiting.scratch.exists()
+    assert record.status is Status.OK and "child_preimport" not in record.latency
+
+
+def test_a_child_started_for_other_settings_is_not_used(task, source, tmp_path):
+    cfg = EvalConfig(trial_seed=0, scratch_root=str(tmp_path))
+    other = cfg.replace(sandbox=SandboxConfig(pids_max=256))
+    with ChildPool() as pool:
+        pool.refill(child_spec(task, "triton", "cpu", cfg))
+        record = evaluate(task, source, "triton", "cpu", other, children=pool)
+        assert pool.served == 0 and record.status is Status.OK
+        assert pool.waiting(child_spec(task, "triton", "cpu", cfg)).child.alive()     # still there
+        assert pool.waiting(child_spec(task, "triton", "cpu", other)) is not None      # and one for `other`
+        assert pool.idle() == 2
+
+
+def test_the_deadline_starts_at_the_handoff(tmp_path):
+    """A child that waited past its wall-clock limit still gets the whole limit once its job arrives, and is
+    killed at it."""
+    cfg = SandboxConfig(wall_s=2.0)
+    code = "import sys, time; print(sys.stdin.readline().strip(), flush=True); time.sleep(60)"
+    child = SandboxedChild([sys.executable, "-S", "-c", code], tmp_path, child_env(tmp_path, {}), cfg,
+                           stdin_pipe=True)
+    time.sleep(3.0)
+    assert child.alive()
+    assert child.send_line("job-path")
+    out = child.wait()
+    assert out.timed_out and 1.9 <= out.wall_s < 10, out
+    assert "job-path" in out.stdout_tail
+    assert not child.alive()
+    with pytest.raises(RuntimeError):
+        child.wait()
+
+
+def test_send_line_to_a_dead_child_says_so(tmp_path):
+    child = SandboxedChild([sys.executable, "-S", "-c", "pass"], tmp_path, child_env(tmp_path, {}),
+                           SandboxConfig(wall_s=30.0), stdin_pipe=True)
+    child.proc.wait(timeout=30)
+    assert child.send_line("x") is False
+    child.kill()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the unprivileged uid layer needs root")
+def test_the_compile_probe_runs_as_the_main_childs_uid(task, source, tmp_path):
+    """Both children of one evaluation share one fresh uid: the probe's scratch is inside the main child's
+    (mode 0700). It used to draw its own uid when it started first, and fail silently."""
+    for _ in range(2):
+        record = evaluate(task, source, "triton", "cpu", EvalConfig(trial_seed=0, scratch_root=str(tmp_path),
+                                                                     keep_scratch=True))
+        assert record.status is Status.OK and not record.terms["flags"], record.terms["flags"]
+    for scratch in tmp_path.glob("kgg-eval-*"):
+        probe = scratch / "probe"
+        assert probe.stat().st_uid == scratch.stat().st_uid != 0
+        assert (probe / "report.json").is_file()
+    subprocess.run(["rm", "-rf", str(tmp_path)], check=False)
+
+
+@pytest.mark.gpu
+def test_cuda_prestarted_child_matches_a_cold_one(task, source):
+    """On the GPU path: the pre-started child created its CUDA context before its job; the record is the
+    cold one's (status, correctness, trials), its time a real measurement, and the child single-use."""
+    cfg = EvalConfig(trial_seed=0)
+    spec = child_spec(task, "triton", "cuda", cfg)
+    cold = evaluate(task, source, "triton", "cuda", cfg)
+    with ChildPool() as pool:
+        pool.refill(spec)
+        first = pool.waiting(spec)
+        time.sleep(5)                                   # its imports and CUDA context, before the step
+        warm = evaluate(task, source, "triton", "cuda", cfg, children=pool)
+        assert pool.served == 1 and _ended(first.child)
+    assert warm.status is cold.status is Status.OK, warm.message
+    assert warm.correct and warm.trials_checked == cold.trials_checked
+    assert "child_preimport" in warm.latency and "gpu_devices" in warm.sandbox_layers
+    assert all(p["kernel_ms"] > 0 for p in warm.terms["per_shape"])
