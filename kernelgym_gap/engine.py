@@ -208,15 +208,19 @@ def probe_env() -> dict[str, str]:
     return backend_env("cuda") | {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
 
 
+_PROBE_INCONCLUSIVE = "compile probe inconclusive: "     # how runner._compile_probe says it could not tell
+
+
 class _Probe(threading.Thread):
     """The cpu backend's Triton compile probe, run beside the main child (`pre`: a pre-started one)."""
 
-    def __init__(self, job: Job, directory: Path, source_file: Path, sandbox: SandboxConfig, pre=None):
+    def __init__(self, job: Job, directory: Path, source_file: Path, sandbox: SandboxConfig, env: dict[str, str],
+                 pre=None):
         super().__init__(daemon=True)
         directory.mkdir(exist_ok=True)
         shutil.copy(source_file, directory / "submission.py")
         self.job = dataclasses.replace(job, source_file=str(directory / "submission.py"))
-        self.directory, self.sandbox, self.pre = directory, sandbox, pre
+        self.directory, self.sandbox, self.env, self.pre = directory, sandbox, env, pre
         self.outcome: ChildOutcome | None = None
         self.wall_s = 0.0
         self.inconclusive: str | None = None
@@ -230,27 +234,27 @@ class _Probe(threading.Thread):
             if self.pre is not None:
                 self.pre.kill()
             self.outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(path)], self.directory,
-                                         child_env(self.directory, probe_env()), self.sandbox)
+                                         child_env(self.directory, self.env), self.sandbox)
         self.wall_s = self.outcome.wall_s
 
     def compile_error(self) -> str | None:
         """The probe's compile error, if it found one; None when it passed or could not tell (then
         `inconclusive` says why)."""
         self.join()
-        self.inconclusive = None
         try:
             report = ChildReport.from_json(Path(self.job.report_file).read_bytes())
         except (OSError, ProtocolError) as e:
             out = self.outcome
             why = (f"exit code {out.returncode}, {_tail(out.stderr_tail, 3)}" if out is not None else str(e))
-            self.inconclusive = f"compile probe inconclusive: it gave no report ({why})"
+            self.inconclusive = f"it gave no report ({why})"
             return None
         if report.status is Status.COMPILE_ERROR:
             return ("the kernel runs in the interpreter but does not compile for the GPU (sm_90): "
                     + report.message)
-        if report.status is not Status.OK or "inconclusive" in report.message:
-            self.inconclusive = report.message[:300] if "inconclusive" in report.message else \
-                f"compile probe inconclusive: it ended in {report.status.value}: {report.message[:300]}"
+        if report.status is not Status.OK:
+            self.inconclusive = f"it ended in {report.status.value}: {report.message[:300]}"
+        elif report.message.startswith(_PROBE_INCONCLUSIVE):
+            self.inconclusive = report.message.removeprefix(_PROBE_INCONCLUSIVE)[:300]
         return None
 
 
@@ -331,7 +335,7 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             probe = _Probe(dataclasses.replace(job, mode="compile_probe", trials=tuple(probe_trials),
                                                report_file=str(scratch / "probe" / "report.json"),
                                                outputs_dir=str(scratch / "probe")), scratch / "probe",
-                           source_file, dataclasses.replace(spec.sandbox, uid=uid),
+                           source_file, dataclasses.replace(spec.sandbox, uid=uid), dict(spec.probe_env),
                            pre=pre.probe if pre is not None else None)
             probe.start()
         job_path = scratch / "job.json"
@@ -351,9 +355,9 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             ev.latency["compile_probe"] = probe.wall_s
         if probe_failure is not None:
             return ev.record(Status.COMPILE_ERROR, probe_failure)
-        if probe is not None and getattr(probe, "inconclusive", None):
-            log.warning("%s: %s", task.id, probe.inconclusive)
-            ev.flags.append("compile_probe_inconclusive: " + probe.inconclusive.split(": ", 1)[-1])
+        if probe is not None and probe.inconclusive:
+            log.warning("%s: compile probe inconclusive: %s", task.id, probe.inconclusive)
+            ev.flags.append(f"compile_probe_inconclusive: {probe.inconclusive}")
         failed = _child_failure(outcome, config)
         if failed:
             return ev.record(*failed)

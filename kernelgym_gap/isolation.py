@@ -185,11 +185,8 @@ def evaluation_uid(config: SandboxConfig) -> int | str | None:
 
 def _choose(config: SandboxConfig, scratch: Path) -> tuple[str, int | None]:
     """(isolation, uid to run as) for this child."""
-    root = os.geteuid() == 0
-    want_uid = root and config.uid is not None
-    uid = None
-    if want_uid:
-        uid = config.uid if isinstance(config.uid, int) else _fresh_uid()
+    setting = evaluation_uid(config)
+    uid = setting if isinstance(setting, int) and os.geteuid() == 0 else None
     order = {"auto": ["bwrap", "unshare", "none"], "bwrap": ["bwrap"], "unshare": ["unshare"], "none": ["none"]}
     if config.isolation not in order:
         raise ValueError(f"unknown isolation {config.isolation!r}")

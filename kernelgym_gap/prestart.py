@@ -70,10 +70,9 @@ class PrestartedChild:
             if spec.probe_env is not None:
                 probe_dir = self.scratch / "probe"
                 probe_dir.mkdir()
-                self.probe = SandboxedChild(
-                    [sys.executable, "-m", "kernelgym_gap.runner", "--wait", "--dsl", spec.dsl, "--backend", "cpu"],
-                    probe_dir, child_env(probe_dir, dict(spec.probe_env)),
-                    dataclasses.replace(spec.sandbox, uid=self.child.uid), stdin_pipe=True)
+                # probe_env is set on the cpu backend only: the same `--wait --backend cpu` argv serves the probe
+                self.probe = SandboxedChild(spec.argv(), probe_dir, child_env(probe_dir, dict(spec.probe_env)),
+                                            dataclasses.replace(spec.sandbox, uid=self.child.uid), stdin_pipe=True)
         except BaseException:
             self.kill()
             shutil.rmtree(self.scratch, ignore_errors=True)

@@ -48,7 +48,7 @@ class _NoProbe:
     """Stands in for the cpu backend's sm_90 compile probe (a second child per evaluation) where a test
     is about the main child: half the CPU per evaluation on a 2-core machine."""
 
-    def __init__(self, job, directory, source_file, sandbox, pre=None):
+    def __init__(self, job, directory, source_file, sandbox, env, pre=None):
         directory.mkdir(exist_ok=True)
         if pre is not None:
             pre.kill()
