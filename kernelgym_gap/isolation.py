@@ -101,13 +101,21 @@ def _setpriv(uid: int) -> list[str]:
             "--no-new-privs", "--"]
 
 
+# Directories whose contents the child may need in ways no bind-back foresees (devices, kernel interfaces,
+# configuration, system-wide installs): never replaced by an empty tmpfs, at any depth.
+_NEVER_HIDDEN = _SYSTEM_DIRS + ("/etc", "/proc", "/sys", "/dev", "/run", "/boot")
+
+
 def _hidden_roots() -> list[str]:
-    roots = ["/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/mnt", "/media", "/srv"]
-    parent = os.path.dirname(str(PROJECT_ROOT))
-    if parent.count("/") == 1 and parent not in ("/",) + _SYSTEM_DIRS + ("/etc", "/var", "/opt", "/run", "/proc",
-                                                                        "/sys", "/dev", "/boot"):
+    """The directories the unshare layer covers with an empty tmpfs: the host's temporary and home
+    directories, and the checkout's parent wherever it sits (its siblings are other people's files: on the
+    team's machines /work/shared beside /work/main, on a CI runner whatever it clones beside the project)."""
+    roots = [r for r in ("/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/mnt", "/media", "/srv")
+             if os.path.isdir(r) and not os.path.islink(r)]
+    parent = str(PROJECT_ROOT.parent)   # PROJECT_ROOT is resolved: no symlink on the way
+    if parent not in ("/", "/var", "/opt") and not _under(parent, _NEVER_HIDDEN + tuple(roots)):
         roots.append(parent)
-    return [r for r in roots if os.path.isdir(r) and not os.path.islink(r)]
+    return roots
 
 
 def _unshare_argv(scratch: Path, config: SandboxConfig, uid: int | None) -> list[str]:
