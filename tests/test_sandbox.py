@@ -123,7 +123,9 @@ def test_filesystem_view(tmp_path, isolation):
     allowed = {PROJECT_ROOT.name}
     if tmp_path.is_relative_to(PROJECT_ROOT.parent):
         allowed.add(tmp_path.relative_to(PROJECT_ROOT.parent).parts[0])
-    assert set(got["work_parent"]) <= allowed and PROJECT_ROOT.name in got["work_parent"], got["work_parent"]
+    from kernelgym_gap import isolation as iso
+    assert set(got["work_parent"]) <= allowed and PROJECT_ROOT.name in got["work_parent"], \
+        (got["work_parent"], str(PROJECT_ROOT), iso._hidden_roots(), iso._python_ro_paths())
     if isolation == "bwrap" or PROJECT_ROOT.parent == Path("/work"):
         # bwrap shows only what it binds; unshare hides the checkout's siblings (the team's /work/shared
         # beside /work/main), not every directory of the machine
