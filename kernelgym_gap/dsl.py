@@ -3,6 +3,7 @@ compile errors. Imported only inside the child, after the backend's environment 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 import logging
 import math
@@ -29,6 +30,7 @@ class LaunchLog:
     failed: int = 0                 # launches that raised (a submission may catch the error and fall back)
     side_stream: int = 0            # launches on a stream other than the one the harness set (cuda)
     compile_errors: list = dataclasses.field(default_factory=list)   # kept even when the submission caught them
+    specs: dict = dataclasses.field(default_factory=dict)   # KernelSpec.key() -> KernelSpec: launched or compiled
     notes: set = dataclasses.field(default_factory=set)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
@@ -128,6 +130,7 @@ class TritonAdapter:
         self.log = LaunchLog()
         self.streams = _StreamWatch(backend)
         self._compiled: set = set()
+        self._sources: dict = {}        # kernel function -> sha256 of its source
 
     def install(self) -> None:
         import triton.runtime.jit as jit
@@ -162,6 +165,8 @@ class TritonAdapter:
                             raise
                         adapter.log.record(0)
                         return None
+                    if adapter.interpret:
+                        adapter._note_launch(fn_self, args, kwargs)
                     adapter.streams.check(adapter.log)
                     seen: list[int] = []
                     try:
@@ -213,29 +218,34 @@ class TritonAdapter:
         seen.append(_grid_programs(grid))
         return grid
 
-    def _compile_for_gpu(self, fn_self, args, kwargs) -> None:
+    def _specialization(self, fn_self, args, kwargs):
+        """The launch as a KernelSpec (argument types, constexpr values, options), or None with a note when
+        an argument has a type the probe cannot name."""
         import torch
-        import triton
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-        from triton.compiler.errors import CompilationError
+        from .record import KernelSpec
 
         kwargs = dict(kwargs)
-        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if k in kwargs}
-        for k in ("debug", "ir_override"):
+        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
+                   if kwargs.get(k) is not None}
+        for k in ("num_warps", "num_stages", "num_ctas", "maxnreg", "debug", "ir_override"):
             kwargs.pop(k, None)
-        params = inspect.signature(fn_self.fn).parameters
+        fn = fn_self.fn
+        params = inspect.signature(fn).parameters
         try:
-            bound = inspect.signature(fn_self.fn).bind(*args, **kwargs)
+            bound = inspect.signature(fn).bind(*args, **kwargs)
         except TypeError as e:
-            raise DSLCompileError(f"{fn_self.fn.__name__}: {e}") from e
+            raise DSLCompileError(f"{fn.__name__}: {e}") from e
         bound.apply_defaults()
-        signature, constexprs = {}, {}
+        signature, constexprs, exact = {}, {}, True
         for name, value in bound.arguments.items():
             ann = params[name].annotation
             ann = ann if isinstance(ann, str) else getattr(ann, "__name__", str(ann))
             if "constexpr" in ann or value is None:
-                signature[name], constexprs[name] = "constexpr", value
+                signature[name] = "constexpr"
+                if value is None or type(value) in (bool, int, float, str):
+                    constexprs[name] = value
+                else:               # a tl.dtype, a function: compared by repr, not carried to another process
+                    constexprs[name], exact = f"repr:{value!r}", False
             elif isinstance(value, torch.Tensor):
                 signature[name] = "*" + _TORCH_TO_TRITON[str(value.dtype).removeprefix("torch.")]
             elif isinstance(value, bool):
@@ -245,16 +255,60 @@ class TritonAdapter:
             elif isinstance(value, float):
                 signature[name] = "fp32"
             else:
-                self.log.notes.add(f"compile probe skipped {fn_self.fn.__name__}: argument {name} is a "
+                self.log.notes.add(f"compile probe skipped {fn.__name__}: argument {name} is a "
                                    f"{type(value).__name__}")
-                return
-        key = (fn_self.fn, tuple(sorted(signature.items())), repr(sorted(constexprs.items(), key=str)),
-               tuple(sorted(options.items())))
+                return None, bound
+        spec = KernelSpec(module=getattr(fn, "__module__", "?"), qualname=getattr(fn, "__qualname__", "?"),
+                          source_sha256=self.source_sha256(fn), signature=signature, constexprs=constexprs,
+                          options=options, exact=exact)
+        return spec, bound
+
+    def source_sha256(self, fn) -> str:
+        """sha256 of a kernel function's source text (cached): how a KernelSpec names the kernel it launched."""
+        digest = self._sources.get(fn)
+        if digest is None:
+            try:
+                text = inspect.getsource(fn)
+            except (OSError, TypeError):
+                text = ""
+            digest = self._sources[fn] = hashlib.sha256(text.encode()).hexdigest()
+        return digest
+
+    def _note_launch(self, fn_self, args, kwargs) -> None:
+        """The interpreter's launch, recorded as a KernelSpec for the compile probe (the cpu backend)."""
+        try:
+            spec, _ = self._specialization(fn_self, args, kwargs)
+        except DSLCompileError:
+            return                  # the launch itself raises the same binding error
+        if spec is not None:
+            with self.log.lock:
+                self.log.specs.setdefault(spec.key(), spec)
+
+    def _compile_for_gpu(self, fn_self, args, kwargs) -> None:
+        spec, bound = self._specialization(fn_self, args, kwargs)
+        if spec is None:
+            return
+        constexprs = {k: bound.arguments[k] for k in spec.constexprs}   # the values themselves
+        self.compile_spec(fn_self, spec, constexprs)
+
+    def compile_spec(self, fn_self, spec, constexprs=None) -> None:
+        """Compiles one specialization of the JITFunction `fn_self` for sm_90 (once per spec); raises
+        DSLCompileError if it does not compile."""
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        # the object too (two kernels may share a name and a source); by id: a JITFunction's own hash
+        # computes its cache key, which raises for a kernel that references a plain Python function
+        key = (id(fn_self), spec.key())
+        with self.log.lock:
+            self.log.specs.setdefault(spec.key(), spec)
         if key in self._compiled:
             return
         try:
-            triton.compile(ASTSource(fn_self, signature, constexprs), target=GPUTarget("cuda", 90, 32),
-                           options=options or None)
+            triton.compile(ASTSource(fn_self, dict(spec.signature), dict(spec.constexprs if constexprs is None
+                                                                          else constexprs)),
+                           target=GPUTarget("cuda", 90, 32), options=dict(spec.options) or None)
         except Exception as e:  # noqa: BLE001 - anything triton.compile raises means it does not compile
             # CompilationError mostly; triton 3.x raises RuntimeError for a non-jit function it cannot follow
             raise DSLCompileError(f"{fn_self.fn.__name__} does not compile for sm_90: "

@@ -214,26 +214,29 @@ _PROBE_INCONCLUSIVE = "compile probe inconclusive: "     # how runner._compile_p
 class _Probe(threading.Thread):
     """The cpu backend's Triton compile probe, run beside the main child (`pre`: a pre-started one)."""
 
-    def __init__(self, job: Job, directory: Path, source_file: Path, sandbox: SandboxConfig, env: dict[str, str],
+    MAX_SPECS = 64      # specializations one follow-up compiles (`cover`)
+
+    def __init__(self, job: Job, directory: Path, source: str, sandbox: SandboxConfig, env: dict[str, str],
                  pre=None):
         super().__init__(daemon=True)
-        directory.mkdir(exist_ok=True)
-        shutil.copy(source_file, directory / "submission.py")
-        self.job = dataclasses.replace(job, source_file=str(directory / "submission.py"))
-        self.directory, self.sandbox, self.env, self.pre = directory, sandbox, env, pre
+        self.job = _job_in(job, directory, source)
+        self.directory, self.source, self.sandbox, self.env, self.pre = directory, source, sandbox, env, pre
         self.outcome: ChildOutcome | None = None
+        self.report: ChildReport | None = None
         self.wall_s = 0.0
+        self.specs_wall_s: float | None = None
         self.inconclusive: str | None = None
 
     def run(self):
-        path = self.directory / "job.json"
-        path.write_text(self.job.to_json())
-        if self.pre is not None and self.pre.send_line(str(path)):
+        path = _job_file(self.job, self.directory)
+        if self.pre is not None and self.pre.send_line(path):
             self.outcome = self.pre.wait()
         else:
-            if self.pre is not None:
+            if self.pre is not None:        # it died while it waited: what its imports wrote goes too
                 self.pre.kill()
-            self.outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(path)], self.directory,
+                for sub in ("tmp", "cache"):
+                    shutil.rmtree(self.directory / sub, ignore_errors=True)
+            self.outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", path], self.directory,
                                          child_env(self.directory, self.env), self.sandbox)
         self.wall_s = self.outcome.wall_s
 
@@ -241,21 +244,63 @@ class _Probe(threading.Thread):
         """The probe's compile error, if it found one; None when it passed or could not tell (then
         `inconclusive` says why)."""
         self.join()
-        try:
-            report = ChildReport.from_json(Path(self.job.report_file).read_bytes())
-        except (OSError, ProtocolError) as e:
-            out = self.outcome
-            why = (f"exit code {out.returncode}, {_tail(out.stderr_tail, 3)}" if out is not None else str(e))
-            self.inconclusive = f"it gave no report ({why})"
+        self.report, failure, self.inconclusive = _probe_verdict(self.job, self.outcome)
+        return failure
+
+    def cover(self, launched, scratch_root: str | None) -> str | None:
+        """The specializations the main child's interpreter launched that this probe did not compile (its
+        entry point behaved differently without the interpreter, or raised first) compiled by a second,
+        cold probe child that calls no entry point (runner._compile_specs). It runs in a fresh directory
+        outside the main child's scratch, as a fresh uid, from the gate's text of the source: nothing the
+        main child did reaches it. Returns its compile error, if any; otherwise `inconclusive` says
+        what, if anything, it could still not compile."""
+        compiled = {spec.key() for spec in self.report.launched} if self.report is not None else set()
+        missing = [spec for spec in launched if spec.key() not in compiled]
+        if not missing:
             return None
-        if report.status is Status.COMPILE_ERROR:
-            return ("the kernel runs in the interpreter but does not compile for the GPU (sm_90): "
-                    + report.message)
-        if report.status is not Status.OK:
-            self.inconclusive = f"it ended in {report.status.value}: {report.message[:300]}"
-        elif report.message.startswith(_PROBE_INCONCLUSIVE):
-            self.inconclusive = report.message.removeprefix(_PROBE_INCONCLUSIVE)[:300]
-        return None
+        directory = Path(tempfile.mkdtemp(prefix="kgg-probe-", dir=scratch_root))
+        try:
+            job = _job_in(dataclasses.replace(self.job, mode="compile_specs", trials=(),
+                                              specs=tuple(missing[:self.MAX_SPECS])), directory, self.source)
+            outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", _job_file(job, directory)],
+                                    directory, child_env(directory, self.env), self.sandbox)
+            self.specs_wall_s = outcome.wall_s
+            _, failure, self.inconclusive = _probe_verdict(job, outcome)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        if failure is None and self.inconclusive is None and len(missing) > self.MAX_SPECS:
+            self.inconclusive = f"{len(missing) - self.MAX_SPECS} more launched specializations not compiled"
+        return failure
+
+
+def _job_in(job: Job, directory: Path, source: str) -> Job:
+    """A probe's job in its own directory, with its own copy of the submission."""
+    (directory / "submission.py").write_text(source)
+    return dataclasses.replace(job, source_file=str(directory / "submission.py"),
+                               report_file=str(directory / "report.json"), outputs_dir=str(directory))
+
+
+def _job_file(job: Job, directory: Path) -> str:
+    path = directory / "job.json"
+    path.write_text(job.to_json())
+    return str(path)
+
+
+def _probe_verdict(job: Job, outcome: ChildOutcome):
+    """(the probe's report or None, its compile error or None, why it could not tell or None)."""
+    try:
+        report = _read_report(Path(job.report_file), outcome)
+    except (OSError, ProtocolError) as e:
+        why = str(e).strip().splitlines() or [type(e).__name__]
+        return None, None, f"it gave no report ({'; '.join([why[0]] + why[1:][-2:])})"
+    if report.status is Status.COMPILE_ERROR:
+        return report, ("the kernel runs in the interpreter but does not compile for the GPU (sm_90): "
+                        + report.message), None
+    if report.status is not Status.OK:
+        return report, None, f"it ended in {report.status.value}: {report.message[:300]}"
+    if report.message.startswith(_PROBE_INCONCLUSIVE):
+        return report, None, report.message.removeprefix(_PROBE_INCONCLUSIVE)[:300]
+    return report, None, None
 
 
 def _with_tasks_dir(sandbox: SandboxConfig, tasks_dir: str | None) -> SandboxConfig:
@@ -311,8 +356,8 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
     spec = child_spec(task, dsl, backend, config)
     pre = children.take(spec) if children is not None else None
     scratch = pre.scratch if pre is not None else Path(tempfile.mkdtemp(prefix="kgg-eval-", dir=config.scratch_root))
-    # one uid for this evaluation's children: the compile probe's scratch lives inside the main child's
     uid = pre.child.uid if pre is not None else evaluation_uid(spec.sandbox)
+    probe_dir = None
     private = Path(tempfile.mkdtemp(prefix="kgg-check-", dir=config.scratch_root))
     try:
         (scratch / "outputs").mkdir(exist_ok=True)
@@ -332,10 +377,12 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
                 if (tr.shape, tr.dtype) not in seen:
                     seen.add((tr.shape, tr.dtype))
                     probe_trials.append(tr)
-            probe = _Probe(dataclasses.replace(job, mode="compile_probe", trials=tuple(probe_trials),
-                                               report_file=str(scratch / "probe" / "report.json"),
-                                               outputs_dir=str(scratch / "probe")), scratch / "probe",
-                           source_file, dataclasses.replace(spec.sandbox, uid=uid), dict(spec.probe_env),
+            # its own directory and uid (spec.sandbox draws a fresh one): the main child, which runs at the
+            # same time, can neither swap the probe's copy of the source nor write its report
+            probe_dir = pre.probe_dir if pre is not None else Path(tempfile.mkdtemp(prefix="kgg-probe-",
+                                                                                    dir=config.scratch_root))
+            probe = _Probe(dataclasses.replace(job, mode="compile_probe", trials=tuple(probe_trials)),
+                           probe_dir, gate.source, spec.sandbox, dict(spec.probe_env),
                            pre=pre.probe if pre is not None else None)
             probe.start()
         job_path = scratch / "job.json"
@@ -355,9 +402,6 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             ev.latency["compile_probe"] = probe.wall_s
         if probe_failure is not None:
             return ev.record(Status.COMPILE_ERROR, probe_failure)
-        if probe is not None and probe.inconclusive:
-            log.warning("%s: compile probe inconclusive: %s", task.id, probe.inconclusive)
-            ev.flags.append(f"compile_probe_inconclusive: {probe.inconclusive}")
         failed = _child_failure(outcome, config)
         if failed:
             return ev.record(*failed)
@@ -373,6 +417,15 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             tb = report.message.split("\n", 1)[1] if "\n" in report.message else None
             return ev.record(report.status, report.message, correct=None if report.status is Status.UNVERIFIED
                              else False, failure=FailureDetail(trial=trial, traceback_tail=tb) if trial or tb else None)
+        if probe is not None:
+            probe_failure = probe.cover(report.launched, config.scratch_root)
+            if probe.specs_wall_s is not None:
+                ev.latency["compile_probe_specs"] = probe.specs_wall_s
+            if probe_failure is not None:
+                return ev.record(Status.COMPILE_ERROR, probe_failure)
+            if probe.inconclusive:
+                log.warning("%s: compile probe inconclusive: %s", task.id, probe.inconclusive)
+                ev.flags.append(f"compile_probe_inconclusive: {probe.inconclusive}")
         t = time.perf_counter()
         result = _run_checker(task, job, report, backend, private, config, checker)
         ev.latency["check"] = time.perf_counter() - t
@@ -385,8 +438,9 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             pre.kill()                      # a no-op once they ran; ends them if something above raised first
         ev.latency["total"] = time.perf_counter() - t_start
         if not config.keep_scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
-            shutil.rmtree(private, ignore_errors=True)
+            for d in (scratch, private, probe_dir):
+                if d is not None:
+                    shutil.rmtree(d, ignore_errors=True)
 
 
 def _score(ev: Evaluation, report: ChildReport, result: CheckResult) -> EvalRecord:

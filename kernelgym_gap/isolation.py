@@ -184,8 +184,8 @@ def _fresh_uid() -> int:
 
 
 def evaluation_uid(config: SandboxConfig) -> int | str | None:
-    """The uid setting for every child of one evaluation (the main child and the cpu backend's compile probe,
-    whose scratch lives inside the main child's): a fresh uid drawn once, so that both run as it."""
+    """The uid setting for one child, drawn before it starts (a fresh uid per child when "auto" and root):
+    the scratch is handed to that uid, and a cold child that replaces a dead pre-started one reuses it."""
     if config.uid == "auto" and os.geteuid() == 0:
         return _fresh_uid()
     return config.uid

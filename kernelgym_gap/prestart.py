@@ -57,25 +57,26 @@ class ChildSpec:
 
 class PrestartedChild:
     """One child started for `spec`, waiting for its job in its own fresh scratch directory; on the cpu
-    backend with Triton, its compile probe too (scratch/probe, the same uid), waiting for the probe's job."""
+    backend with Triton, its compile probe too (in a directory of its own, as a uid of its own: the main
+    child can touch neither its files nor its report), waiting for the probe's job."""
 
     def __init__(self, spec: ChildSpec):
         self.spec = spec
         self.scratch = Path(tempfile.mkdtemp(prefix="kgg-eval-", dir=spec.scratch_root))
         (self.scratch / "outputs").mkdir()
         self.probe: SandboxedChild | None = None
+        self.probe_dir: Path | None = None
         try:
             self.child = SandboxedChild(spec.argv(), self.scratch, child_env(self.scratch, dict(spec.env)),
                                         spec.sandbox, stdin_pipe=True)
             if spec.probe_env is not None:
-                probe_dir = self.scratch / "probe"
-                probe_dir.mkdir()
+                self.probe_dir = Path(tempfile.mkdtemp(prefix="kgg-probe-", dir=spec.scratch_root))
                 # probe_env is set on the cpu backend only: the same `--wait --backend cpu` argv serves the probe
-                self.probe = SandboxedChild(spec.argv(), probe_dir, child_env(probe_dir, dict(spec.probe_env)),
-                                            dataclasses.replace(spec.sandbox, uid=self.child.uid), stdin_pipe=True)
+                self.probe = SandboxedChild(spec.argv(), self.probe_dir,
+                                            child_env(self.probe_dir, dict(spec.probe_env)), spec.sandbox,
+                                            stdin_pipe=True)
         except BaseException:
-            self.kill()
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.discard()
             raise
         self.started = time.monotonic()
 
@@ -107,7 +108,9 @@ class PrestartedChild:
 
     def discard(self) -> None:
         self.kill()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        for d in (self.scratch, self.probe_dir):
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def _discard_all(idle: dict) -> None:

@@ -157,6 +157,24 @@ class TimingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """One Triton specialization as a kernel was launched: the kernel (module and qualified name), its
+    argument types (Triton's signature strings) and constexpr values, and the compile options. The cpu
+    backend's main child records what the interpreter launched; its compile probe compiles exactly these for
+    sm_90 when calling the entry point did not cover them (docs/security.md, the compile probe)."""
+    module: str
+    qualname: str
+    source_sha256: str              # of the kernel function's source: two kernels of one name stay apart
+    signature: dict[str, str]
+    constexprs: dict[str, Any]      # JSON scalars; anything else is written as "repr:..." and `exact` is False
+    options: dict[str, int]
+    exact: bool = True              # the constexpr values can be rebuilt from this record
+
+    def key(self) -> str:
+        return json.dumps(_to_jsonable(self), sort_keys=True)
+
+
+@dataclasses.dataclass(frozen=True)
 class Job(_Record):
     SCHEMA: typing.ClassVar[str] = "kernelgym_gap.job"
     task_id: str
@@ -168,7 +186,9 @@ class Job(_Record):
     trials: tuple[Trial, ...]
     timing: TimingConfig | None     # None: no timing (cpu backend, correctness-only)
     timing_trials: tuple[Trial, ...] = ()   # one per (shape, dtype) timed, on fresh seeds
-    mode: str = "evaluate"          # or "compile_probe": compile each launched kernel for sm_90, run nothing
+    mode: str = "evaluate"          # or "compile_probe": compile each launched kernel for sm_90, run nothing;
+    #                                 or "compile_specs": compile `specs` for sm_90 without calling the entry point
+    specs: tuple[KernelSpec, ...] = ()
     tasks_dir: str | None = None    # the registry directory the task came from (None: the default tasks/)
     schema: str = "kernelgym_gap.job"
     schema_version: int = SCHEMA_VERSION
@@ -223,6 +243,8 @@ class ChildReport(_Record):
     device: dict[str, Any] = dataclasses.field(default_factory=dict)
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     failed_trial: int | None = None
+    launched: tuple[KernelSpec, ...] = ()      # cpu + triton: the specializations launched (or, in the
+    #                                            compile probe, compiled); see KernelSpec
     schema: str = "kernelgym_gap.child_report"
     schema_version: int = SCHEMA_VERSION
 

@@ -117,7 +117,8 @@ def run_job(job_path: Path, preimport_s: float | None = None) -> int:
     task = _find_task(job.task_id, job.tasks_dir)
     device = "cuda" if job.backend == "cuda" else "cpu"
     probe = job.mode == "compile_probe"
-    adapter = make_adapter(job.dsl, job.backend, compile_only=probe)
+    # both probe modes run without the interpreter (engine.probe_env) and compile instead of launching
+    adapter = make_adapter(job.dsl, job.backend, compile_only=job.mode in ("compile_probe", "compile_specs"))
     adapter.install()
     versions = _versions(job.dsl)
     dev_info = _device_info(job.backend)
@@ -189,6 +190,8 @@ def run_job(job_path: Path, preimport_s: float | None = None) -> int:
 
     if probe:
         return _compile_probe(job, task, entry, adapter, device, finish, classify, common)
+    if job.mode == "compile_specs":
+        return _compile_specs(job, module, adapter, finish, classify, common)
 
     # -- correctness trials: fresh inputs each, outputs saved for the checker --
     # Trials of one (shape, dtype) reuse the same input buffers, refilled in place: a cache keyed by
@@ -274,7 +277,16 @@ def run_job(job_path: Path, preimport_s: float | None = None) -> int:
     if done is not None:
         return done
     notes = "; ".join(sorted(adapter.log.notes))
-    return finish(Status.OK, notes, trials=tuple(outcomes), timings=timings, **common)
+    return finish(Status.OK, notes, trials=tuple(outcomes), timings=timings,
+                  launched=_launched(adapter), **common)
+
+
+MAX_SPECS = 256     # KernelSpecs a report carries; more only come from a submission that floods the probe
+
+
+def _launched(adapter) -> tuple:
+    specs = list(adapter.log.specs.values())
+    return tuple(specs[:MAX_SPECS])
 
 
 TIMING_WATCH_FRACTION = 0.1     # share of the timed calls run under the op recorders, at random
@@ -344,11 +356,52 @@ def _compile_probe(job, task, entry, adapter, device, finish, classify, common) 
                 return finish(status, msg, failed_trial=trial.index, **common)
             if not adapter.log.compile_errors:
                 return finish(Status.OK, f"compile probe inconclusive: the entry point raised before any "
-                              f"launch: {_first_line(e)}", **common)
+                              f"launch: {_first_line(e)}", launched=_launched(adapter), **common)
         if adapter.log.compile_errors:
             return finish(Status.COMPILE_ERROR, f"shape {list(trial.shape)}, {trial.dtype}: "
                           f"{adapter.log.compile_errors[0]}", failed_trial=trial.index, **common)
-    return finish(Status.OK, "every launched Triton kernel compiled for sm_90", **common)
+    return finish(Status.OK, "every launched Triton kernel compiled for sm_90", launched=_launched(adapter),
+                  **common)
+
+
+def _locate_kernel(spec, source_sha256):
+    """The JITFunction a KernelSpec names: the live kernel object of that module, qualified name and source
+    (kernels made at import time inside functions, or shadowed by a later one of the same name, included).
+    None with the reason when none exists without calling the submission's functions."""
+    import gc
+    from triton.runtime.jit import JITFunction
+    for obj in gc.get_objects():
+        if isinstance(obj, JITFunction) and getattr(obj.fn, "__module__", None) == spec.module \
+                and getattr(obj.fn, "__qualname__", None) == spec.qualname \
+                and source_sha256(obj.fn) == spec.source_sha256:
+            return obj, None
+    return None, (f"{spec.qualname} exists only once the entry point runs" if "<locals>" in spec.qualname
+                  else f"{spec.module}.{spec.qualname} is not among the module's Triton kernels")
+
+
+def _compile_specs(job, module, adapter, finish, classify, common) -> int:
+    """Compiles, for sm_90, the specializations the main child's interpreter launched and the entry-point
+    probe did not reach (an entry point that behaves differently without the interpreter). Runs nothing of
+    the submission's but its module's top level (already run)."""
+    from .status import Status
+    unreached = []
+    for spec in job.specs:
+        kernel, why = _locate_kernel(spec, adapter.source_sha256)
+        if kernel is None or not spec.exact:
+            unreached.append(why or f"{spec.qualname} has constexpr values that cannot be rebuilt")
+            continue
+        try:
+            adapter.compile_spec(kernel, spec)
+        except BaseException as e:  # noqa: BLE001
+            if adapter.is_compile_error(e):
+                status, msg = classify(e, f"{spec.qualname} as the interpreter launched it")
+                return finish(status, msg, launched=_launched(adapter), **common)
+            raise
+    if unreached:
+        return finish(Status.OK, "compile probe inconclusive: " + "; ".join(sorted(set(unreached))[:3]),
+                      launched=_launched(adapter), **common)
+    return finish(Status.OK, f"the {len(job.specs)} launched specialization(s) compiled for sm_90",
+                  launched=_launched(adapter), **common)
 
 
 def wait_for_job(dsl: str, backend: str) -> int:

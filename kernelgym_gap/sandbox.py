@@ -9,7 +9,7 @@ stops and what it does not):
                    unprivileged uid), address space (`rlimit_as`, cpu path only: RLIMIT_AS breaks cuInit)
   cgroup_pids      a pids limit per child (fork bombs), cgroup v1 or v2, under this process's own cgroup
   cgroup_memory    a memory limit per child (the GPU path's memory limit; both paths' OOM detection)
-  unprivileged_uid a fresh uid per evaluation (when the harness is root): no signals to the harness, no
+  unprivileged_uid a fresh uid per child (when the harness is root): no signals to the harness, no
                    /proc/<pid>/mem or environ of it, no write to anything it owns
   bwrap            bubblewrap: pid/net/ipc/uts(/cgroup) namespaces, a new root of read-only binds (system
                    dirs, a few /etc files, the Python in use, the project and its venv; no /root, /home,
@@ -54,7 +54,7 @@ class SandboxConfig:
     memory_bytes: int | None = 4 << 30           # cgroup memory limit, cpu path (a child needs ~0.4 GiB)
     gpu_memory_bytes: int | None = 64 << 30      # cgroup memory limit (host RAM) when gpu_devices is set
     pids_max: int = 512                 # processes + threads of one child (cgroup pids, RLIMIT_NPROC)
-    uid: int | str | None = "auto"      # "auto": a fresh unprivileged uid per evaluation when root; None: keep
+    uid: int | str | None = "auto"      # "auto": a fresh unprivileged uid per child when root; None: keep
     isolation: str = "auto"             # "auto" (strongest available), "bwrap", "unshare", "none"
     gpu_devices: tuple[int, ...] | None = None   # None: no GPU device nodes in the sandbox
     max_output_bytes: int = 64 * 1024   # tail of stdout/stderr kept each
@@ -148,7 +148,7 @@ def _preexec(config: SandboxConfig, cgroups: ChildCgroups | None, uid: int | Non
     if config.address_space_bytes is not None and not gpu:
         limits.append((resource.RLIMIT_AS, config.address_space_bytes))
     if uid is not None:
-        # counted per uid: the main child and its compile probe share one (the cgroup is per child)
+        # counted per uid (a fresh one per child; the cgroup is per child too)
         limits.append((resource.RLIMIT_NPROC, 2 * config.pids_max))
 
     def apply():
@@ -224,8 +224,6 @@ class SandboxedChild:
         isolation, uid = _choose(config, scratch)
         self.isolation, self.uid = isolation, uid
         _prepare_scratch(scratch, uid)
-        if isolation == "none" and uid is not None:
-            os.chmod(scratch, 0o711)    # a compile probe with another uid must reach its folder inside
         layers = ["session", "clean_env", "scratch"]
         cgroups = ChildCgroups(f"c{os.getpid()}-{random.SystemRandom().randrange(1 << 40):x}", config.pids_max,
                                config.gpu_memory_bytes if gpu else config.memory_bytes)

@@ -48,8 +48,7 @@ class _NoProbe:
     """Stands in for the cpu backend's sm_90 compile probe (a second child per evaluation) where a test
     is about the main child: half the CPU per evaluation on a 2-core machine."""
 
-    def __init__(self, job, directory, source_file, sandbox, env, pre=None):
-        directory.mkdir(exist_ok=True)
+    def __init__(self, job, directory, source, sandbox, env, pre=None):
         if pre is not None:
             pre.kill()
         self.wall_s = 0.0
@@ -60,6 +59,11 @@ class _NoProbe:
 
     def compile_error(self):
         return None
+
+    def cover(self, launched, scratch_root):
+        return None
+
+    specs_wall_s = None
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +265,9 @@ def test_machine_attack_through_unshare(name, task, honest_source, honest_baseli
 
 REWARD_HACKS = sorted(p.name for p in HOSTILE.glob("*.py")
                       if p.name not in MACHINE_ATTACKS and not p.name.startswith("gpu_")
-                      and p.name != "try_except_fallback.py" and not p.name.startswith("known_hole_"))
+                      and p.name != "try_except_fallback.py" and not p.name.startswith(("known_hole_",
+                                                                                         "probe_evasion")))
+PROBE_EVASIONS = sorted(p.name for p in HOSTILE.glob("probe_evasion*.py"))
 
 
 @pytest.mark.parametrize("name", REWARD_HACKS)
@@ -365,12 +371,30 @@ def test_gpu_machine_attack(name, task, honest_source, honest_baseline, listener
             backend="cuda", gpu_memory_bytes=16 << 30)
 
 
-def test_known_hole_probe_evasion_is_flagged(task):
+@pytest.mark.parametrize("name", PROBE_EVASIONS)
+def test_probe_evasion_is_a_compile_error(name, task):
     """A kernel that cannot compile for sm_90, hidden from the cpu backend's compile probe (the entry point
-    raises when it runs without the interpreter): not failed (the probe cannot tell evasion from an entry
-    point that needs real outputs), but the record says the probe was inconclusive."""
-    name = "known_hole_probe_evasion.py"
+    raises when it runs without the interpreter): the follow-up probe compiles what the interpreter
+    launched, without the entry point, and finds it."""
+    record = evaluate(task, source_of(name, 9, Path("/nonexistent")), "triton", "cpu", config())
+    assert record.status.value in expected(name), (record.status, record.message)
+    assert record.reward == 0.0 and "_layernorm_chunked as the interpreter launched it" in record.message
+    assert "compile_probe_specs" in record.latency
+
+
+def test_known_hole_probe_evasion_with_a_kernel_made_in_the_entry_point_is_flagged(task):
+    """The same evasion with a kernel that exists only once the entry point runs: the follow-up cannot find
+    it without calling the submission, so the evaluation is not failed, but the record says the probe was
+    inconclusive and why."""
+    name = "known_hole_probe_evasion_local_kernel.py"
     record = evaluate(task, source_of(name, 9, Path("/nonexistent")), "triton", "cpu", config())
     assert record.status.value in expected(name), (record.status, record.message)
     flags = [f for f in record.terms["flags"] if f.startswith("compile_probe_inconclusive")]
-    assert flags and "not today" in flags[0], record.terms["flags"]
+    assert flags and "exists only once the entry point runs" in flags[0], record.terms["flags"]
+
+
+def test_an_honest_submission_needs_no_follow_up_probe(task, honest_source):
+    """The entry-point probe compiles every specialization the interpreter launched: no second probe."""
+    record = evaluate(task, honest_source, "triton", "cpu", config())
+    assert record.ok and "compile_probe" in record.latency and "compile_probe_specs" not in record.latency
+    assert "flags" not in record.terms or not record.terms["flags"], record.terms

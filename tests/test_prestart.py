@@ -132,17 +132,25 @@ def test_send_line_to_a_dead_child_says_so(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the unprivileged uid layer needs root")
-def test_the_compile_probe_runs_as_the_main_childs_uid(task, source, tmp_path):
-    """Both children of one evaluation share one fresh uid: the probe's scratch is inside the main child's
-    (mode 0700). It used to draw its own uid when it started first, and fail silently."""
-    for _ in range(2):
-        record = evaluate(task, source, "triton", "cpu", EvalConfig(trial_seed=0, scratch_root=str(tmp_path),
-                                                                     keep_scratch=True))
-        assert record.status is Status.OK and not record.terms["flags"], record.terms["flags"]
-    for scratch in tmp_path.glob("kgg-eval-*"):
-        probe = scratch / "probe"
-        assert probe.stat().st_uid == scratch.stat().st_uid != 0
-        assert (probe / "report.json").is_file()
+@pytest.mark.parametrize("pooled", [False, True])
+def test_the_compile_probe_has_its_own_directory_and_uid(task, source, tmp_path, pooled):
+    """The probe runs beside the main child, not inside its scratch, and as another uid: the main child can
+    neither swap the probe's source nor write its report. It ran and reported (no inconclusive flag)."""
+    cfg = EvalConfig(trial_seed=0, scratch_root=str(tmp_path), keep_scratch=True)
+    if pooled:
+        with ChildPool() as pool:
+            pool.refill(child_spec(task, "triton", "cpu", cfg))
+            record = evaluate(task, source, "triton", "cpu", cfg, children=pool)
+            assert pool.served == 1
+    else:
+        record = evaluate(task, source, "triton", "cpu", cfg)
+    assert record.status is Status.OK and not record.terms["flags"], record.terms["flags"]
+    [scratch] = tmp_path.glob("kgg-eval-*")
+    [probe] = tmp_path.glob("kgg-probe-*")
+    assert not (scratch / "probe").exists()
+    assert (probe / "report.json").is_file()
+    assert scratch.stat().st_uid != probe.stat().st_uid and 0 not in (scratch.stat().st_uid, probe.stat().st_uid)
+    assert oct(probe.stat().st_mode & 0o777) == oct(0o700)
     subprocess.run(["rm", "-rf", str(tmp_path)], check=False)
 
 

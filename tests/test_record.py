@@ -6,10 +6,13 @@ import pytest
 
 from kernelgym_gap.errors import ProtocolError
 from kernelgym_gap.record import (SCHEMA_VERSION, CheckResult, ChildReport, EvalRecord, FailureDetail, Job,
-                                  ShapeTiming, TimingConfig, Trial, TrialOutcome)
+                                  KernelSpec, ShapeTiming, TimingConfig, Trial, TrialOutcome)
 from kernelgym_gap.status import Status
 
 TRIAL = Trial(index=3, shape=(16, 128), dtype="float16", seed=12345, distribution="offset", split="heldout")
+SPEC = KernelSpec(module="submission", qualname="_row_kernel", source_sha256="cd" * 32,
+                  signature={"x_ptr": "*fp16", "n": "i32", "BLOCK": "constexpr", "eps": "fp32"},
+                  constexprs={"BLOCK": 128}, options={"num_warps": 4})
 
 
 def _record(**kw):
@@ -29,7 +32,8 @@ def _job(**kw):
     base = dict(task_id="kernelgym_gap/LayerNorm-v0", dsl="triton", backend="cuda", source_file="/s/submission.py",
                 outputs_dir="/s/outputs", report_file="/s/report.json", trials=(TRIAL, TRIAL),
                 timing=TimingConfig(baselines=("torch", "torch.compile")),
-                timing_trials=(Trial(10000, (4, 4), "float32", 1, "normal", "public"),), mode="compile_probe")
+                timing_trials=(Trial(10000, (4, 4), "float32", 1, "normal", "public"),), mode="compile_specs",
+                specs=(SPEC,))
     base.update(kw)
     return Job(**base)
 
@@ -40,7 +44,7 @@ def _report(**kw):
                          programs=16, recheck_output_file="recheck_0.pt", recheck_trial=TRIAL, compiled_ms=None)
     base = dict(status=Status.OK, message="", trials=(TrialOutcome(0, "trial_0.pt", 1, 16, 0.1, "a" * 64, "a" * 64),),
                 timings=(timing,), integrity=("none",), phases={"setup": 1.0}, device={"kind": "cuda", "sm": 132},
-                versions={"triton": "3.7.1"}, failed_trial=None)
+                versions={"triton": "3.7.1"}, failed_trial=None, launched=(SPEC,))
     base.update(kw)
     return ChildReport(**base)
 
@@ -133,6 +137,8 @@ def test_eval_record_from_json_rejects(mutate):
     pytest.param(lambda d: d.update(failed_trial=1.5), id="failed-trial-float"),
     pytest.param(lambda d: d.update(status="faster"), id="unknown-status"),
     pytest.param(lambda d: d.update(schema="kernelgym_gap.record"), id="record-schema"),
+    pytest.param(lambda d: d["launched"][0].update(signature={"n": 32}), id="spec-signature-int"),
+    pytest.param(lambda d: d["launched"][0].pop("source_sha256"), id="spec-without-source"),
 ])
 def test_child_report_from_json_rejects(mutate):
     d = _report().to_dict()
@@ -172,3 +178,14 @@ def test_child_report_rejects_non_json_number_constants(constant):
 def test_to_json_writes_standard_json_only():
     r = _record(latency={"child": float("nan")})
     assert json.loads(r.to_json())["latency"]["child"] is None
+
+
+def test_kernel_spec_key_is_its_content():
+    """The compile probe compares what was launched with what it compiled by this key: equal content, equal
+    key, whatever the dict order; another source or constexpr value, another key."""
+    same = KernelSpec(module="submission", qualname="_row_kernel", source_sha256="cd" * 32,
+                      signature=dict(reversed(list(SPEC.signature.items()))), constexprs={"BLOCK": 128},
+                      options={"num_warps": 4})
+    assert same.key() == SPEC.key()
+    assert KernelSpec(**{**SPEC.__dict__, "source_sha256": "ef" * 32}).key() != SPEC.key()
+    assert KernelSpec(**{**SPEC.__dict__, "constexprs": {"BLOCK": 256}}).key() != SPEC.key()

@@ -26,6 +26,12 @@ def test_reference_solution(task_id, solution, registry):
         assert terminated is True and truncated is False
         assert info["record"]["trials_checked"] > 0
         assert info["terms"]["launches_per_call"] >= 1
+        if solution.dsl == "triton":
+            # the compile probe reached every specialization the interpreter launched through the entry
+            # point: no follow-up probe, no flag
+            latency = env.unwrapped.last_record.latency
+            assert "compile_probe" in latency and "compile_probe_specs" not in latency, info["terms"].get("flags")
+            assert not info["terms"].get("flags"), info["terms"]["flags"]
     else:
         assert info["correct"] is None and reward == 0.0
         assert terminated is False and truncated is True
