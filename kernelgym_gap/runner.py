@@ -364,16 +364,13 @@ def _compile_probe(job, task, entry, adapter, device, finish, classify, common) 
                   **common)
 
 
-def _locate_kernel(spec, source_sha256):
-    """The JITFunction a KernelSpec names: the live kernel object of that module, qualified name and source
-    (kernels made at import time inside functions, or shadowed by a later one of the same name, included).
-    None with the reason when none exists without calling the submission's functions."""
-    import gc
-    from triton.runtime.jit import JITFunction
-    for obj in gc.get_objects():
-        if isinstance(obj, JITFunction) and getattr(obj.fn, "__module__", None) == spec.module \
-                and getattr(obj.fn, "__qualname__", None) == spec.qualname \
-                and source_sha256(obj.fn) == spec.source_sha256:
+def _locate_kernel(spec, kernels, source_sha256):
+    """The JITFunction a KernelSpec names, among the process's live `kernels`: that module, qualified name and
+    source (kernels made at import time inside functions, or shadowed by a later one of the same name,
+    included). None with the reason when none exists without calling the submission's functions."""
+    for obj in kernels:
+        if getattr(obj.fn, "__module__", None) == spec.module and getattr(obj.fn, "__qualname__", None) == \
+                spec.qualname and source_sha256(obj.fn) == spec.source_sha256:
             return obj, None
     return None, (f"{spec.qualname} exists only once the entry point runs" if "<locals>" in spec.qualname
                   else f"{spec.module}.{spec.qualname} is not among the module's Triton kernels")
@@ -383,10 +380,13 @@ def _compile_specs(job, module, adapter, finish, classify, common) -> int:
     """Compiles, for sm_90, the specializations the main child's interpreter launched and the entry-point
     probe did not reach (an entry point that behaves differently without the interpreter). Runs nothing of
     the submission's but its module's top level (already run)."""
+    import gc
+    from triton.runtime.jit import JITFunction
     from .status import Status
+    kernels = [obj for obj in gc.get_objects() if isinstance(obj, JITFunction)]
     unreached = []
     for spec in job.specs:
-        kernel, why = _locate_kernel(spec, adapter.source_sha256)
+        kernel, why = _locate_kernel(spec, kernels, adapter.source_sha256)
         if kernel is None or not spec.exact:
             unreached.append(why or f"{spec.qualname} has constexpr values that cannot be rebuilt")
             continue
