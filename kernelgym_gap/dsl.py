@@ -36,6 +36,13 @@ class LaunchLog:
 
     handed_bytes: int = 0           # bytes of the distinct tensors handed to the kernels since the reset
 
+    def add_spec(self, spec) -> str:
+        """Keeps a KernelSpec (once per content); returns its key."""
+        key = spec.key()
+        with self.lock:
+            self.specs.setdefault(key, spec)
+        return key
+
     def record(self, programs: int, handed_bytes: int = 0) -> None:
         with self.lock:
             self.launches += 1
@@ -225,9 +232,9 @@ class TritonAdapter:
         from .record import KernelSpec
 
         kwargs = dict(kwargs)
-        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
-                   if kwargs.get(k) is not None}
-        for k in ("num_warps", "num_stages", "num_ctas", "maxnreg", "debug", "ir_override"):
+        options = {k: v for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
+                   if (v := kwargs.pop(k, None)) is not None}
+        for k in ("debug", "ir_override"):
             kwargs.pop(k, None)
         fn = fn_self.fn
         params = inspect.signature(fn).parameters
@@ -281,8 +288,7 @@ class TritonAdapter:
         except DSLCompileError:
             return                  # the launch itself raises the same binding error
         if spec is not None:
-            with self.log.lock:
-                self.log.specs.setdefault(spec.key(), spec)
+            self.log.add_spec(spec)
 
     def _compile_for_gpu(self, fn_self, args, kwargs) -> None:
         spec, bound = self._specialization(fn_self, args, kwargs)
@@ -300,9 +306,7 @@ class TritonAdapter:
 
         # the object too (two kernels may share a name and a source); by id: a JITFunction's own hash
         # computes its cache key, which raises for a kernel that references a plain Python function
-        key = (id(fn_self), spec.key())
-        with self.log.lock:
-            self.log.specs.setdefault(spec.key(), spec)
+        key = (id(fn_self), self.log.add_spec(spec))
         if key in self._compiled:
             return
         try:

@@ -22,7 +22,6 @@ from .errors import BackendUnavailableError, ProtocolError, UnknownChoiceError
 from .gate import check_source
 from .registry import PROJECT_ROOT
 from .record import CheckResult, ChildReport, EvalRecord, FailureDetail, Job, Trial
-from .isolation import evaluation_uid
 from .sandbox import ChildOutcome, SandboxConfig, child_env, run_sandboxed
 from .status import Status
 from .task import BACKENDS, DSLS, TaskSpec
@@ -233,11 +232,10 @@ class _Probe(threading.Thread):
             self.outcome = self.pre.wait()
         else:
             if self.pre is not None:        # it died while it waited: what its imports wrote goes too
+                from .prestart import clear_imports
                 self.pre.kill()
-                for sub in ("tmp", "cache"):
-                    shutil.rmtree(self.directory / sub, ignore_errors=True)
-            self.outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", path], self.directory,
-                                         child_env(self.directory, self.env), self.sandbox)
+                clear_imports(self.directory)
+            self.outcome = _cold_child(path, self.directory, self.env, self.sandbox)
         self.wall_s = self.outcome.wall_s
 
     def compile_error(self) -> str | None:
@@ -262,8 +260,7 @@ class _Probe(threading.Thread):
         try:
             job = _job_in(dataclasses.replace(self.job, mode="compile_specs", trials=(),
                                               specs=tuple(missing[:self.MAX_SPECS])), directory, self.source)
-            outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", _job_file(job, directory)],
-                                    directory, child_env(directory, self.env), self.sandbox)
+            outcome = _cold_child(_job_file(job, directory), directory, self.env, self.sandbox)
             self.specs_wall_s = outcome.wall_s
             _, failure, self.inconclusive = _probe_verdict(job, outcome)
         finally:
@@ -271,6 +268,12 @@ class _Probe(threading.Thread):
         if failure is None and self.inconclusive is None and len(missing) > self.MAX_SPECS:
             self.inconclusive = f"{len(missing) - self.MAX_SPECS} more launched specializations not compiled"
         return failure
+
+
+def _cold_child(job_path, directory: Path, env: dict[str, str], sandbox: SandboxConfig) -> ChildOutcome:
+    """A child started for its job (not pre-started), run to its end under the sandbox."""
+    return run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(job_path)], directory,
+                         child_env(directory, env), sandbox)
 
 
 def _job_in(job: Job, directory: Path, source: str) -> Job:
@@ -356,7 +359,6 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
     spec = child_spec(task, dsl, backend, config)
     pre = children.take(spec) if children is not None else None
     scratch = pre.scratch if pre is not None else Path(tempfile.mkdtemp(prefix="kgg-eval-", dir=config.scratch_root))
-    uid = pre.child.uid if pre is not None else evaluation_uid(spec.sandbox)
     probe_dir = None
     private = Path(tempfile.mkdtemp(prefix="kgg-check-", dir=config.scratch_root))
     try:
@@ -389,10 +391,11 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
         job_path.write_text(job.to_json())
         outcome = pre.run(job_path) if pre is not None else None
         if outcome is None:
-            if pre is not None:             # it died while it waited: a cold child in the same scratch
+            sandbox = spec.sandbox
+            if pre is not None:             # it died while it waited: a cold child in the same scratch, as its uid
                 pre.reset_scratch()
-            outcome = run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(job_path)], scratch,
-                                    child_env(scratch, dict(spec.env)), dataclasses.replace(spec.sandbox, uid=uid))
+                sandbox = dataclasses.replace(sandbox, uid=pre.child.uid)
+            outcome = _cold_child(job_path, scratch, dict(spec.env), sandbox)
         if children is not None:
             children.refill(spec)           # the next child's imports overlap this evaluation's check
         ev.layers = outcome.layers

@@ -55,6 +55,13 @@ class ChildSpec:
                 self.backend]
 
 
+def clear_imports(directory: Path) -> None:
+    """Removes what a pre-started child's imports wrote in its directory (its tmp and caches), before a cold
+    child takes the directory over."""
+    for sub in ("tmp", "cache"):
+        shutil.rmtree(directory / sub, ignore_errors=True)
+
+
 class PrestartedChild:
     """One child started for `spec`, waiting for its job in its own fresh scratch directory; on the cpu
     backend with Triton, its compile probe too (in a directory of its own, as a uid of its own: the main
@@ -98,8 +105,7 @@ class PrestartedChild:
 
     def reset_scratch(self) -> None:
         """Empties what the dead child's imports may have written (its uid owned it), keeping the job."""
-        for sub in ("tmp", "cache"):
-            shutil.rmtree(self.scratch / sub, ignore_errors=True)
+        clear_imports(self.scratch)
 
     def kill(self) -> None:
         for c in (getattr(self, "child", None), self.probe):

@@ -395,13 +395,13 @@ def _compile_specs(job, module, adapter, finish, classify, common) -> int:
         except BaseException as e:  # noqa: BLE001
             if adapter.is_compile_error(e):
                 status, msg = classify(e, f"{spec.qualname} as the interpreter launched it")
-                return finish(status, msg, launched=_launched(adapter), **common)
+                return finish(status, msg, **common)
             raise
     if unreached:
         return finish(Status.OK, "compile probe inconclusive: " + "; ".join(sorted(set(unreached))[:3]),
-                      launched=_launched(adapter), **common)
+                      **common)
     return finish(Status.OK, f"the {len(job.specs)} launched specialization(s) compiled for sm_90",
-                  launched=_launched(adapter), **common)
+                  **common)
 
 
 def wait_for_job(dsl: str, backend: str) -> int:
