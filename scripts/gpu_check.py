@@ -106,8 +106,17 @@ def main() -> int:
                    and p["dtype"] == "float16") for r in recs if r.ok]
         rewards = [r.reward for r in recs if r.ok]
         effs = [r.terms["E"] for r in recs if r.ok]
+        # every shape's kernel time and E across the evaluations: whether the 2% goal depends on the shape
+        shapes = {}
+        for r in recs:
+            for p in (r.terms.get("per_shape") or []) if r.ok else []:
+                shapes.setdefault((tuple(p["shape"]), p["dtype"]), []).append(p)
         out["stability"] = {"kernel_ms": ms, "rewards": rewards, "E": effs,
-                            "statuses": [r.status.value for r in recs]}
+                            "statuses": [r.status.value for r in recs],
+                            "per_shape": [{"shape": list(k[0]), "dtype": k[1], "kernel_ms": [p["kernel_ms"] for p in v],
+                                           "library_ms": [p["library_ms"] for p in v], "E": [p["E"] for p in v],
+                                           "kernel_spread": [p["kernel_spread"] for p in v]}
+                                          for k, v in shapes.items()]}
         if ms:
             def dev(xs):
                 m = statistics.median(xs)
@@ -116,6 +125,12 @@ def main() -> int:
             lines.append(f"stability ({len(ms)} evaluations, 8192x4096 fp16): median {med:.4f} ms, "
                          f"max deviation {d_ms:.2%}; E (all shapes) median {e_med:.3f}, max deviation {d_e:.2%}; "
                          f"reward {min(rewards):.4f}..{max(rewards):.4f}")
+            lines.append(f"  {'shape':18s} {'dtype':8s} {'kernel ms':>10s} {'max dev':>8s} {'torch ms':>9s} "
+                         f"{'max dev':>8s} {'E':>6s} {'max dev':>8s}")
+            for x in out["stability"]["per_shape"]:
+                (km, kd), (lm, ld), (em, ed) = dev(x["kernel_ms"]), dev(x["library_ms"]), dev(x["E"])
+                lines.append(f"  {'x'.join(map(str, x['shape'])):18s} {x['dtype']:8s} {km:10.4f} {kd:8.2%} "
+                             f"{lm:9.4f} {ld:8.2%} {em:6.3f} {ed:8.2%}")
         else:
             lines.append(f"stability: no successful run: {[r.status.value for r in recs]}")
 
