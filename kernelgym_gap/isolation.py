@@ -141,7 +141,10 @@ def _unshare_argv(scratch: Path, config: SandboxConfig, uid: int | None) -> list
                 lines.append(f"mount -o remount,bind,ro {q(p)}")
             lines.append(f"exec {i + 3}<&-")
     if config.gpu_devices is None:
-        lines.append('for n in /dev/nvidia*; do [ -e "$n" ] && mount --bind /dev/null "$n"; done; true')
+        # device nodes masked with /dev/null, directories of them (/dev/nvidia-caps) with an empty tmpfs: a
+        # bind of /dev/null onto a directory fails, which made the whole layer fail on the H200 until 2026-12-03
+        lines.append('for n in /dev/nvidia*; do if [ -c "$n" ]; then mount --bind /dev/null "$n"; '
+                     'elif [ -d "$n" ]; then mount -t tmpfs -o mode=0755,size=4096 kgg-hidden "$n"; fi; done')
     lines.append("exec " + (" ".join(_setpriv(uid)) + " " if uid is not None else "") + '"$@"')
     return ["unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc",
             "--propagation", "private", "--", "/bin/sh", "-c", "\n".join(lines), "kgg-sandbox"]
@@ -154,13 +157,19 @@ def bwrap_available() -> bool:
 @functools.lru_cache(maxsize=None)
 def _works(kind: str) -> bool:
     """Whether an isolation mode starts at all on this machine (tried once per process)."""
+    return try_mode(kind)[0]
+
+
+def try_mode(kind: str) -> tuple[bool, str]:
+    """Start a trivial child under one isolation mode ("bwrap", "unshare", with "+uid" to drop to a fresh
+    uid as well): (whether it ran as it should, why not). gpu_check's `isolation` section prints these."""
     root = os.geteuid() == 0
     if kind.startswith("bwrap") and not bwrap_available():
-        return False
-    if kind == "unshare" and not (root and shutil.which("unshare")):
-        return False
+        return False, "bwrap is not installed"
+    if kind.startswith("unshare") and not (root and shutil.which("unshare")):
+        return False, "needs root and util-linux unshare"
     if kind.endswith("+uid") and not shutil.which("setpriv"):
-        return False
+        return False, "setpriv is not installed"
     with tempfile.TemporaryDirectory(prefix="kgg-probe-") as d:
         uid = _fresh_uid() if kind.endswith("+uid") else None
         if uid is not None:
@@ -174,9 +183,13 @@ def _works(kind: str) -> bool:
         try:
             r = subprocess.run(argv + [sys.executable, "-S", "-c", "import os; print(os.getuid())"],
                                capture_output=True, timeout=30, cwd=d, env={"PATH": "/usr/bin:/bin"})
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-        return r.returncode == 0 and (uid is None or r.stdout.strip() == str(uid).encode())
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return False, f"{type(e).__name__}: {e}"
+        if r.returncode != 0:
+            return False, f"exit status {r.returncode}: " + r.stderr.decode(errors="replace").strip()[-500:]
+        if uid is not None and r.stdout.strip() != str(uid).encode():
+            return False, f"ran as uid {r.stdout.strip().decode(errors='replace')}, not {uid}"
+        return True, ""
 
 
 def _fresh_uid() -> int:

@@ -3,7 +3,7 @@
     python scripts/gpu_check.py [--sections calibrate,gap,stability,latency,tests] [--out DIR]
     python scripts/gpu_check.py --sections hostile [--hostile-k EXPR] --out DIR
 
-Sections: `calibrate` (ceilings next to FACTS.md's), `scaling` (a fixed batch on 1 GPU and on all GPUs), `gap` (LayerNorm's optimized, scalar-loop and
+Sections: `isolation` (which sandbox modes start here, and why not), `calibrate` (ceilings next to FACTS.md's), `scaling` (a fixed batch on 1 GPU and on all GPUs), `gap` (LayerNorm's optimized, scalar-loop and
 single-program Triton solutions: correctness-only and full reward, E, U, diagnosis), `stability` (the
 optimized kernel in 5 separate evaluations), `latency` (per-step breakdown,
 two cold evaluations and two through one warm pool: a warm checker and pre-started children), `tests` (pytest -m gpu),
@@ -54,6 +54,14 @@ def main() -> int:
                  "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     lines: list[str] = []
     cfg = EvalConfig()
+    if "isolation" in sections:
+        # which sandbox layers start on this machine, and why the others do not (records list the active ones)
+        from kernelgym_gap.isolation import try_mode
+        modes = {k: try_mode(k) for k in ("bwrap", "bwrap+uid", "unshare", "unshare+uid")}
+        out["isolation"] = {k: {"works": ok, "why_not": why} for k, (ok, why) in modes.items()}
+        lines.append("isolation modes on this machine:")
+        lines += [f"  {k:12s} {'starts' if ok else 'fails: ' + why[-300:]}" for k, (ok, why) in modes.items()]
+
     if "calibrate" in sections:
         t0 = time.time()
         cal = calibrate(0, force=True)

@@ -48,6 +48,7 @@ def _eval(registry, file, config, mode="full"):
 
 
 def test_optimized_layernorm_is_measured_and_efficient(registry, cuda_config):
+    from kernelgym_gap.measure import MAX_SPREAD
     r = _eval(registry, "triton_rowwise.py", cuda_config)
     assert r.status.value == "ok", r.message
     t = r.terms
@@ -57,7 +58,13 @@ def test_optimized_layernorm_is_measured_and_efficient(registry, cuda_config):
     assert t["E"] > 0.5 and 0.1 < t["U"] <= 1.0 / 0.9
     for p in t["per_shape"]:
         assert p["kernel_ms"] > 0 and p["library_ms"] > 0 and p["floor_ms"] > 0 and p["kernel_reps"] >= 10
-        assert 0 <= p["kernel_spread"] < 0.25
+        assert p["kernel_spread"] >= 0
+        # kernels of 40 us and more settle (H200, 2026-12-03: spreads 1.6-2.5% alone, 6% beside other work);
+        # those of 9-25 us were bimodal in some evaluations (spreads 18-47%): reported and flagged, not hidden
+        if p["kernel_ms"] >= 0.04:
+            assert p["kernel_spread"] < 0.1, p
+        if p["kernel_spread"] > MAX_SPREAD:
+            assert any(f.startswith(f"unstable timing at {p['shape']}") for f in t["flags"]), t["flags"]
     assert 0.2 < r.reward <= 1.0
     assert r.diagnosis["verdict"] == "efficient"
     assert r.device.get("name")

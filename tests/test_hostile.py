@@ -213,7 +213,10 @@ def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monk
     elif sb._works("bwrap"):
         assert "bwrap" in record.sandbox_layers, record.sandbox_layers
     else:
-        assert "unshare" in record.sandbox_layers or os.geteuid() != 0, record.sandbox_layers
+        # the unshare fallback wherever it starts (as root, without bwrap); where it does not (the H200 on
+        # 2026-12-03: scripts/gpu_check.py --sections isolation says why), the layers below carry the attack
+        assert ("unshare" in record.sandbox_layers) == (sb._works("unshare") or sb._works("unshare+uid")), \
+            record.sandbox_layers
     if os.geteuid() == 0:
         assert "unprivileged_uid" in record.sandbox_layers, record.sandbox_layers
 
