@@ -315,7 +315,10 @@ def main(argv=None) -> int:
             metas.append(data["meta"])
         rows = list(by_kernel.values())
         backend = metas[0]["backend"]
-        meta = dict(metas[0], parts=[{k: m.get(k) for k in ("date", "calibration", "device")} for m in metas])
+        # a merged file's own parts are kept: merging again never loses an earlier device call
+        parts = [q for m in metas for q in (m.get("parts") or [{k: m.get(k) for k in ("date", "calibration",
+                                                                                     "device")}])]
+        meta = dict(metas[0], parts=parts)
         meta["date"] = max(m["date"] for m in metas)
         meta["versions"] = {k: v for m in metas for k, v in (m.get("versions") or {}).items()}
         notes = finalize(rows, meta, backend, out_dir)
@@ -347,8 +350,18 @@ def main(argv=None) -> int:
     return report(rows, meta, notes)
 
 
-def report(rows: list[dict], meta: dict, notes: list[str]) -> int:
+def copy_note(meta: dict) -> str:
+    """The calibrated copy bandwidth the U column uses: one figure, or the range over merged device calls
+    (each row's U uses its own call's calibration)."""
+    cals = [p["calibration"] for p in meta.get("parts") or [] if p.get("calibration")]
+    if len(cals) > 1:
+        bw = sorted(c["copy_bytes_per_s"] / 1e12 for c in cals)
+        return f", copy {bw[0]:.2f}-{bw[-1]:.2f} TB/s over {len(cals)} device calls (each row's U uses its own call's)"
     cal = meta.get("calibration") or {}
+    return f", copy {cal['copy_bytes_per_s'] / 1e12:.2f} TB/s ({cal.get('source')})" if cal else ""
+
+
+def report(rows: list[dict], meta: dict, notes: list[str]) -> int:
     v = meta.get("versions") or {}
     print()
     for n in notes:
@@ -365,7 +378,7 @@ def report(rows: list[dict], meta: dict, notes: list[str]) -> int:
               f"{len(flagged)}/{len(passed)} of those are flagged by the screening")
     print(f"\n== gap study, {meta['backend']}, {meta.get('device', {}).get('name', '?')}, {meta['date']}, "
           f"torch {v.get('torch', '?')}, triton {v.get('triton', '?')}, tilelang {v.get('tilelang', '-')}"
-          + (f", copy {cal['copy_bytes_per_s'] / 1e12:.2f} TB/s ({cal.get('source')})" if cal else "")
+          + copy_note(meta)
           + f", workload {meta['workload']}")
     print(table(rows))
     bad = [r for r in rows if r["status"] not in ("ok", "unverified")]

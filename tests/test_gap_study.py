@@ -87,3 +87,30 @@ def test_goals_are_checked_against_the_measured_shapes():
                       _row("Matmul", "fast", "triton", "optimized", 0.8, 0.7, category="gemm", shapes=gemm)])
     assert "met" in lines[0] and "NOT" not in lines[0]
     assert "8192x8192x8192 float16 0.93" in lines[1] and "3000x5000" not in lines[1] and "NOT" not in lines[1]
+
+
+def test_merging_a_merged_file_keeps_every_device_call(tmp_path):
+    """The study is measured in several device calls and merged more than once: each call's date and
+    calibration stay in meta.parts, and a later file's row replaces the earlier row of the same kernel."""
+    def part(name, date, copy, rows):
+        cal = {"source": "measured", "copy_bytes_per_s": copy, "matmul_flops_per_s": {}, "device": "Fake GPU"}
+        meta = {"backend": "cuda", "device": {"name": "Fake GPU"}, "date": date, "workload": "study",
+                "versions": {"torch": "x"}, "calibration": cal}
+        (tmp_path / name).write_text(json.dumps({"meta": meta, "rows": rows}))
+        return str(tmp_path / name)
+
+    first = part("a.json", "2026-01-01", 4.0e12, [_row("LayerNorm", "fast", "triton", "optimized", 1.3, 0.7)])
+    second = part("b.json", "2026-01-02", 4.1e12, [_row("LayerNorm", "slow", "triton", "slow", 0.02, 0.01)])
+    third = part("c.json", "2026-01-03", 4.2e12, [_row("LayerNorm", "fast", "triton", "optimized", 1.4, 0.8)])
+
+    def merge(out, *files):
+        proc = subprocess.run([sys.executable, str(SCRIPT), "--merge", *files, "--out", str(tmp_path / out)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout, json.loads((tmp_path / out / "gap_study_cuda.json").read_text())
+
+    _, once = merge("m1", first, second)
+    out, twice = merge("m2", str(tmp_path / "m1" / "gap_study_cuda.json"), third)
+    assert [p["date"] for p in twice["meta"]["parts"]] == ["2026-01-01", "2026-01-02", "2026-01-03"]
+    assert {r["kernel"]: r["E"] for r in twice["rows"]} == {"fast": 1.4, "slow": 0.02}
+    assert "copy 4.00-4.20 TB/s over 3 device calls" in out
