@@ -13,6 +13,7 @@ scripts/gpu_check.py --sections hostile).
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import os
 import secrets
 import socket
@@ -178,6 +179,13 @@ MACHINE_ATTACKS = {
 }
 
 
+# where write_outside.py tries to leave a marker on the host
+HOST_MARKERS = (ROOT / "kgg_hostile_marker.txt", ROOT / "kgg_hostile_marker_raw.txt",
+                Path("/tmp/kgg_hostile_marker.txt"), Path("/tmp/kgg_hostile_marker_raw.txt"),
+                Path("/var/tmp/kgg_hostile_marker_raw.txt"), Path("/dev/shm/kgg_hostile_marker_raw.txt"),
+                Path("/root/kgg_hostile_marker.txt"), Path("/root/kgg_hostile_marker_raw.txt"))
+
+
 def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monkeypatch, outcomes,
             backend="cpu", **overrides):
     wall_s, sandbox = MACHINE_ATTACKS[name]
@@ -194,6 +202,9 @@ def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monk
         if d == Path("/tmp") or d == d.parent:
             break
         d.chmod(d.stat().st_mode | 0o011)
+    for p in HOST_MARKERS:        # one left by an earlier run that got through (H200, 2026-12-03) is not this one's
+        with contextlib.suppress(OSError):
+            p.unlink()
     monkeypatch.setenv(CANARY, "the parent's secret")
     monkeypatch.setenv("KGG_SECRET_TOKEN", CANARY + "_token")
     cfg = config(wall_s, **{**sandbox, **overrides}).replace(scratch_root=str(scratch_root), keep_scratch=True)
@@ -226,10 +237,7 @@ def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monk
     if name == "fork_bomb.py" and "cgroup_pids" in record.sandbox_layers:
         assert "pids limit refused" in record.message
     assert not any(marker_dir.iterdir()), list(marker_dir.iterdir())
-    for p in (ROOT / "kgg_hostile_marker.txt", ROOT / "kgg_hostile_marker_raw.txt",
-              Path("/tmp/kgg_hostile_marker.txt"), Path("/tmp/kgg_hostile_marker_raw.txt"),
-              Path("/var/tmp/kgg_hostile_marker_raw.txt"), Path("/dev/shm/kgg_hostile_marker_raw.txt"),
-              Path("/root/kgg_hostile_marker.txt"), Path("/root/kgg_hostile_marker_raw.txt")):
+    for p in HOST_MARKERS:
         assert not p.exists(), p
     assert _accepted(listener) == [], "the sandboxed child reached a listener on the host's loopback"
     text = record.to_json() + "".join(o.stdout_tail + o.stderr_tail for o in outcomes)
