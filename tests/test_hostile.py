@@ -12,8 +12,8 @@ scripts/gpu_check.py --sections hostile).
 """
 from __future__ import annotations
 
-import dataclasses
 import contextlib
+import dataclasses
 import os
 import secrets
 import socket
