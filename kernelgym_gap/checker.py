@@ -11,7 +11,6 @@ after which it exits, so that no state of a failed check is reused). Only the pr
 stdout: anything else the process prints goes to stderr."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path

@@ -7,22 +7,21 @@ import datetime as _dt
 import hashlib
 import json
 import logging
-import os
 import random
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from .child import backend_env, cold_child, read_report, tail
 from .config import EvalConfig
 from .errors import BackendUnavailableError, ProtocolError, UnknownChoiceError
 from .gate import check_source
-from .registry import PROJECT_ROOT
+from .probe import CompileProbe, probe_env, probe_trials
 from .record import CheckResult, ChildReport, EvalRecord, FailureDetail, Job, Trial
-from .sandbox import ChildOutcome, SandboxConfig, child_env, run_sandboxed
+from .sandbox import ChildOutcome, SandboxConfig, child_env
 from .status import Status
 from .task import BACKENDS, DSLS, TaskSpec
 
@@ -108,24 +107,6 @@ class Evaluation:
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
 
-# Paths and driver settings a child needs to find Python packages and the CUDA driver; nothing else of the
-# parent's environment passes (no secrets, no tokens).
-_PASSTHROUGH = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH",
-                "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
-
-
-def backend_env(backend: str) -> dict[str, str]:
-    extra = {}
-    parent_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    extra["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + parent_path)
-    if backend == "cpu":
-        extra.update({"TRITON_INTERPRET": "1", "TILELANG_DEFAULT_TARGET": "c"})
-    else:
-        extra.update({k: os.environ[k] for k in _PASSTHROUGH if k in os.environ})
-        extra["PATH"] = "/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
-    return extra
-
-
 def _child_failure(outcome: ChildOutcome, config: EvalConfig) -> tuple[Status, str] | None:
     hit = set(outcome.limits_hit)
     if "memory" in hit:
@@ -149,21 +130,8 @@ def _child_failure(outcome: ChildOutcome, config: EvalConfig) -> tuple[Status, s
         return Status.OUTPUT_TOO_LARGE, f"the child wrote a file over the size limit ({config.sandbox.fsize_bytes} B)"
     if outcome.signal is not None:
         meaning = _SIGNAL_MEANING.get(outcome.signal, "killed by a signal")
-        return Status.CRASH, f"the child died of {outcome.signal}: {meaning}\n{_tail(outcome.stderr_tail)}"
+        return Status.CRASH, f"the child died of {outcome.signal}: {meaning}\n{tail(outcome.stderr_tail)}"
     return None
-
-
-def _tail(text: str, lines: int = 8) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def _read_report(path: Path, outcome: ChildOutcome) -> ChildReport:
-    if not path.is_file():
-        raise ProtocolError(f"the child exited with code {outcome.returncode} without a report\n"
-                            f"{_tail(outcome.stderr_tail)}")
-    if path.stat().st_size > 8 << 20:
-        raise ProtocolError("the child's report is larger than 8 MiB")
-    return ChildReport.from_json(path.read_bytes())
 
 
 def _run_checker(task: TaskSpec, job: Job, report: ChildReport, backend: str, private: Path,
@@ -200,110 +168,6 @@ def _check_warm(checker, backend: str, config: EvalConfig) -> None:
     if backend == "cuda" and checker.gpu_index != config.gpu_index:
         raise ValueError(f"the warm checker is pinned to GPU {checker.gpu_index}; this evaluation runs on "
                          f"GPU {config.gpu_index} (config.gpu_index)")
-
-
-def probe_env() -> dict[str, str]:
-    """The compile probe's variables: the cuda backend's (no interpreter), with the parent's PATH (ptxas)."""
-    return backend_env("cuda") | {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
-
-
-_PROBE_INCONCLUSIVE = "compile probe inconclusive: "     # how runner._compile_probe says it could not tell
-
-
-class _Probe(threading.Thread):
-    """The cpu backend's Triton compile probe, run beside the main child (`pre`: a pre-started one)."""
-
-    MAX_SPECS = 64      # specializations one follow-up compiles (`cover`)
-
-    def __init__(self, job: Job, directory: Path, source: str, sandbox: SandboxConfig, env: dict[str, str],
-                 pre=None):
-        super().__init__(daemon=True)
-        self.job = _job_in(job, directory, source)
-        self.directory, self.source, self.sandbox, self.env, self.pre = directory, source, sandbox, env, pre
-        self.outcome: ChildOutcome | None = None
-        self.report: ChildReport | None = None
-        self.wall_s = 0.0
-        self.specs_wall_s: float | None = None
-        self.inconclusive: str | None = None
-
-    def run(self):
-        path = _job_file(self.job, self.directory)
-        if self.pre is not None and self.pre.send_line(path):
-            self.outcome = self.pre.wait()
-        else:
-            if self.pre is not None:        # it died while it waited: what its imports wrote goes too
-                from .prestart import clear_imports
-                self.pre.kill()
-                clear_imports(self.directory)
-            self.outcome = _cold_child(path, self.directory, self.env, self.sandbox)
-        self.wall_s = self.outcome.wall_s
-
-    def compile_error(self) -> str | None:
-        """The probe's compile error, if it found one; None when it passed or could not tell (then
-        `inconclusive` says why)."""
-        self.join()
-        self.report, failure, self.inconclusive = _probe_verdict(self.job, self.outcome)
-        return failure
-
-    def cover(self, launched, scratch_root: str | None) -> str | None:
-        """The specializations the main child's interpreter launched that this probe did not compile (its
-        entry point behaved differently without the interpreter, or raised first) compiled by a second,
-        cold probe child that calls no entry point (runner._compile_specs). It runs in a fresh directory
-        outside the main child's scratch, as a fresh uid, from the gate's text of the source: nothing the
-        main child did reaches it. Returns its compile error, if any; otherwise `inconclusive` says
-        what, if anything, it could still not compile."""
-        compiled = {spec.key() for spec in self.report.launched} if self.report is not None else set()
-        missing = [spec for spec in launched if spec.key() not in compiled]
-        if not missing:
-            return None
-        directory = Path(tempfile.mkdtemp(prefix="kgg-probe-", dir=scratch_root))
-        try:
-            job = _job_in(dataclasses.replace(self.job, mode="compile_specs", trials=(),
-                                              specs=tuple(missing[:self.MAX_SPECS])), directory, self.source)
-            outcome = _cold_child(_job_file(job, directory), directory, self.env, self.sandbox)
-            self.specs_wall_s = outcome.wall_s
-            _, failure, self.inconclusive = _probe_verdict(job, outcome)
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
-        if failure is None and self.inconclusive is None and len(missing) > self.MAX_SPECS:
-            self.inconclusive = f"{len(missing) - self.MAX_SPECS} more launched specializations not compiled"
-        return failure
-
-
-def _cold_child(job_path, directory: Path, env: dict[str, str], sandbox: SandboxConfig) -> ChildOutcome:
-    """A child started for its job (not pre-started), run to its end under the sandbox."""
-    return run_sandboxed([sys.executable, "-m", "kernelgym_gap.runner", str(job_path)], directory,
-                         child_env(directory, env), sandbox)
-
-
-def _job_in(job: Job, directory: Path, source: str) -> Job:
-    """A probe's job in its own directory, with its own copy of the submission."""
-    (directory / "submission.py").write_text(source)
-    return dataclasses.replace(job, source_file=str(directory / "submission.py"),
-                               report_file=str(directory / "report.json"), outputs_dir=str(directory))
-
-
-def _job_file(job: Job, directory: Path) -> str:
-    path = directory / "job.json"
-    path.write_text(job.to_json())
-    return str(path)
-
-
-def _probe_verdict(job: Job, outcome: ChildOutcome):
-    """(the probe's report or None, its compile error or None, why it could not tell or None)."""
-    try:
-        report = _read_report(Path(job.report_file), outcome)
-    except (OSError, ProtocolError) as e:
-        why = str(e).strip().splitlines() or [type(e).__name__]
-        return None, None, f"it gave no report ({'; '.join([why[0]] + why[1:][-2:])})"
-    if report.status is Status.COMPILE_ERROR:
-        return report, ("the kernel runs in the interpreter but does not compile for the GPU (sm_90): "
-                        + report.message), None
-    if report.status is not Status.OK:
-        return report, None, f"it ended in {report.status.value}: {report.message[:300]}"
-    if report.message.startswith(_PROBE_INCONCLUSIVE):
-        return report, None, report.message.removeprefix(_PROBE_INCONCLUSIVE)[:300]
-    return report, None, None
 
 
 def _with_tasks_dir(sandbox: SandboxConfig, tasks_dir: str | None) -> SandboxConfig:
@@ -374,18 +238,13 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
         if backend == "cpu" and dsl == "triton":
             # The interpreter accepts kernels that cannot compile for a GPU: a second child, without the
             # interpreter, compiles every launched specialization for sm_90 while the first one runs.
-            seen, probe_trials = set(), []
-            for tr in trials:
-                if (tr.shape, tr.dtype) not in seen:
-                    seen.add((tr.shape, tr.dtype))
-                    probe_trials.append(tr)
             # its own directory and uid (spec.sandbox draws a fresh one): the main child, which runs at the
             # same time, can neither swap the probe's copy of the source nor write its report
             probe_dir = pre.probe_dir if pre is not None else Path(tempfile.mkdtemp(prefix="kgg-probe-",
                                                                                     dir=config.scratch_root))
-            probe = _Probe(dataclasses.replace(job, mode="compile_probe", trials=tuple(probe_trials)),
-                           probe_dir, gate.source, spec.sandbox, dict(spec.probe_env),
-                           pre=pre.probe if pre is not None else None)
+            probe = CompileProbe(dataclasses.replace(job, mode="compile_probe", trials=probe_trials(trials)),
+                                 probe_dir, gate.source, spec.sandbox, dict(spec.probe_env),
+                                 pre=pre.probe if pre is not None else None)
             probe.start()
         job_path = scratch / "job.json"
         job_path.write_text(job.to_json())
@@ -395,7 +254,7 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
             if pre is not None:             # it died while it waited: a cold child in the same scratch, as its uid
                 pre.reset_scratch()
                 sandbox = dataclasses.replace(sandbox, uid=pre.child.uid)
-            outcome = _cold_child(job_path, scratch, dict(spec.env), sandbox)
+            outcome = cold_child(job_path, scratch, dict(spec.env), sandbox)
         if children is not None:
             children.refill(spec)           # the next child's imports overlap this evaluation's check
         ev.layers = outcome.layers
@@ -409,7 +268,7 @@ def evaluate(task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: 
         if failed:
             return ev.record(*failed)
         try:
-            report = _read_report(Path(job.report_file), outcome)
+            report = read_report(Path(job.report_file), outcome)
         except ProtocolError as e:
             status = Status.CRASH if outcome.returncode not in (0, None) else Status.PROTOCOL_ERROR
             return ev.record(status, str(e))

@@ -46,9 +46,9 @@ class ChildSpec:
     dsl: str
     backend: str
     sandbox: SandboxConfig
-    env: tuple[tuple[str, str], ...]       # the backend's variables (engine.backend_env), sorted
+    env: tuple[tuple[str, str], ...]       # the backend's variables (child.backend_env), sorted
     scratch_root: str | None = None
-    probe_env: tuple[tuple[str, str], ...] | None = None   # cpu + triton: the compile probe's (engine.probe_env)
+    probe_env: tuple[tuple[str, str], ...] | None = None   # cpu + triton: the compile probe's (probe.probe_env)
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "kernelgym_gap.runner", "--wait", "--dsl", self.dsl, "--backend",

@@ -117,7 +117,7 @@ def run_job(job_path: Path, preimport_s: float | None = None) -> int:
     task = _find_task(job.task_id, job.tasks_dir)
     device = "cuda" if job.backend == "cuda" else "cpu"
     probe = job.mode == "compile_probe"
-    # both probe modes run without the interpreter (engine.probe_env) and compile instead of launching
+    # both probe modes run without the interpreter (probe.probe_env) and compile instead of launching
     adapter = make_adapter(job.dsl, job.backend, compile_only=job.mode in ("compile_probe", "compile_specs"))
     adapter.install()
     versions = _versions(job.dsl)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 
 from . import inputs as inputs_mod
-from .record import ShapeTiming, TimingConfig, Trial
+from .record import ShapeTiming, TimingConfig
 
 
 SPIN_MS = 0.3     # longer than the host-side cost of a Triton or TileLang launch from Python

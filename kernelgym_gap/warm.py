@@ -98,7 +98,7 @@ class WarmChecker:
     # ---- process management ------------------------------------------------------------------------
 
     def _env(self) -> dict[str, str]:
-        from .engine import backend_env
+        from .child import backend_env
         from .sandbox import child_env
         extra = backend_env(self.device)
         if self.device == "cuda":

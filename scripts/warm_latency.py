@@ -32,8 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kernelgym_gap.child import backend_env  # noqa: E402
 from kernelgym_gap.config import EvalConfig  # noqa: E402
-from kernelgym_gap.engine import backend_env, child_spec, evaluate  # noqa: E402
+from kernelgym_gap.engine import child_spec, evaluate  # noqa: E402
 from kernelgym_gap.registry import get_task  # noqa: E402
 from kernelgym_gap.sandbox import child_env  # noqa: E402
 from kernelgym_gap.warm import WarmChecker, WarmPool  # noqa: E402

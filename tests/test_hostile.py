@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelgym_gap import engine
+from kernelgym_gap import child, engine
 from kernelgym_gap import sandbox as sb
 from kernelgym_gap.config import EvalConfig
 from kernelgym_gap.engine import evaluate
@@ -89,21 +89,21 @@ def config(wall_s: float = 60.0, **sandbox) -> EvalConfig:
 
 @pytest.fixture
 def no_probe(monkeypatch):
-    monkeypatch.setattr(engine, "_Probe", _NoProbe)
+    monkeypatch.setattr(engine, "CompileProbe", _NoProbe)
 
 
 @pytest.fixture
 def outcomes(monkeypatch):
     """Every ChildOutcome of the evaluations in the test (the child's stdout/stderr tails)."""
     seen = []
-    real = engine.run_sandboxed
+    real = child.run_sandboxed
 
     def spy(*args, **kwargs):
         out = real(*args, **kwargs)
         seen.append(out)
         return out
 
-    monkeypatch.setattr(engine, "run_sandboxed", spy)
+    monkeypatch.setattr(child, "run_sandboxed", spy)
     return seen
 
 
@@ -131,7 +131,7 @@ def _summary(record) -> dict:
 @pytest.fixture(scope="module")
 def honest_baseline(task, honest_source):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine, "_Probe", _NoProbe)
+        mp.setattr(engine, "CompileProbe", _NoProbe)
         record = evaluate(task, honest_source, "triton", "cpu", config())
     assert record.ok, record.message
     return _summary(record)

@@ -17,8 +17,9 @@ import torch
 
 from kernelgym_gap import inputs as inputs_mod
 from kernelgym_gap.checker import check
+from kernelgym_gap.child import backend_env
 from kernelgym_gap.config import EvalConfig
-from kernelgym_gap.engine import backend_env, evaluate, make_trials
+from kernelgym_gap.engine import evaluate, make_trials
 from kernelgym_gap.record import CheckResult, ChildReport, Job, TrialOutcome
 from kernelgym_gap.sandbox import child_env
 from kernelgym_gap.status import Status

@@ -218,12 +218,12 @@ def test_form_rejections_and_a_full_queue(store, registry):
 
 
 def test_a_valid_submission_is_queued_never_evaluated_in_the_web_process(client, store, monkeypatch):
-    from kernelgym_gap import engine
+    from kernelgym_gap import child, engine
 
     def forbidden(*a, **kw):
         raise AssertionError("the web process must not evaluate")
     monkeypatch.setattr(engine, "evaluate", forbidden)
-    monkeypatch.setattr(engine, "run_sandboxed", forbidden)
+    monkeypatch.setattr(child, "run_sandboxed", forbidden)
     r = _post(client, GOOD)
     assert r.status_code == 202 and r.json()["state"] == "queued"
     sid = r.json()["id"]
@@ -239,12 +239,12 @@ def test_a_valid_submission_is_queued_never_evaluated_in_the_web_process(client,
 
 
 def test_worker_serves_the_cache_and_reports_harness_failures(store, registry, monkeypatch):
-    from kernelgym_gap import engine
+    from kernelgym_gap import child
     from kernelgym_gap.config import EvalConfig
 
     def no_child(*a, **kw):
         raise AssertionError("a child process was started")
-    monkeypatch.setattr(engine, "run_sandboxed", no_child)
+    monkeypatch.setattr(child, "run_sandboxed", no_child)
     config, source = EvalConfig(), GOOD["source"].encode()
     key = st.cache_key_for(registry.get(GELU), source, "triton", "cpu", config)
     store.add_record(record(backend="cpu", reward=1.0), source, "first", key=key)
