@@ -48,5 +48,5 @@ def read_report(path: Path, outcome: ChildOutcome) -> ChildReport:
         raise ProtocolError(f"the child exited with code {outcome.returncode} without a report\n"
                             f"{tail(outcome.stderr_tail)}")
     if path.stat().st_size > MAX_REPORT_BYTES:
-        raise ProtocolError("the child's report is larger than 8 MiB")
+        raise ProtocolError(f"the child's report is larger than {MAX_REPORT_BYTES >> 20} MiB")
     return ChildReport.from_json(path.read_bytes())

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .child import backend_env, cold_child, read_report
 from .errors import ProtocolError
-from .record import ChildReport, Job, Trial
+from .prestart import clear_imports
+from .record import PROBE_INCONCLUSIVE, ChildReport, Job, Trial
 from .sandbox import ChildOutcome, SandboxConfig
 from .status import Status
 
@@ -22,9 +23,6 @@ from .status import Status
 def probe_env() -> dict[str, str]:
     """The compile probe's variables: the cuda backend's (no interpreter), with the parent's PATH (ptxas)."""
     return backend_env("cuda") | {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
-
-
-INCONCLUSIVE = "compile probe inconclusive: "     # how runner._compile_probe says it could not tell
 
 
 class CompileProbe(threading.Thread):
@@ -49,7 +47,6 @@ class CompileProbe(threading.Thread):
             self.outcome = self.pre.wait()
         else:
             if self.pre is not None:        # it died while it waited: what its imports wrote goes too
-                from .prestart import clear_imports
                 self.pre.kill()
                 clear_imports(self.directory)
             self.outcome = cold_child(path, self.directory, self.env, self.sandbox)
@@ -112,8 +109,8 @@ def _verdict(job: Job, outcome: ChildOutcome):
                         + report.message), None
     if report.status is not Status.OK:
         return report, None, f"it ended in {report.status.value}: {report.message[:300]}"
-    if report.message.startswith(INCONCLUSIVE):
-        return report, None, report.message.removeprefix(INCONCLUSIVE)[:300]
+    if report.message.startswith(PROBE_INCONCLUSIVE):
+        return report, None, report.message.removeprefix(PROBE_INCONCLUSIVE)[:300]
     return report, None, None
 
 

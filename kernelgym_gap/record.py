@@ -231,6 +231,10 @@ class ShapeTiming:
     handed_bytes: int | None = None           # bytes of the distinct tensors handed to the kernels, one call
 
 
+# How a compile probe's report (status OK) says it could not tell: the runner writes it, probe.py reads it
+PROBE_INCONCLUSIVE = "compile probe inconclusive: "
+
+
 @dataclasses.dataclass(frozen=True)
 class ChildReport(_Record):
     SCHEMA: typing.ClassVar[str] = "kernelgym_gap.child_report"

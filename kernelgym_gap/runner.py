@@ -344,6 +344,7 @@ def _compile_probe(job, task, entry, adapter, device, finish, classify, common) 
     import torch
     from . import inputs as inputs_mod
     from . import integrity as integ
+    from .record import PROBE_INCONCLUSIVE
     from .status import Status
     for trial in job.trials:
         ins = inputs_mod.make_trial_inputs(task, trial, device)
@@ -355,7 +356,7 @@ def _compile_probe(job, task, entry, adapter, device, finish, classify, common) 
                 status, msg = classify(e, f"shape {list(trial.shape)}, {trial.dtype}")
                 return finish(status, msg, failed_trial=trial.index, **common)
             if not adapter.log.compile_errors:
-                return finish(Status.OK, f"compile probe inconclusive: the entry point raised before any "
+                return finish(Status.OK, f"{PROBE_INCONCLUSIVE}the entry point raised before any "
                               f"launch: {_first_line(e)}", launched=_launched(adapter), **common)
         if adapter.log.compile_errors:
             return finish(Status.COMPILE_ERROR, f"shape {list(trial.shape)}, {trial.dtype}: "
@@ -380,8 +381,8 @@ def _compile_specs(job, module, adapter, finish, classify, common) -> int:
     """Compiles, for sm_90, the specializations the main child's interpreter launched and the entry-point
     probe did not reach (an entry point that behaves differently without the interpreter). Runs nothing of
     the submission's but its module's top level (already run)."""
-    import gc
     from triton.runtime.jit import JITFunction
+    from .record import PROBE_INCONCLUSIVE
     from .status import Status
     kernels = [obj for obj in gc.get_objects() if isinstance(obj, JITFunction)]
     unreached = []
@@ -398,7 +399,7 @@ def _compile_specs(job, module, adapter, finish, classify, common) -> int:
                 return finish(status, msg, **common)
             raise
     if unreached:
-        return finish(Status.OK, "compile probe inconclusive: " + "; ".join(sorted(set(unreached))[:3]),
+        return finish(Status.OK, PROBE_INCONCLUSIVE + "; ".join(sorted(set(unreached))[:3]),
                       **common)
     return finish(Status.OK, f"the {len(job.specs)} launched specialization(s) compiled for sm_90",
                   **common)
