@@ -72,7 +72,7 @@ def make_trials(task: TaskSpec, backend: str, config: EvalConfig, rng: random.Ra
 
 def make_timing_trials(task: TaskSpec, config: EvalConfig, rng: random.Random) -> tuple[Trial, ...]:
     return tuple(Trial(index=10_000 + i, shape=shape, dtype=dtype, seed=rng.randrange(1, 2**31 - 1),
-                       distribution=task.distributions[0], split=split)
+                       distribution=task.timed_distribution, split=split)
                  for i, (split, shape, dtype) in enumerate(_cases(task, "cuda")))
 
 

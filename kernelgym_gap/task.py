@@ -13,7 +13,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-CATEGORIES = ("elementwise", "reduction", "normalization", "gemm", "convolution")
+CATEGORIES = ("elementwise", "reduction", "normalization", "gemm", "convolution", "attention")
+# 1: one memory-bound op; 2: a fused op or a reduction with a numerical trap; 3: compute-bound or
+# multi-stage (tiling, pipelining, online algorithms).
+LEVELS = (1, 2, 3)
 DSLS = ("triton", "tilelang")
 BACKENDS = ("cpu", "cuda")
 SOLUTION_KINDS = ("optimized", "slow")
@@ -76,6 +79,16 @@ class TaskSpec:
     # Reference in float64 on upcast inputs (the default) or in the input dtype (for ops whose dtype
     # semantics matter, like integer-valued outputs).
     reference_in_float64: bool = True
+    # The distribution the kernel and the library are timed on: what the task's real data looks like. The
+    # others are correctness stress inputs only (a library's speed can depend on the values: torch's
+    # softmax is 2.4x slower on std-30 inputs than on normal ones, so timing on them inflates E).
+    timed_distribution: str = "normal"
+    level: int = 1
+    tags: tuple[str, ...] = ()
+    # Why LLM workloads run this operator (shown in `tasks --json`).
+    motivation: str = ""
+    # One line per version after v0: what changed (tolerance, shapes, timed inputs, reward semantics).
+    changelog: tuple[str, ...] = ()
     directory: Path | None = None              # set by the registry
 
     @property
@@ -124,6 +137,14 @@ class TaskSpec:
                         problems.append(f"flops/min_bytes not positive for {s} {d}")
         if not self.distributions:
             problems.append("no input distributions")
+        elif self.timed_distribution not in self.distributions:
+            problems.append(f"timed distribution {self.timed_distribution!r} is not among the distributions "
+                            f"{self.distributions} (correctness must cover what is timed)")
+        if self.level not in LEVELS:
+            problems.append(f"level {self.level!r} not in {LEVELS}")
+        if len(self.changelog) != self.version:
+            problems.append(f"version {self.version} needs one changelog line per version after v0 "
+                            f"(has {len(self.changelog)})")
         for sol in self.solutions:
             if sol.dsl not in DSLS:
                 problems.append(f"solution {sol.file}: dsl {sol.dsl!r}")

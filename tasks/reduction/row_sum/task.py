@@ -15,7 +15,9 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="RowSum",
-    version=0,
+    version=1,
+    changelog=("v1: timed on 'normal' inputs (was the first listed distribution, a stress input: 'offset', mean 8); correctness inputs unchanged",),
+    timed_distribution="normal",
     category="reduction",
     statement=("Sum each row of x (shape [M, N]) over its N elements. Return a new tensor of shape [M] in "
                "x's dtype; accumulate in float32 (a float16 accumulator loses the 'offset' rows' low bits "
