@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelgym_gap.registry import TaskRegistry, default_registry
-from kernelgym_gap.task import Solution
+from kernelgym_gap.core.registry import TaskRegistry, default_registry
+from kernelgym_gap.core.task import Solution
 
 
 class ReplayAgent:

@@ -30,8 +30,8 @@ import random
 import re
 from typing import Any
 
-from kernelgym_gap.errors import KernelGymError
-from kernelgym_gap.registry import TaskRegistry, default_registry
+from kernelgym_gap.core.errors import KernelGymError
+from kernelgym_gap.core.registry import TaskRegistry, default_registry
 
 _EXACT = {"num_warps": "warps", "warps": "warps", "nwarps": "warps", "num_stages": "stages", "stages": "stages",
           "nstages": "stages", "num_ctas": "ctas", "threads": "threads", "num_threads": "threads",

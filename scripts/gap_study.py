@@ -5,7 +5,7 @@
                                                  # (a later file's row replaces an earlier one of the same kernel)
     python scripts/gap_study.py --backend cpu --only AddReLU/triton_blocked     # correctness half only
 
-Each solution named in a task's `solutions=` is evaluated with `kernelgym_gap.engine.evaluate` (gate,
+Each solution named in a task's `solutions=` is evaluated with `kernelgym_gap.engine.pipeline.evaluate` (gate,
 sandboxed child, trusted checker, timing, roofline, reward, diagnosis: the same path as `KernelEnv.step`).
 Per kernel the table gives: the KernelBench-style check (the trusted checker's torch.allclose, atol = rtol
 = 1e-2, against the torch reference in the kernel's own dtype, on every trial of the workload, the public
@@ -53,7 +53,7 @@ CSV_FIELDS = ("task", "kernel", "dsl", "category", "kind", "defect", "status", "
 def study_task(task, backend: str, workload: str):
     """The task as this study evaluates it: on cuda with --workload study, one public and one held-out
     shape, float16 (and bfloat16 for GEMM); otherwise the task's own workload for the backend."""
-    from kernelgym_gap.task import Workload
+    from kernelgym_gap.core.task import Workload
     if backend != "cuda" or workload == "full":
         return task
     w = task.workload("cuda")
@@ -66,7 +66,7 @@ def study_task(task, backend: str, workload: str):
 def select(registry, only: str | None, dsl: str | None):
     """(task, solution) pairs: a filter that names a category selects that category, any other filter the
     solutions whose 'Task/file.py' contains it (case-insensitive); in the order the filters were given."""
-    from kernelgym_gap.task import CATEGORIES
+    from kernelgym_gap.core.task import CATEGORIES
     tokens = [t.strip().lower() for t in (only or "").split(",") if t.strip()]
     chosen = []
     for task in registry:
@@ -84,8 +84,8 @@ def select(registry, only: str | None, dsl: str | None):
 
 
 def evaluate_one(task, sol, backend: str, config) -> dict:
-    from kernelgym_gap.engine import evaluate
-    from kernelgym_gap.reward import RewardConfig, reward_for
+    from kernelgym_gap.engine.pipeline import evaluate
+    from kernelgym_gap.judge.reward import RewardConfig, reward_for
     source = task.solution_path(sol).read_text()
     t0 = time.perf_counter()
     rec = evaluate(task, source, sol.dsl, backend, config)
@@ -131,7 +131,7 @@ def best_known(rows: list[dict]) -> dict:
 
 
 def rediagnose(rows: list[dict], best: dict) -> None:
-    from kernelgym_gap.diagnosis import diagnose
+    from kernelgym_gap.judge.diagnosis import diagnose
     for r in rows:
         if r["correct"] is True and r["E"] is not None and r["U"] is not None and r["library_U"] is not None:
             d = diagnose(r["E"], r["U"], r["library_U"], best.get(r["task"], {}).get(r["dsl"]), r["evidence"])
@@ -197,7 +197,7 @@ def chart(rows: list[dict], meta: dict, path: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not importable here: no chart written (pip install matplotlib, then --merge)"
-    from kernelgym_gap.diagnosis import DEFAULT
+    from kernelgym_gap.judge.diagnosis import DEFAULT
     pts = [r for r in rows if r["E"] is not None and r["U"] is not None]
     if not pts:
         return "no kernel has E and U (cpu backend?): no chart written"
@@ -273,7 +273,7 @@ def finalize(rows: list[dict], meta: dict, backend: str, out_dir: Path) -> list[
 
 
 def run_meta(rows: list[dict], backend: str, workload: str, config) -> dict:
-    from kernelgym_gap.diagnosis import DEFAULT
+    from kernelgym_gap.judge.diagnosis import DEFAULT
     versions: dict = {}
     device: dict = {}
     calibration = None
@@ -303,7 +303,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out_dir = Path(args.out)
 
-    from kernelgym_gap.config import EvalConfig
+    from kernelgym_gap.core.config import EvalConfig
     config = EvalConfig(seeds_per_shape=args.seeds)
     if args.merge:
         by_kernel, metas = {}, []
@@ -324,7 +324,7 @@ def main(argv=None) -> int:
         notes = finalize(rows, meta, backend, out_dir)
         return report(rows, meta, notes)
 
-    from kernelgym_gap.registry import default_registry
+    from kernelgym_gap.core.registry import default_registry
     chosen = select(default_registry(), args.only, args.dsl)
     if not chosen:
         print("no solution matches --only/--dsl", file=sys.stderr)

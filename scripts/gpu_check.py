@@ -43,11 +43,11 @@ def main() -> int:
     sections = args.sections.split(",")
     import torch
     import triton
-    from kernelgym_gap.calibrate import calibrate
-    from kernelgym_gap.config import EvalConfig
-    from kernelgym_gap.engine import evaluate
-    from kernelgym_gap.registry import get_task
-    from kernelgym_gap.reward import RewardConfig
+    from kernelgym_gap.judge.calibrate import calibrate
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.engine.pipeline import evaluate
+    from kernelgym_gap.core.registry import get_task
+    from kernelgym_gap.judge.reward import RewardConfig
 
     out: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "python": platform.python_version(),
                  "torch": torch.__version__, "triton": triton.__version__,
@@ -56,7 +56,7 @@ def main() -> int:
     cfg = EvalConfig()
     if "isolation" in sections:
         # which sandbox layers start on this machine, and why the others do not (records list the active ones)
-        from kernelgym_gap.isolation import try_mode
+        from kernelgym_gap.sandbox.isolation import try_mode
         modes = {k: try_mode(k) for k in ("bwrap", "bwrap+uid", "unshare", "unshare+uid")}
         out["isolation"] = {k: {"works": ok, "why_not": why} for k, (ok, why) in modes.items()}
         lines.append("isolation modes on this machine:")
@@ -144,11 +144,11 @@ def main() -> int:
 
     if "latency" in sections:
         # the per-step breakdown of LayerNorm's optimized Triton solution: two evaluations with a fresh trusted
-        # checker process and a cold child each, then two through one warm pool (kernelgym_gap.warm.WarmPool:
+        # checker process and a cold child each, then two through one warm pool (kernelgym_gap.api.warm.WarmPool:
         # a warm checker, started and warmed up before the first of them, and pre-started children), steps
         # `--think` seconds apart (the agent's turn, in which the next child does its imports)
-        from kernelgym_gap.engine import child_spec
-        from kernelgym_gap.warm import WarmPool
+        from kernelgym_gap.engine.pipeline import child_spec
+        from kernelgym_gap.api.warm import WarmPool
         keys = ["gate", "child_preimport", "child_setup", "child_import", "child_correctness", "child_timing",
                 "child_total", "child", "check", "total"]
         cold = []
@@ -190,8 +190,8 @@ def main() -> int:
     if "scaling" in sections:
         # evaluations per minute over one fixed batch of reference solutions, on 1 GPU and on every GPU of
         # the host (batch.evaluate_many: one child per GPU, each pinned); rewards compared run to run
-        from kernelgym_gap.batch import EvalRequest, evaluate_many, visible_gpus
-        from kernelgym_gap.registry import default_registry
+        from kernelgym_gap.api.batch import EvalRequest, evaluate_many, visible_gpus
+        from kernelgym_gap.core.registry import default_registry
         reg = default_registry()
         batch = []
         for name in args.scaling_tasks.split(","):

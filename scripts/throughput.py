@@ -1,5 +1,5 @@
-"""Evaluations per minute on the cpu backend: the local pool (kernelgym_gap.batch.evaluate_many) and the Ray
-pool (kernelgym_gap.ray_pool.RayPool), each with 1 and 2 workers, over the same fixed batch of reference
+"""Evaluations per minute on the cpu backend: the local pool (kernelgym_gap.api.batch.evaluate_many) and the Ray
+pool (kernelgym_gap.api.ray_pool.RayPool), each with 1 and 2 workers, over the same fixed batch of reference
 solutions. Prints the table last.
 
     .venv/bin/python scripts/throughput.py                       # default batch, 1 and 2 workers, local + Ray
@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernelgym_gap.batch import EvalRequest, evaluate_many  # noqa: E402
-from kernelgym_gap.config import EvalConfig  # noqa: E402
-from kernelgym_gap.registry import default_registry  # noqa: E402
+from kernelgym_gap.api.batch import EvalRequest, evaluate_many  # noqa: E402
+from kernelgym_gap.core.config import EvalConfig  # noqa: E402
+from kernelgym_gap.core.registry import default_registry  # noqa: E402
 
 DEFAULT_TASKS = ("AddReLU", "RowSum", "RMSNorm")
 
@@ -58,7 +58,7 @@ def run_local(batch, workers, config):
 
 def run_ray(batch, workers, config, num_cpus):
     import ray
-    from kernelgym_gap.ray_pool import RayPool
+    from kernelgym_gap.api.ray_pool import RayPool
     t = time.perf_counter()
     if not ray.is_initialized():
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)

@@ -1,4 +1,4 @@
-"""Per-step latency without and with the warm pool (kernelgym_gap.warm.WarmPool: a warm trusted checker and
+"""Per-step latency without and with the warm pool (kernelgym_gap.api.warm.WarmPool: a warm trusted checker and
 pre-started children), on the cpu backend.
 
     .venv/bin/python scripts/warm_latency.py [--task AddReLU] [--solution triton_blocked.py] [--n 3] [--k 5]
@@ -13,7 +13,7 @@ pre-started children), on the cpu backend.
    On the cpu backend the default checker runs inside the parent (no process), so the warm checker removes
    no start here: its `check` is the in-parent check plus a round trip.
 2. What the warm checker removes on the cuda backend, where each evaluation starts `python -m
-   kernelgym_gap.checker CHECK.json`: the same check request `--k` times as a fresh process (the engine's
+   kernelgym_gap.judge.checker CHECK.json`: the same check request `--k` times as a fresh process (the engine's
    per-evaluation command and environment, device cpu) and `--k` times as a round trip to the warm server.
    On cuda the fresh process also creates a CUDA context, which this cpu figure does not include
    (gpu_check.py's latency section measures that on the device).
@@ -32,12 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernelgym_gap.child import backend_env  # noqa: E402
-from kernelgym_gap.config import EvalConfig  # noqa: E402
-from kernelgym_gap.engine import child_spec, evaluate  # noqa: E402
-from kernelgym_gap.registry import get_task  # noqa: E402
-from kernelgym_gap.sandbox import child_env  # noqa: E402
-from kernelgym_gap.warm import WarmChecker, WarmPool  # noqa: E402
+from kernelgym_gap.sandbox.launch import backend_env  # noqa: E402
+from kernelgym_gap.core.config import EvalConfig  # noqa: E402
+from kernelgym_gap.engine.pipeline import child_spec, evaluate  # noqa: E402
+from kernelgym_gap.core.registry import get_task  # noqa: E402
+from kernelgym_gap.sandbox.process import child_env  # noqa: E402
+from kernelgym_gap.api.warm import WarmChecker, WarmPool  # noqa: E402
 
 KEYS = ("gate", "child", "child_preimport", "compile_probe", "check", "total")
 
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
             for _ in range(args.k):
                 result.unlink(missing_ok=True)
                 t = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "kernelgym_gap.checker", str(spec)], env=env, cwd=spec.parent,
+                subprocess.run([sys.executable, "-m", "kernelgym_gap.judge.checker", str(spec)], env=env, cwd=spec.parent,
                                capture_output=True, timeout=600, check=True)
                 fresh_s.append(time.perf_counter() - t)
                 fresh_result = result.read_text()
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     print(f"  warm pool: {n_served} of {len(pooled)} steps ran in a pre-started child")
     print(f"  warm checker start (once, outside the steps): {start_s:.2f} s; processes started: {processes}")
     print(f"the check request ({kept.trials_checked} trials), {args.k} times each:")
-    print(f"  fresh `python -m kernelgym_gap.checker` process: median {statistics.median(fresh_s):.3f} s "
+    print(f"  fresh `python -m kernelgym_gap.judge.checker` process: median {statistics.median(fresh_s):.3f} s "
           f"(min {min(fresh_s):.3f}, max {max(fresh_s):.3f})")
     print(f"  warm server round trip:                       median {statistics.median(served_s):.3f} s "
           f"(min {min(served_s):.3f}, max {max(served_s):.3f})")

@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def registry():
-    from kernelgym_gap.registry import default_registry
+    from kernelgym_gap.core.registry import default_registry
     return default_registry()
 
 

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from kernelgym_gap import cli
-from kernelgym_gap.agent import available_agents, load_agent
-from kernelgym_gap.env import KernelEnv
-from kernelgym_gap.record import EvalRecord
-from kernelgym_gap.status import Status
+from kernelgym_gap.cli import main as cli
+from kernelgym_gap.api.agent import available_agents, load_agent
+from kernelgym_gap.api.env import KernelEnv
+from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.status import Status
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_search_climbs_on_the_reward_within_its_budget(search_mod, registry):
     env = KernelEnv(task_id="AddReLU", backend="cpu", max_steps=16, stop_when_correct=False,
                     evaluator=_scored_evaluator(search_mod, 8192, calls))
     agent = load_agent("search", seed=3)
-    from kernelgym_gap.agents_cli import run_episode
+    from kernelgym_gap.cli.agents import run_episode
     ep = run_episode(env, agent, seed=0)
     assert len(ep["steps"]) == 16 == len(calls)
     assert calls[0] == registry.get("AddReLU").solution_path(
@@ -106,7 +106,7 @@ def test_search_is_deterministic_for_a_seed(search_mod):
         calls: list[str] = []
         env = KernelEnv(task_id="AddReLU", backend="cpu", max_steps=5, stop_when_correct=False,
                         evaluator=_scored_evaluator(search_mod, 256, calls))
-        from kernelgym_gap.agents_cli import run_episode
+        from kernelgym_gap.cli.agents import run_episode
         run_episode(env, load_agent("search", seed=seed), seed=0)
         return calls
     assert run(1) == run(1)
@@ -123,7 +123,7 @@ def test_search_resubmits_the_best_when_nothing_is_left(search_mod, registry, tm
         return EvalRecord(task=task.id, task_version=0, dsl=dsl, backend=backend, status=Status.OK, correct=True,
                           reward=0.5, reward_mode="full", terms={}, message="")
     env = KernelEnv(task_id="AddReLU", backend="cpu", max_steps=4, stop_when_correct=False, evaluator=evaluate)
-    from kernelgym_gap.agents_cli import run_episode
+    from kernelgym_gap.cli.agents import run_episode
     run_episode(env, load_agent("search", start_file=str(start)), seed=0)
     blocks = [c.split("BLOCK = ")[1][0] for c in calls]
     # start, its two neighbours (a tie keeps the incumbent), then nothing is left: the best again
@@ -141,7 +141,7 @@ def _fake_engine(monkeypatch, reward=1.0, calls=None):
         return EvalRecord(task=task.id, task_version=task.version, dsl=dsl, backend=backend, status=Status.OK,
                           correct=True, reward=reward, reward_mode="correctness", terms={"E": None, "U": None},
                           message="fake", source_sha256=hashlib.sha256(source.encode()).hexdigest())
-    monkeypatch.setattr("kernelgym_gap.engine.evaluate", evaluate)
+    monkeypatch.setattr("kernelgym_gap.engine.pipeline.evaluate", evaluate)
 
 
 def test_episode_cli_replay_runs_until_the_agent_has_nothing_left(monkeypatch, capsys):

@@ -6,12 +6,12 @@ import time
 import numpy as np
 import pytest
 
-from kernelgym_gap.batch import (EvalRequest, evaluate_many, make_vector_env, score_completions,
+from kernelgym_gap.api.batch import (EvalRequest, evaluate_many, make_vector_env, score_completions,
                                  visible_gpus)
-from kernelgym_gap.config import EvalConfig
-from kernelgym_gap.errors import HarnessError, UnknownChoiceError, UnknownTaskError
-from kernelgym_gap.record import EvalRecord
-from kernelgym_gap.status import Status
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.errors import HarnessError, UnknownChoiceError, UnknownTaskError
+from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.status import Status
 
 
 def _source(registry, name="AddReLU", index=0):
@@ -92,7 +92,7 @@ def test_a_harness_failure_is_raised_after_the_pool_drains():
 
 def test_cuda_pins_one_worker_per_gpu(monkeypatch):
     """GPU placement logic, with the backend check and the engine replaced (this machine has no GPU)."""
-    monkeypatch.setattr("kernelgym_gap.engine.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
+    monkeypatch.setattr("kernelgym_gap.engine.pipeline.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
     ev = Recorder()
     reqs = [EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(8)]
     recs = evaluate_many(reqs, gpus=[2, 5], workers=8, evaluator=ev)
@@ -141,7 +141,7 @@ def test_vector_env_rejects_bad_sizes():
 def _double(task, source, dsl, backend, config):
     """A correct and a failed step differ in type where Gymnasium's vector info merge cares: E is a float
     or None, diagnosis a dict or None, failure None or a dict."""
-    from kernelgym_gap.record import FailureDetail
+    from kernelgym_gap.core.record import FailureDetail
     ok = "x + y" in source
     return EvalRecord(task=task.id, task_version=task.version, dsl=dsl, backend=backend,
                       status=Status.OK if ok else Status.MISMATCH, correct=ok, reward=float(ok),

@@ -9,12 +9,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kernelgym_gap import cli
-from kernelgym_gap.agent import load_agent
-from kernelgym_gap.batch import extract_code
-from kernelgym_gap.env import KernelEnv
-from kernelgym_gap.record import EvalRecord
-from kernelgym_gap.status import Status
+from kernelgym_gap.cli import main as cli
+from kernelgym_gap.api.agent import load_agent
+from kernelgym_gap.api.batch import extract_code
+from kernelgym_gap.api.env import KernelEnv
+from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.status import Status
 
 
 class ScriptedServer:
@@ -120,7 +120,7 @@ def test_prompt_from_observation_and_multi_turn_feedback(server, registry):
         return _record() if len(seen) == 1 else _record(Status.OK, 1.0, "")
     env = KernelEnv(task_id="AddReLU", backend="cpu", max_steps=3, evaluator=evaluate)
     agent = _agent(server, temperature=0.2, max_tokens=512, seed=7)
-    from kernelgym_gap.agents_cli import run_episode
+    from kernelgym_gap.cli.agents import run_episode
     ep = run_episode(env, agent, seed=0)
     assert [s["status"] for s in ep["steps"]] == ["compile_error", "ok"]      # a correct kernel ends it (cpu)
     assert seen[0] == "def add_relu(x, y):\n    return x\n" and seen[1] == reference_source(registry)
@@ -207,7 +207,7 @@ def test_unreachable_endpoint_stops_the_episode_with_exit_3(capsys, monkeypatch)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()                               # nothing listens there now
-    monkeypatch.setattr("kernelgym_gap.engine.evaluate", lambda *a, **k: pytest.fail("nothing to evaluate"))
+    monkeypatch.setattr("kernelgym_gap.engine.pipeline.evaluate", lambda *a, **k: pytest.fail("nothing to evaluate"))
     rc = cli.main(["episode", "--agent", "chat", "--task", "AddReLU", "--backend", "cpu",
                    "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m", "--max-retries", "1",
                    "--agent-arg", "backoff_s=0.01", "--json"])

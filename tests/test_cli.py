@@ -15,7 +15,7 @@ RECORD_KEYS = {"task", "dsl", "backend", "status", "correct", "reward", "terms",
 
 
 def cli(*args, timeout=600):
-    argv = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "kernelgym_gap.cli"]
+    argv = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "kernelgym_gap.cli.main"]
     return subprocess.run(argv + [str(a) for a in args], capture_output=True, text=True, cwd=ROOT,
                           timeout=timeout)
 
@@ -75,7 +75,7 @@ def test_eval_json_prints_exactly_one_record(registry, fixture, status):
         assert obj["correct"] is True and obj["reward"] == 1.0
     else:
         assert obj["correct"] is False and obj["reward"] == 0.0 and obj["message"]
-    from kernelgym_gap.record import EvalRecord
+    from kernelgym_gap.core.record import EvalRecord
     EvalRecord.from_dict(obj)                     # the JSON is the record itself, schema and all
 
 
@@ -130,8 +130,8 @@ def test_suite_runs_episodes_in_parallel_and_keeps_plan_order(registry):
     every solution of the chosen tasks gets one row, in plan order, whichever worker finished first."""
     import threading
     import time as time_mod
-    from kernelgym_gap.engine import evaluate
-    from kernelgym_gap.suite import run_suite
+    from kernelgym_gap.engine.pipeline import evaluate
+    from kernelgym_gap.api.suite import run_suite
     seen = set()
 
     def stub(task, source, dsl, backend, config):

@@ -1,15 +1,20 @@
 """The Gymnasium environment on the cpu backend: every registered id passes Gymnasium's own checker, resets
 are deterministic, a step returns the five-tuple with every reward term and the record, and the step budget
 truncates. Steps whose action fails at the gate are cheap; only two tests run a real child."""
+import subprocess
+import sys
+
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import kernelgym_gap.env as kenv
-from kernelgym_gap.config import EvalConfig
-from kernelgym_gap.record import EvalRecord
-from kernelgym_gap.registry import default_registry
-from kernelgym_gap.status import Status
+import kernelgym_gap.api.env as kenv
+from kernelgym_gap.api.registration import register_envs
+from kernelgym_gap.core.ids import SUITE_ID
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.registry import default_registry
+from kernelgym_gap.core.status import Status
 
 TASKS = list(default_registry())
 IDS = sorted(i for i in gym.registry if i.startswith("kernelgym_gap/"))
@@ -20,8 +25,18 @@ BROKEN = "def layernorm(:\n"          # fails at the gate: no child process
 
 
 def test_every_task_and_the_suite_are_registered(registry):
-    assert {t.id for t in registry} | {kenv.SUITE_ID} == set(IDS)
-    assert kenv.register_envs() == [t.id for t in registry] + [kenv.SUITE_ID]   # idempotent
+    assert {t.id for t in registry} | {SUITE_ID} == set(IDS)
+    assert register_envs() == [t.id for t in registry] + [SUITE_ID]   # idempotent
+
+
+def test_importing_the_package_registers_the_ids_for_gymnasium_users():
+    """What a Gymnasium user writes, in a fresh interpreter: `import kernelgym_gap; gym.make(...)`."""
+    code = ("import gymnasium as gym, kernelgym_gap\n"
+            "env = gym.make('kernelgym_gap/LayerNorm-v0', backend='cpu')\n"
+            "print(env.unwrapped.task.id, kernelgym_gap.make('layernorm', backend='cpu').unwrapped.task.id)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["kernelgym_gap/LayerNorm-v0"] * 2
 
 
 @pytest.mark.parametrize("env_id", IDS)
@@ -70,7 +85,7 @@ def test_heldout_shapes_are_never_shown(task):
 
 
 def test_reset_options_choose_task_and_dsl(registry):
-    env = gym.make(kenv.SUITE_ID, backend="cpu")
+    env = gym.make(SUITE_ID, backend="cpu")
     obs, info = env.reset(seed=0, options={"task": "LayerNorm", "dsl": "tilelang"})
     assert info["task"] == "kernelgym_gap/LayerNorm-v0" and info["dsl"] == "tilelang"
     assert "DSL: tilelang" in obs
@@ -83,7 +98,7 @@ def test_reset_options_choose_task_and_dsl(registry):
 
 
 def test_suite_draws_tasks_by_seed(registry):
-    env = gym.make(kenv.SUITE_ID, backend="cpu")
+    env = gym.make(SUITE_ID, backend="cpu")
     drawn = [env.reset(seed=s)[1]["task"] for s in range(40)]
     again = [env.reset(seed=s)[1]["task"] for s in range(40)]
     assert drawn == again
@@ -138,7 +153,7 @@ def test_evaluator_is_injectable_and_sees_the_action(registry):
 
     def evaluator(task, source, dsl, backend, config):
         seen.append((task.id, source, dsl, backend))
-        from kernelgym_gap.engine import evaluate
+        from kernelgym_gap.engine.pipeline import evaluate
         return evaluate(task, BROKEN, dsl, backend, config)
 
     env = kenv.KernelEnv(task_id="LayerNorm", backend="cpu", evaluator=evaluator)

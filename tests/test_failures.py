@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelgym_gap.config import EvalConfig
-from kernelgym_gap.engine import evaluate
-from kernelgym_gap.record import EvalRecord
-from kernelgym_gap.sandbox import SandboxConfig
-from kernelgym_gap.status import STAGE, Status
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.engine.pipeline import evaluate
+from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.sandbox.process import SandboxConfig
+from kernelgym_gap.core.status import STAGE, Status
 
 from conftest import FIXTURES
 

@@ -1,10 +1,10 @@
 """The static gate: checks made in the parent on the source text, before any process starts."""
 import pytest
 
-from kernelgym_gap.config import EvalConfig
-from kernelgym_gap.engine import evaluate
-from kernelgym_gap.gate import MAX_SOURCE_BYTES, check_source
-from kernelgym_gap.status import Status
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.engine.pipeline import evaluate
+from kernelgym_gap.engine.gate import MAX_SOURCE_BYTES, check_source
+from kernelgym_gap.core.status import Status
 
 TRITON = """import triton
 import triton.language as tl
@@ -158,7 +158,7 @@ def test_a_source_too_deep_for_the_parser_is_a_syntax_error_and_leaves_the_parse
 
 def test_parser_system_error_falls_back_to_a_fresh_interpreter(monkeypatch):
     import ast as ast_mod
-    from kernelgym_gap import gate as gate_mod
+    from kernelgym_gap.engine import gate as gate_mod
     calls = []
 
     def broken(*a, **k):

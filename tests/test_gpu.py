@@ -12,12 +12,12 @@ def cal_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cuda_config(cal_path):
-    from kernelgym_gap.config import EvalConfig
+    from kernelgym_gap.core.config import EvalConfig
     return EvalConfig(calibration_path=cal_path, trial_seed=7)
 
 
 def test_calibration_measures_and_caches_per_device(cal_path):
-    from kernelgym_gap.calibrate import calibrate, device_identity, device_key, load_cached
+    from kernelgym_gap.judge.calibrate import calibrate, device_identity, device_key, load_cached
     from pathlib import Path
     cal = calibrate(0, Path(cal_path), force=True)
     assert cal.source == "measured"
@@ -31,16 +31,16 @@ def test_calibration_measures_and_caches_per_device(cal_path):
 
 def test_l2_flush_buffer_is_at_least_twice_l2():
     import torch
-    from kernelgym_gap.record import TimingConfig
-    from kernelgym_gap.timing import Bench
+    from kernelgym_gap.core.record import TimingConfig
+    from kernelgym_gap.child.timing import Bench
     bench = Bench(TimingConfig())
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     assert bench.flush.numel() >= 2 * l2
 
 
 def _eval(registry, file, config, mode="full"):
-    from kernelgym_gap.engine import evaluate
-    from kernelgym_gap.reward import RewardConfig
+    from kernelgym_gap.engine.pipeline import evaluate
+    from kernelgym_gap.judge.reward import RewardConfig
     task = registry.get("LayerNorm")
     sol = next(s for s in task.solutions if s.file == file)
     return evaluate(task, task.solution_path(sol).read_text(), sol.dsl, "cuda",
@@ -48,7 +48,7 @@ def _eval(registry, file, config, mode="full"):
 
 
 def test_optimized_layernorm_is_measured_and_efficient(registry, cuda_config):
-    from kernelgym_gap.measure import MAX_SPREAD
+    from kernelgym_gap.judge.measure import MAX_SPREAD
     r = _eval(registry, "triton_rowwise.py", cuda_config)
     assert r.status.value == "ok", r.message
     t = r.terms

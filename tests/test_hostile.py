@@ -22,13 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from kernelgym_gap import child, engine
-from kernelgym_gap import sandbox as sb
-from kernelgym_gap.config import EvalConfig
-from kernelgym_gap.engine import evaluate
-from kernelgym_gap.record import TimingConfig
-from kernelgym_gap.sandbox import SandboxConfig
-from kernelgym_gap.task import Workload
+from kernelgym_gap.sandbox import launch as child
+
+from kernelgym_gap.engine import pipeline as engine
+from kernelgym_gap.sandbox import process as sb
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.engine.pipeline import evaluate
+from kernelgym_gap.core.record import TimingConfig
+from kernelgym_gap.sandbox.process import SandboxConfig
+from kernelgym_gap.core.task import Workload
 
 HOSTILE = Path(__file__).resolve().parent / "fixtures" / "hostile"
 ROOT = Path(__file__).resolve().parent.parent
@@ -323,8 +325,8 @@ def test_timing_calls_are_watched_for_library_compute():
     import random
 
     import torch
-    from kernelgym_gap import integrity as integ
-    from kernelgym_gap.runner import timing_entry
+    from kernelgym_gap.child import integrity as integ
+    from kernelgym_gap.child.runner import timing_entry
 
     calls = []
 

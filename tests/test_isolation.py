@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelgym_gap import isolation
+from kernelgym_gap.sandbox import isolation
 
 
 @pytest.mark.parametrize("checkout, parent_hidden", [

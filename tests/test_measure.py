@@ -7,13 +7,13 @@ import math
 
 import pytest
 
-from kernelgym_gap.calibrate import Calibration, device_key, load_cached, save_cached
-from kernelgym_gap.config import EvalConfig
-from kernelgym_gap.diagnosis import DiagnosisConfig, causes, diagnose
-from kernelgym_gap.measure import floor_ms, performance_terms
-from kernelgym_gap.record import ChildReport, ShapeTiming
-from kernelgym_gap.reward import RewardConfig, reward_for
-from kernelgym_gap.status import Status
+from kernelgym_gap.judge.calibrate import Calibration, device_key, load_cached, save_cached
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.judge.diagnosis import DiagnosisConfig, causes, diagnose
+from kernelgym_gap.judge.measure import floor_ms, performance_terms
+from kernelgym_gap.core.record import ChildReport, ShapeTiming
+from kernelgym_gap.judge.reward import RewardConfig, reward_for
+from kernelgym_gap.core.status import Status
 
 DEVICE = {"name": "Test GPU", "driver": "1.0", "sm_count": 132}
 VERSIONS = {"torch": "t", "triton": "x"}
@@ -160,7 +160,7 @@ def test_calibration_cache_is_keyed_per_device(tmp_path):
 
 def test_timing_code_never_prints():
     import ast
-    import kernelgym_gap.timing as timing_mod
+    import kernelgym_gap.child.timing as timing_mod
     from pathlib import Path
     tree = ast.parse(Path(timing_mod.__file__).read_text())
     calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
@@ -185,7 +185,7 @@ def test_bytes_handed_to_the_kernels_are_evidence(registry, config):
 
 def test_tensor_bytes_counts_distinct_tensors_once():
     import torch
-    from kernelgym_gap.dsl import _tensor_bytes
+    from kernelgym_gap.dsl.adapters import _tensor_bytes
     x = torch.zeros(100, dtype=torch.float16)
     y = torch.zeros(10, dtype=torch.float32)
     assert _tensor_bytes((x, x, 3, "s"), {"y": y}) == 200 + 40

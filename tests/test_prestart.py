@@ -1,4 +1,4 @@
-"""Pre-started children (kernelgym_gap.prestart.ChildPool): a submission handed to a child that did its
+"""Pre-started children (kernelgym_gap.sandbox.prestart.ChildPool): a submission handed to a child that did its
 imports before the submission arrived gets the same record as in a cold child; each child serves one
 submission and is gone after it; a crash leaves the next pre-started child clean; a child that died while it
 waited, or one started for another sandbox setting, is not used (a cold child runs instead); the deadline
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelgym_gap.config import EvalConfig
-from kernelgym_gap.engine import child_spec, evaluate
-from kernelgym_gap.prestart import ChildPool
-from kernelgym_gap.sandbox import SandboxConfig, SandboxedChild, child_env
-from kernelgym_gap.status import Status
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.engine.pipeline import child_spec, evaluate
+from kernelgym_gap.sandbox.prestart import ChildPool
+from kernelgym_gap.sandbox.process import SandboxConfig, SandboxedChild, child_env
+from kernelgym_gap.core.status import Status
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

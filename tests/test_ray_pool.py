@@ -6,12 +6,12 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from kernelgym_gap import cli  # noqa: E402
-from kernelgym_gap.batch import EvalRequest, evaluate_many  # noqa: E402
-from kernelgym_gap.config import EvalConfig  # noqa: E402
-from kernelgym_gap.env import KernelEnv  # noqa: E402
-from kernelgym_gap.ray_pool import RayPool  # noqa: E402
-from kernelgym_gap.status import Status  # noqa: E402
+from kernelgym_gap.cli import main as cli  # noqa: E402
+from kernelgym_gap.api.batch import EvalRequest, evaluate_many  # noqa: E402
+from kernelgym_gap.core.config import EvalConfig  # noqa: E402
+from kernelgym_gap.api.env import KernelEnv  # noqa: E402
+from kernelgym_gap.api.ray_pool import RayPool  # noqa: E402
+from kernelgym_gap.core.status import Status  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def test_evaluate_many_and_the_env_through_ray(local_ray, registry):
 def test_async_vector_env_evaluates_through_ray(local_ray, registry):
     """What an RL trainer does: vectorize the environment, and score the batch of actions through Ray
     (each AsyncVectorEnv copy is a spawned process with its own actor on the cluster this test started)."""
-    from kernelgym_gap.batch import make_vector_env
+    from kernelgym_gap.api.batch import make_vector_env
     reqs = _batch(registry)
     envs = make_vector_env(2, "AddReLU", backend="cpu", ray="auto", config=CONFIG, max_steps=2)
     try:

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from kernelgym_gap.errors import ProtocolError
-from kernelgym_gap.record import (SCHEMA_VERSION, CheckResult, ChildReport, EvalRecord, FailureDetail, Job,
+from kernelgym_gap.core.errors import ProtocolError
+from kernelgym_gap.core.record import (SCHEMA_VERSION, CheckResult, ChildReport, EvalRecord, FailureDetail, Job,
                                   KernelSpec, ShapeTiming, TimingConfig, Trial, TrialOutcome)
-from kernelgym_gap.status import Status
+from kernelgym_gap.core.status import Status
 
 TRIAL = Trial(index=3, shape=(16, 128), dtype="float16", seed=12345, distribution="offset", split="heldout")
 SPEC = KernelSpec(module="submission", qualname="_row_kernel", source_sha256="cd" * 32,
@@ -78,7 +78,7 @@ def test_check_result_round_trip():
 
 def test_json_is_plain_and_versioned():
     d = json.loads(_record().to_json())
-    assert d["schema"] == "kernelgym_gap.record" and d["schema_version"] == SCHEMA_VERSION
+    assert d["schema"] == "kernelgym_gap.core.record" and d["schema_version"] == SCHEMA_VERSION
     assert d["status"] == "mismatch"                      # the enum as its value
     assert d["failure"]["trial"]["shape"] == [16, 128]    # tuples as lists
     assert json.loads(_job().to_json())["schema"] == "kernelgym_gap.job"
@@ -136,7 +136,7 @@ def test_eval_record_from_json_rejects(mutate):
     pytest.param(lambda d: d["timings"][0].update(kernel_ms="fast"), id="timing-string"),
     pytest.param(lambda d: d.update(failed_trial=1.5), id="failed-trial-float"),
     pytest.param(lambda d: d.update(status="faster"), id="unknown-status"),
-    pytest.param(lambda d: d.update(schema="kernelgym_gap.record"), id="record-schema"),
+    pytest.param(lambda d: d.update(schema="kernelgym_gap.core.record"), id="record-schema"),
     pytest.param(lambda d: d["launched"][0].update(signature={"n": 32}), id="spec-signature-int"),
     pytest.param(lambda d: d["launched"][0].pop("source_sha256"), id="spec-without-source"),
 ])

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelgym_gap import inputs as inputs_mod
-from kernelgym_gap.errors import TaskDefinitionError, UnknownTaskError
-from kernelgym_gap.registry import DEFAULT_TASKS_DIR, TaskRegistry, default_registry, get_task
-from kernelgym_gap.task import BACKENDS, CATEGORIES, DSLS, SOLUTION_KINDS, TaskSpec
+from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.core.errors import TaskDefinitionError, UnknownTaskError
+from kernelgym_gap.core.registry import DEFAULT_TASKS_DIR, TaskRegistry, default_registry, get_task
+from kernelgym_gap.core.task import BACKENDS, CATEGORIES, DSLS, SOLUTION_KINDS, TaskSpec
 
 TASKS = list(default_registry())
 IDS = [t.id for t in TASKS]
@@ -74,8 +74,13 @@ def test_lookup_by_name_and_id(registry):
     assert get_task("LayerNorm").id == "kernelgym_gap/LayerNorm-v0"
 
 
+@pytest.mark.parametrize("spelling", ["layernorm", "LAYERNORM", "kernelgym_gap/layernorm-v0"])
+def test_lookup_ignores_case(registry, spelling):
+    assert registry.get(spelling) is registry.get("LayerNorm")
+
+
 @pytest.mark.parametrize("wrong,hint", [("LayerNrom", "LayerNorm"), ("kernelgym_gap/LayerNorm-v9", "LayerNorm"),
-                                        ("layernorm", "LayerNorm")])
+                                        ("layernrom", "LayerNorm")])
 def test_unknown_task_suggests(registry, wrong, hint):
     with pytest.raises(UnknownTaskError, match="Did you mean") as info:
         registry.get(wrong)
@@ -142,8 +147,8 @@ def test_a_task_in_another_directory_is_read_from_that_directory(tmp_path):
 def test_a_task_in_another_directory_can_be_evaluated(request):
     """A registry of another directory is public API (KernelEnv(registry=...), run_suite(registry=...)):
     its tasks must evaluate too, not only those under the default tasks/."""
-    from kernelgym_gap.config import EvalConfig
-    from kernelgym_gap.engine import evaluate
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.engine.pipeline import evaluate
     src = DEFAULT_TASKS_DIR / "normalization" / "layernorm"
     # pytest's tmp_path sits under a 0700 directory that the sandbox's unprivileged uid cannot enter
     root = Path(tempfile.mkdtemp(prefix="kgg-private-tasks-"))

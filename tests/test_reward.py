@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from kernelgym_gap.reward import RewardConfig, geomean, log_shape, performance, reward_for
+from kernelgym_gap.judge.reward import RewardConfig, geomean, log_shape, performance, reward_for
 
 CFG = RewardConfig()
 T_LIB, T_FLOOR = 1.0, 0.4      # library 1 ms, roofline floor 0.4 ms (the library at 40% of roofline)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelgym_gap import sandbox as sb
-from kernelgym_gap.registry import PROJECT_ROOT
-from kernelgym_gap.sandbox import SandboxConfig, child_env, run_sandboxed
+from kernelgym_gap.sandbox import process as sb
+from kernelgym_gap.core.registry import PROJECT_ROOT
+from kernelgym_gap.sandbox.process import SandboxConfig, child_env, run_sandboxed
 
 ROOT = os.geteuid() == 0
 HAS_BWRAP = sb._works("bwrap")
@@ -123,7 +123,7 @@ def test_filesystem_view(tmp_path, isolation):
     allowed = {PROJECT_ROOT.name}
     if tmp_path.is_relative_to(PROJECT_ROOT.parent):
         allowed.add(tmp_path.relative_to(PROJECT_ROOT.parent).parts[0])
-    from kernelgym_gap import isolation as iso
+    from kernelgym_gap.sandbox import isolation as iso
     assert set(got["work_parent"]) <= allowed and PROJECT_ROOT.name in got["work_parent"], \
         (got["work_parent"], str(PROJECT_ROOT), iso._hidden_roots(), iso._python_ro_paths())
     if isolation == "bwrap" or PROJECT_ROOT.parent == Path("/work"):

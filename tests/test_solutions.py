@@ -2,9 +2,9 @@
 the status its Solution.cpu_status declares. Parametrized over the registry: new tasks are picked up."""
 import pytest
 
-from kernelgym_gap.config import EvalConfig
-from kernelgym_gap.env import KernelEnv
-from kernelgym_gap.registry import default_registry
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.api.env import KernelEnv
+from kernelgym_gap.core.registry import default_registry
 
 CASES = [(t.id, s) for t in default_registry() for s in t.solutions]
 CONFIG = EvalConfig(trial_seed=20261202)     # the default evaluation, with seeds fixed for reproducibility

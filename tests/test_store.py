@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelgym_gap import store as st
-from kernelgym_gap.record import EvalRecord
-from kernelgym_gap.status import Status
+from kernelgym_gap.store import db as st
+from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.status import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 GELU_FAST = ROOT / "tasks" / "elementwise" / "gelu" / "solutions" / "triton_blocked.py"
@@ -139,7 +139,7 @@ def test_lookup_needs_the_whole_key_and_skips_machine_failures(db):
 
 
 def test_settings_hash_ignores_paths_but_not_settings():
-    from kernelgym_gap.config import EvalConfig
+    from kernelgym_gap.core.config import EvalConfig
     base = EvalConfig()
     assert st.settings_hash(base) == st.settings_hash(base.replace(scratch_root="/x", keep_scratch=True))
     assert st.settings_hash(base) != st.settings_hash(base.replace(trial_seed=3))
@@ -151,7 +151,7 @@ def test_settings_hash_ignores_paths_but_not_settings():
 WRITER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from kernelgym_gap import store as st
+    from kernelgym_gap.store import db as st
     sys.path.insert(0, {tests!r})
     from test_store import make_record
     path, name, n, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -229,8 +229,9 @@ def test_writer_killed_mid_write_leaves_a_consistent_database(tmp_path, db):
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")   # the probe thread's
 def test_repeated_submission_is_served_from_the_cache_without_a_child(db, registry, monkeypatch):
-    from kernelgym_gap import child, engine
-    from kernelgym_gap.config import EvalConfig
+    from kernelgym_gap.sandbox import launch as child
+    from kernelgym_gap.engine import pipeline as engine
+    from kernelgym_gap.core.config import EvalConfig
     task, source, config = registry.get("GELU"), GELU_FAST.read_text(), EvalConfig()
     s = st.Store(db)
     first = st.cached_evaluate_full(s, task, source, "triton", "cpu", config, "agent-a")

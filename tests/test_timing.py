@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from kernelgym_gap.timing import DEVICE_EXCESS, Bench, side_stream_suspected
+from kernelgym_gap.child.timing import DEVICE_EXCESS, Bench, side_stream_suspected
 
 
 def bench(jitter_ms: float) -> Bench:

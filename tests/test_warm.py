@@ -1,5 +1,5 @@
-"""The warm pool's persistent trusted checker (kernelgym_gap.warm.WarmChecker) on the cpu device: the same
-CheckResult as the per-evaluation checker (in the parent and as a fresh `python -m kernelgym_gap.checker`
+"""The warm pool's persistent trusted checker (kernelgym_gap.api.warm.WarmChecker) on the cpu device: the same
+CheckResult as the per-evaluation checker (in the parent and as a fresh `python -m kernelgym_gap.judge.checker`
 process) for a correct and a mismatching output; a killed server is restarted; a hung one (SIGSTOPped) is
 killed at the request's timeout and the next request works; and `evaluate(..., checker=warm)` gives the same
 records as `evaluate` without it. Outputs are written by the test itself (no sandboxed child) except in the
@@ -15,16 +15,16 @@ import time
 import pytest
 import torch
 
-from kernelgym_gap import inputs as inputs_mod
-from kernelgym_gap.checker import check
-from kernelgym_gap.child import backend_env
-from kernelgym_gap.config import EvalConfig
-from kernelgym_gap.engine import evaluate, make_trials
-from kernelgym_gap.record import CheckResult, ChildReport, Job, TrialOutcome
-from kernelgym_gap.sandbox import child_env
-from kernelgym_gap.status import Status
-from kernelgym_gap.prestart import ChildPool
-from kernelgym_gap.warm import WarmChecker
+from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.judge.checker import check
+from kernelgym_gap.sandbox.launch import backend_env
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.engine.pipeline import evaluate, make_trials
+from kernelgym_gap.core.record import CheckResult, ChildReport, Job, TrialOutcome
+from kernelgym_gap.sandbox.process import child_env
+from kernelgym_gap.core.status import Status
+from kernelgym_gap.sandbox.prestart import ChildPool
+from kernelgym_gap.api.warm import WarmChecker
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +72,9 @@ def _spec(tmp_path, job, report) -> tuple:
 
 
 def _fresh_process(spec, result) -> CheckResult:
-    """The per-evaluation path: one `python -m kernelgym_gap.checker CHECK.json` process."""
+    """The per-evaluation path: one `python -m kernelgym_gap.judge.checker CHECK.json` process."""
     env = child_env(spec.parent, backend_env("cpu"))
-    subprocess.run([sys.executable, "-m", "kernelgym_gap.checker", str(spec)], env=env, cwd=spec.parent,
+    subprocess.run([sys.executable, "-m", "kernelgym_gap.judge.checker", str(spec)], env=env, cwd=spec.parent,
                    capture_output=True, timeout=120, check=True)
     return CheckResult.from_json(result.read_text())
 
@@ -167,7 +167,7 @@ def test_close_ends_the_process():
 
 def test_server_protocol_keeps_stray_prints_off_its_stdout(tmp_path):
     """The protocol channel is the real stdout; fd 1 inside the server is stderr."""
-    code = ("import sys, kernelgym_gap.checker as c; r = c.serve('cpu', stdin=iter([])); "
+    code = ("import sys, kernelgym_gap.judge.checker as c; r = c.serve('cpu', stdin=iter([])); "
             "print('stray', flush=True); sys.exit(r)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120,
                           env=child_env(tmp_path, backend_env("cpu")), cwd=tmp_path)
@@ -204,7 +204,7 @@ def test_evaluate_rejects_a_checker_for_another_device(warm, task):
 
 
 def test_env_warm_flag_holds_and_closes_one(task):
-    from kernelgym_gap.env import KernelEnv
+    from kernelgym_gap.api.env import KernelEnv
     env = KernelEnv(task_id=task.id, backend="cpu", warm=True)
     try:
         assert isinstance(env.checker, WarmChecker) and isinstance(env.children, ChildPool)
@@ -224,7 +224,7 @@ def test_env_warm_flag_holds_and_closes_one(task):
 
 
 def test_evaluate_many_warm_passes_each_worker_its_checker(task):
-    from kernelgym_gap.batch import EvalRequest, evaluate_many
+    from kernelgym_gap.api.batch import EvalRequest, evaluate_many
     seen = []
 
     def fake(task_, source, dsl, backend, config, checker=None, children=None):

@@ -26,9 +26,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")     # starlette 1.x deprecates httpx in its TestClient; it still works
     from starlette.testclient import TestClient  # noqa: E402
 
-from kernelgym_gap import store as st  # noqa: E402
-from kernelgym_gap.record import EvalRecord  # noqa: E402
-from kernelgym_gap.status import Status  # noqa: E402
+from kernelgym_gap.store import db as st  # noqa: E402
+from kernelgym_gap.core.record import EvalRecord  # noqa: E402
+from kernelgym_gap.core.status import Status  # noqa: E402
 from kernelgym_gap.web import board, chart  # noqa: E402
 from kernelgym_gap.web.app import create_app  # noqa: E402
 from kernelgym_gap.web.worker import Worker  # noqa: E402
@@ -218,7 +218,8 @@ def test_form_rejections_and_a_full_queue(store, registry):
 
 
 def test_a_valid_submission_is_queued_never_evaluated_in_the_web_process(client, store, monkeypatch):
-    from kernelgym_gap import child, engine
+    from kernelgym_gap.sandbox import launch as child
+    from kernelgym_gap.engine import pipeline as engine
 
     def forbidden(*a, **kw):
         raise AssertionError("the web process must not evaluate")
@@ -239,8 +240,8 @@ def test_a_valid_submission_is_queued_never_evaluated_in_the_web_process(client,
 
 
 def test_worker_serves_the_cache_and_reports_harness_failures(store, registry, monkeypatch):
-    from kernelgym_gap import child
-    from kernelgym_gap.config import EvalConfig
+    from kernelgym_gap.sandbox import launch as child
+    from kernelgym_gap.core.config import EvalConfig
 
     def no_child(*a, **kw):
         raise AssertionError("a child process was started")
@@ -260,7 +261,7 @@ def test_worker_serves_the_cache_and_reports_harness_failures(store, registry, m
 
 
 def test_cli_results_and_show(store, capsys):
-    from kernelgym_gap.cli import main
+    from kernelgym_gap.cli.main import main
     _fill(store)
     assert main(["results", "--db", str(store.path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["total"] == 4
@@ -321,7 +322,7 @@ def browser():
 @pytest.fixture
 def server(tmp_path):
     db, port = tmp_path / "served.sqlite3", _free_port()
-    cli = [sys.executable, "-m", "kernelgym_gap.cli"]
+    cli = [sys.executable, "-m", "kernelgym_gap.cli.main"]
     proc = subprocess.Popen(cli + ["leaderboard", "serve", "--port", str(port), "--backend", "cpu", "--db", str(db),
                                    "--token", TOKEN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path)

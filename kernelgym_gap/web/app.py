@@ -24,9 +24,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from ..errors import KernelGymError
-from ..store import SCHEMA_VERSION, Store, dumps
-from ..task import DSLS
+from kernelgym_gap.core.errors import KernelGymError
+from kernelgym_gap.store.db import SCHEMA_VERSION, Store, dumps
+from kernelgym_gap.core.task import DSLS
 from . import board
 from .chart import screening_svg, screening_thresholds, verdict_class
 from .intake import Rejected, bearer, check_length, check_token, read_body, validate
@@ -371,8 +371,8 @@ def create_app(store: Store, token: str, *, registry=None, backend: str = "cpu",
                max_pending: int = 500) -> Starlette:
     """The ASGI app. `backend` is what the worker evaluates submissions on (resolved: cpu or cuda); the
     app itself only validates, queues and reads."""
-    from ..config import EvalConfig
-    from ..registry import default_registry
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.registry import default_registry
     if not token:
         raise ValueError("the server needs a token for writes")
     config = config or EvalConfig()

@@ -11,18 +11,13 @@ import dataclasses
 import math
 from typing import Any
 
-from ..store import Store
+from kernelgym_gap.core import ids
+from kernelgym_gap.store.db import Store
 
-NAMESPACE = "kernelgym_gap/"
 MAX_PER_PAGE = 200
 
-
-def task_slug(task_id: str) -> str:
-    return task_id[len(NAMESPACE):] if task_id.startswith(NAMESPACE) else task_id
-
-
-def task_from_slug(slug: str) -> str:
-    return slug if slug.startswith(NAMESPACE) else NAMESPACE + slug
+task_slug = ids.short            # kernelgym_gap/LayerNorm-v0 <-> LayerNorm-v0 in URLs
+task_from_slug = ids.full
 
 
 @dataclasses.dataclass

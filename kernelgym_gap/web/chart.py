@@ -2,7 +2,7 @@
 
 x: library-relative efficiency E = t_library / t_kernel; y: roofline utilization U = t_floor / t_kernel;
 both on log scales, one grid line per decade. The screening thresholds are dashed lines; they come from
-`kernelgym_gap.diagnosis` when that module defines them, else from DEFAULT_THRESHOLDS here (the one
+`kernelgym_gap.judge.diagnosis` when that module defines them, else from DEFAULT_THRESHOLDS here (the one
 place they are defined for the web pages).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ VERDICT_CLASSES = {"efficient": "v-efficient", "repairable": "v-repairable", "st
 def screening_thresholds() -> dict[str, float]:
     """E and U thresholds of the diagnosis (module constants or a config dataclass), else the defaults."""
     try:
-        from .. import diagnosis as d
+        from kernelgym_gap.judge import diagnosis as d
     except Exception:
         return dict(DEFAULT_THRESHOLDS)
     for e_name, u_name in (("E_THRESHOLD", "U_THRESHOLD"), ("E_EFFICIENT", "U_EFFICIENT"),

@@ -7,8 +7,8 @@ import hmac
 import re
 from typing import TYPE_CHECKING
 
-from ..errors import KernelGymError
-from ..task import DSLS
+from kernelgym_gap.core.errors import KernelGymError
+from kernelgym_gap.core.task import DSLS
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:@/+()-]{0,99}$")
 SUBMISSION_FIELDS = {"task", "name", "source", "dsl", "backend", "remeasure"}

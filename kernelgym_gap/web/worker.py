@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 
-from ..store import Store, cache_key_for, resolve_db_path
+from kernelgym_gap.store.db import Store, cache_key_for, resolve_db_path
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Worker:
                 self.busy.pop(index, None)
 
     def run_one(self, job: dict, index: int = 0) -> None:
-        from .. import engine
+        from kernelgym_gap.engine import pipeline as engine
         sid = job["id"]
         try:
             task = self.registry.get(job["task_id"])
@@ -134,8 +134,8 @@ def main(argv=None) -> int:
     p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="worker %(levelname)s %(name)s: %(message)s")
-    from ..config import EvalConfig
-    from ..registry import default_registry
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.registry import default_registry
     store = Store(resolve_db_path(args.db))
     threads, gpus = max(1, args.threads), max(1, args.gpus)
     if args.backend == "cuda":

@@ -1,8 +1,8 @@
 """Depthwise 3x3 convolution, NCHW, stride 1, zero padding 1, no bias, groups = C."""
 import torch
 
-from kernelgym_gap.inputs import sample
-from kernelgym_gap.task import Solution, TaskSpec, Tolerance, Workload, itemsize
+from kernelgym_gap.core.inputs import sample
+from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize
 
 
 def reference(x, weight):

@@ -1,8 +1,8 @@
 """Fused residual add + ReLU: relu(x + y) over two 2-D tensors of the same shape."""
 import torch
 
-from kernelgym_gap.inputs import sample
-from kernelgym_gap.task import Solution, TaskSpec, Tolerance, Workload, itemsize, numel
+from kernelgym_gap.core.inputs import sample
+from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize, numel
 
 
 def reference(x, y):

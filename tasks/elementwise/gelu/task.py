@@ -1,8 +1,8 @@
 """GELU, exact (erf) form, applied elementwise to a 2-D tensor."""
 import torch
 
-from kernelgym_gap.inputs import sample
-from kernelgym_gap.task import Solution, TaskSpec, Tolerance, Workload, itemsize, numel
+from kernelgym_gap.core.inputs import sample
+from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize, numel
 
 # Operations counted per element: x / sqrt(2), erf, + 1, * x, * 0.5 (erf counted as one operation). The op
 # is memory-bound by two orders of magnitude on an H200, so the convention barely moves the floor.

@@ -3,8 +3,8 @@ import math
 
 import torch
 
-from kernelgym_gap.inputs import sample
-from kernelgym_gap.task import Solution, TaskSpec, Tolerance, Workload, itemsize
+from kernelgym_gap.core.inputs import sample
+from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize
 
 # B is drawn from this distribution for each of A's (B "large" too would push fp16 outputs past 1000 and
 # make the float32 accumulation error itself reach the tolerance; A "large" alone tests large inputs).

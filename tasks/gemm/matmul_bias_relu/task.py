@@ -3,8 +3,8 @@ import math
 
 import torch
 
-from kernelgym_gap.inputs import sample
-from kernelgym_gap.task import Solution, TaskSpec, Tolerance, Workload, itemsize
+from kernelgym_gap.core.inputs import sample
+from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize
 
 # as in Matmul: the weight follows x's distribution except for "large" (large x alone)
 _W_DISTRIBUTION = {"normal": "normal", "uniform": "uniform", "offset": "offset", "sparse": "sparse",

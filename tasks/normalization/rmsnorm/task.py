@@ -1,8 +1,8 @@
 """RMSNorm over the last dimension of a 2-D tensor, with a weight (eps = 1e-6), as in LLaMA-style models."""
 import torch
 
-from kernelgym_gap.inputs import sample
-from kernelgym_gap.task import Solution, TaskSpec, Tolerance, Workload, itemsize
+from kernelgym_gap.core.inputs import sample
+from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize
 
 EPS = 1e-6
 

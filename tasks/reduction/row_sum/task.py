@@ -1,8 +1,8 @@
 """Row sum: the sum over the last dimension of a 2-D tensor, output [M]."""
 import torch
 
-from kernelgym_gap.inputs import sample
-from kernelgym_gap.task import Solution, TaskSpec, Tolerance, Workload, itemsize
+from kernelgym_gap.core.inputs import sample
+from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize
 
 
 def reference(x):

@@ -1,8 +1,8 @@
 """Softmax over the last dimension of a 2-D tensor: a max reduction, an exponential and a sum reduction."""
 import torch
 
-from kernelgym_gap.inputs import sample
-from kernelgym_gap.task import Solution, TaskSpec, Tolerance, Workload, itemsize
+from kernelgym_gap.core.inputs import sample
+from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize
 
 
 def reference(x):

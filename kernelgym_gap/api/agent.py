@@ -1,0 +1,39 @@
+"""The agent protocol, and loading agents from the project's agents/ folder by name."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import Any, Protocol
+
+from kernelgym_gap.core.errors import UnknownChoiceError
+from kernelgym_gap.core.registry import PROJECT_ROOT
+
+AGENTS_DIR = PROJECT_ROOT / "agents"
+
+
+class Agent(Protocol):
+    name: str
+
+    def reset(self, observation: str, info: dict[str, Any]) -> None:
+        """A new episode began (info holds task, dsl, backend, max_steps)."""
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        """The next submission's source; info is the previous step's info (the reset info at first)."""
+
+
+def available_agents() -> list[str]:
+    return sorted(p.stem for p in AGENTS_DIR.glob("*.py") if not p.stem.startswith("_"))
+
+
+def load_agent(name: str, **kwargs) -> Agent:
+    path = AGENTS_DIR / f"{name}.py"
+    if not path.is_file():
+        raise UnknownChoiceError("agent", name, available_agents())
+    module_name = f"kernelgym_gap_agents.{name}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return module.make_agent(**kwargs)

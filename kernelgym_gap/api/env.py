@@ -1,0 +1,185 @@
+"""The Gymnasium environment. Every task is registered under its versioned id
+(`kernelgym_gap/LayerNorm-v0`) and the suite (`kernelgym_gap/Suite-v0`), so that
+`gymnasium.make("kernelgym_gap/LayerNorm-v0")` works after `import kernelgym_gap` (api/registration.py).
+
+Observation: text (task statement, reference source, public shapes and dtypes, DSL, backend, entry point
+and signature, the previous step's feedback). Action: the kernel's source text. Reward and every term of
+the evaluation record are in `info`. An episode is a budget of `max_steps` submissions for one task.
+"""
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.engine.pipeline import child_spec, evaluate, resolve_backend
+from kernelgym_gap.core.errors import UnknownChoiceError
+from kernelgym_gap.core.ids import SUITE_ID
+from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.registry import TaskRegistry, default_registry
+from kernelgym_gap.core.task import DSLS, TaskSpec
+
+CHARSET = string.printable            # every character of ordinary Python source
+MAX_ACTION_CHARS = 256 * 1024
+MAX_OBSERVATION_CHARS = 64 * 1024
+
+Evaluator = Callable[[TaskSpec, str, str, str, EvalConfig], EvalRecord]
+
+
+def _printable(text: str) -> str:
+    allowed = set(CHARSET)
+    return "".join(c if c in allowed else "?" for c in text)
+
+
+def observation_text(task: TaskSpec, dsl: str, backend: str, step: int, max_steps: int,
+                     feedback: str) -> str:
+    w = task.workload(backend)
+    perf = ("full: correctness gate, then speed relative to the library (E) and to the roofline (U)"
+            if backend == "cuda" else "correctness gate only (the cpu backend never measures speed)")
+    text = "\n".join([
+        f"# Task {task.id} ({task.category})",
+        f"DSL: {dsl}    backend: {backend}    step {step + 1} of {max_steps}    reward: {perf}",
+        "", "## Statement", task.statement,
+        "", "## Entry point", f"Define a top-level function `{task.signature}`. It must launch a {dsl} kernel "
+        "that does the work and return a new torch.Tensor.",
+        "", "## Reference (the library operator your kernel replaces)", task.reference_source().rstrip(),
+        "", "## Public shapes and dtypes (held-out shapes are evaluated too)",
+        "shapes: " + ", ".join(str(list(s)) for s in w.public), "dtypes: " + ", ".join(w.dtypes),
+        "", "## Feedback from the previous step", feedback or "(none yet)",
+    ])
+    return _printable(text)[:MAX_OBSERVATION_CHARS]
+
+
+def feedback_text(record: EvalRecord) -> str:
+    lines = [f"status: {record.status.value}   correct: {record.correct}   reward: {record.reward:.4f}"]
+    if record.message:
+        lines.append(record.message[:4000])
+    t = record.terms
+    if t.get("E") is not None:
+        lines.append(f"E (library time / kernel time): {t['E']:.3g}   U (floor time / kernel time): {t['U']:.3g}")
+    if record.diagnosis:
+        lines.append(f"diagnosis: {record.diagnosis.get('verdict')}: {record.diagnosis.get('summary', '')}")
+    return "\n".join(lines)
+
+
+def _deterministic(record: dict) -> dict:
+    """The record without its wall-clock fields, so that the same seed and action give the same info (as
+    Gymnasium's checker requires); the full record is `env.unwrapped.last_record`."""
+    return {k: v for k, v in record.items() if k not in ("latency", "created_at")}
+
+
+class KernelEnv(gym.Env):
+    """One task (`task_id`) or a suite drawn from `task_ids` (all tasks when None) per episode."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, task_id: str | None = None, task_ids: list[str] | None = None, dsl: str = "triton",
+                 backend: str = "auto", max_steps: int = 4, config: EvalConfig | None = None,
+                 stop_when_correct: bool | None = None, evaluator: Evaluator | None = None,
+                 registry: TaskRegistry | None = None, render_mode: str | None = None, warm: Any = False):
+        if dsl not in DSLS:
+            raise UnknownChoiceError("dsl", dsl, DSLS)
+        if max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        if render_mode not in (None, "ansi"):
+            raise UnknownChoiceError("render mode", str(render_mode), ["ansi"])
+        self.registry = registry or default_registry()
+        if task_id is not None:
+            self.tasks = [self.registry.get(task_id)]
+        else:
+            self.tasks = [self.registry.get(t) for t in task_ids] if task_ids else list(self.registry)
+        self.dsl = dsl
+        self.backend = resolve_backend(backend)
+        self.max_steps = max_steps
+        self.config = config or EvalConfig()
+        # Where speed cannot be measured, a correct kernel is the best outcome: the episode ends there.
+        self.stop_when_correct = (self.backend == "cpu" or self.config.reward.mode == "correctness"
+                                  if stop_when_correct is None else stop_when_correct)
+        # warm: False (a fresh trusted checker per step, as engine.evaluate does by default); True (this env
+        # starts a warm.WarmPool for its backend and GPU: a warm checker and pre-started children, closed in
+        # close()); or a WarmPool or WarmChecker the caller owns and closes. Only the built-in evaluator uses
+        # them; each submission still runs in a fresh, single-use child (pre-started or not).
+        from kernelgym_gap.api.warm import WarmPool
+        self.checker = self.children = None
+        self._owned: WarmPool | None = None
+        if warm is not False and warm is not None:
+            if evaluator is not None:
+                raise ValueError("warm= applies to the built-in evaluator; pass a checker to your own evaluator")
+            if warm is True:
+                warm = self._owned = WarmPool(device=self.backend, gpu_index=self.config.gpu_index,
+                                              scratch_root=self.config.scratch_root)
+            if isinstance(warm, WarmPool):
+                self.checker, self.children = warm.checker, warm.children
+            else:
+                self.checker = warm
+        checker, children = self.checker, self.children
+        self.evaluator: Evaluator = evaluator or (
+            lambda t, s, d, b, c: evaluate(t, s, d, b, c, checker=checker, children=children))
+        self.render_mode = render_mode
+        self.observation_space = spaces.Text(max_length=MAX_OBSERVATION_CHARS, min_length=0, charset=CHARSET)
+        self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
+        self.task: TaskSpec = self.tasks[0]
+        self._dsl = dsl
+        self._steps = 0
+        self._obs = ""
+        self.last_record: EvalRecord | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        if "task" in options:
+            self.task = self.registry.get(options["task"])
+        elif len(self.tasks) == 1:
+            self.task = self.tasks[0]
+        else:
+            self.task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        self._dsl = options.get("dsl", self.dsl)
+        if self._dsl not in DSLS:
+            raise UnknownChoiceError("dsl", self._dsl, DSLS)
+        self._steps = 0
+        if self.children is not None:       # the first step's child does its imports while the agent thinks
+            self.children.refill(child_spec(self.task, self._dsl, self.backend, self.config))
+        self._obs = observation_text(self.task, self._dsl, self.backend, 0, self.max_steps, "")
+        return self._obs, {"task": self.task.id, "dsl": self._dsl, "backend": self.backend,
+                           "max_steps": self.max_steps}
+
+    def step(self, action: str):
+        if self._steps >= self.max_steps:
+            raise RuntimeError("the episode's step budget is spent: call reset() first")
+        source = action if isinstance(action, str) else str(action)
+        record = self.evaluator(self.task, source, self._dsl, self.backend, self.config)
+        self._steps += 1
+        terminated = bool(record.correct) and self.stop_when_correct
+        truncated = not terminated and self._steps >= self.max_steps
+        feedback = feedback_text(record)
+        self._obs = observation_text(self.task, self._dsl, self.backend, min(self._steps, self.max_steps - 1),
+                                     self.max_steps, feedback)
+        info = {"task": self.task.id, "dsl": self._dsl, "backend": self.backend, "step": self._steps,
+                "status": record.status.value, "correct": record.correct, "reward": record.reward,
+                "reward_mode": record.reward_mode, "terms": dict(record.terms), "diagnosis": record.diagnosis,
+                "message": record.message, "record": _deterministic(record.to_dict())}
+        self.last_record = record
+        return self._obs, float(record.reward), terminated, truncated, info
+
+    def close(self):
+        if self._owned is not None:
+            self._owned.close()
+        super().close()
+
+    def render(self):
+        if self.render_mode == "ansi":
+            return self._obs
+        return None
+
+
+def make(task: str = "Suite", **kwargs) -> gym.Env:
+    """`gymnasium.make` for a task named by id or bare name (`"LayerNorm"`, `"layernorm"`,
+    `"kernelgym_gap/LayerNorm-v0"`); "Suite" makes the suite env. kwargs go to KernelEnv (backend, dsl,
+    max_steps, config, ...)."""
+    if task in ("Suite", SUITE_ID):
+        return gym.make(SUITE_ID, **kwargs)
+    return gym.make(default_registry().get(task).id, **kwargs)

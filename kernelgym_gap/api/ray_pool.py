@@ -1,0 +1,240 @@
+"""An evaluation pool of Ray actors: one actor per GPU on the cuda backend, one per CPU slot on the cpu
+backend. Each actor evaluates through the same sandboxed engine (engine.evaluate starts one child per
+evaluation on the actor's node) and sends back `EvalRecord.to_dict()`; the caller rebuilds the record with
+`EvalRecord.from_dict`, so the records are the ones the local pool returns.
+
+Selecting a cluster (`address`):
+  "auto"    use Ray if this process already initialised it; else connect to a running cluster (RAY_ADDRESS,
+            or the latest one started on this machine with `ray start`); else start a local instance.
+            (Ray's own address="auto" raises when no cluster runs; ours falls back to a local one.)
+  "local"   always start a new local instance.
+  other     a cluster address (`host:6379`, `ray://host:10001`).
+
+Every node must have the project (the same checkout, installed with `pip install -e .`): the evaluation
+child reads the task files from the checkout beside the package.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.errors import HarnessError, UnknownChoiceError
+from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.task import DSLS
+
+log = logging.getLogger(__name__)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise HarnessError("Ray is not installed: pip install -e '.[scale]' (or pip install ray)") from None
+    return ray
+
+
+class _EvalActor:
+    """Runs inside a Ray worker process. Holds nothing of a submission between calls."""
+
+    def __init__(self, backend: str):
+        import socket
+        self.backend = backend
+        self.gpu_index: int | None = None
+        if backend == "cuda":
+            import ray
+            ids = ray.get_gpu_ids()
+            if not ids:
+                raise HarnessError("a cuda evaluation actor was placed without a GPU")
+            try:
+                # Ray reports host-level ids: the engine puts this index in the child's CUDA_VISIBLE_DEVICES.
+                self.gpu_index = int(ids[0])
+            except (TypeError, ValueError):
+                raise HarnessError(f"Ray gave this actor GPU id {ids[0]!r}, not an index") from None
+        self.node = socket.gethostname()
+
+    def placement(self) -> dict[str, Any]:
+        return {"node": self.node, "pid": os.getpid(), "gpu_index": self.gpu_index}
+
+    def evaluate(self, task_id: str, source: str, dsl: str, config: EvalConfig) -> dict[str, Any]:
+        from kernelgym_gap.engine.pipeline import evaluate
+        from kernelgym_gap.core.registry import default_registry
+        task = default_registry().get(task_id)
+        if self.gpu_index is not None:
+            config = config.replace(gpu_index=self.gpu_index)
+        record = evaluate(task, source, dsl, self.backend, config)
+        return {"record": record.to_dict(), **self.placement()}
+
+
+@functools.lru_cache(maxsize=None)
+def _actor_class():
+    ray = _import_ray()
+    return ray.remote(_EvalActor)
+
+
+class RayPool:
+    """A fixed set of evaluation actors. Use as a context manager, or call close()."""
+
+    def __init__(self, address: str | None = "auto", backend: str = "auto", workers: int | None = None,
+                 init_kwargs: dict | None = None):
+        ray = _import_ray()
+        self._ray = ray
+        self.owns_ray = False
+        if not ray.is_initialized():
+            kw = dict(init_kwargs or {})
+            kw.setdefault("include_dashboard", False)
+            kw.setdefault("log_to_driver", False)
+            if address in (None, "auto"):
+                ray.init(**kw)
+            else:
+                ray.init(address=address, **kw)
+            self.owns_ray = True
+        elif address not in (None, "auto"):
+            log.info("Ray is already initialised in this process; using it instead of %s", address)
+        resources = ray.cluster_resources()
+        n_gpu, n_cpu = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+        if backend == "auto":
+            backend = "cuda" if n_gpu > 0 else "cpu"
+        if backend not in ("cpu", "cuda"):
+            raise UnknownChoiceError("backend", backend, ("cpu", "cuda", "auto"))
+        if backend == "cuda":
+            if n_gpu == 0:
+                raise HarnessError("the Ray cluster has no GPU resources for the cuda backend")
+            n = min(n_gpu, workers) if workers else n_gpu
+            options = {"num_gpus": 1, "num_cpus": 1 if n_cpu >= n else 0}
+        else:
+            n = workers or max(n_cpu, 1)
+            if n > n_cpu:
+                log.warning("%d cpu actors asked for on a cluster of %d CPUs: some will wait", n, n_cpu)
+            options = {"num_cpus": 1}
+        self.backend = backend
+        cls = _actor_class()
+        self.actors = [cls.options(**options).remote(backend) for _ in range(n)]
+        try:
+            self.actor_placements = ray.get([a.placement.remote() for a in self.actors])
+        except Exception as e:
+            self.close()
+            raise HarnessError(f"the Ray evaluation actors did not start: {e}") from e
+        self.placements: list[dict[str, Any]] = []   # where each request of the last batch ran
+
+    @property
+    def size(self) -> int:
+        return len(self.actors)
+
+    def evaluate(self, requests: Sequence, config: EvalConfig | None = None,
+                 progress: Callable[[int, int, str], None] | None = None, registry=None) -> list[EvalRecord]:
+        """EvalRequests in, records out in request order; each actor takes the next request when free."""
+        from kernelgym_gap.core.registry import default_registry
+        registry = registry or default_registry()
+        ray = self._ray
+        default_config = config or EvalConfig()
+        requests = list(requests)
+        for r in requests:
+            if r.dsl not in DSLS:
+                raise UnknownChoiceError("dsl", r.dsl, DSLS)
+            if r.backend not in ("auto", self.backend):
+                raise ValueError(f"this Ray pool evaluates on {self.backend}; a request asks for {r.backend}")
+            registry.get(r.task_id)   # an unknown task fails here, before anything is sent
+        results: list[EvalRecord | None] = [None] * len(requests)
+        placements: list[dict | None] = [None] * len(requests)
+        free = list(self.actors)
+        pending: dict[Any, tuple[int, Any]] = {}
+        nxt = done = 0
+        failure: BaseException | None = None
+        while nxt < len(requests) or pending:
+            while free and nxt < len(requests) and failure is None:
+                r = requests[nxt]
+                actor = free.pop(0)
+                ref = actor.evaluate.remote(r.task_id, r.source, r.dsl, r.config or default_config)
+                pending[ref] = (nxt, actor)
+                nxt += 1
+            if failure is not None and not pending:
+                break
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                index, actor = pending.pop(ref)
+                free.append(actor)
+                try:
+                    out = ray.get(ref)
+                except Exception as e:  # an actor died or the harness raised inside it
+                    failure = failure or e
+                    continue
+                record = EvalRecord.from_dict(out.pop("record"))
+                if out.get("gpu_index") is not None:
+                    record = dataclasses.replace(record, device={**record.device, "gpu_index": out["gpu_index"]})
+                results[index], placements[index] = record, out
+                done += 1
+                if progress:
+                    progress(done, len(requests), f"{record.task}: {record.status.value}")
+        if failure is not None:
+            raise HarnessError(f"a Ray evaluation failed: {failure}") from failure
+        self.placements = placements
+        return results
+
+    def evaluate_one(self, task_id: str, source: str, dsl: str, config: EvalConfig) -> EvalRecord:
+        from kernelgym_gap.api.batch import EvalRequest
+        return self.evaluate([EvalRequest(task_id, source, dsl, self.backend, config)])[0]
+
+    def evaluator(self):
+        """An engine.evaluate-shaped callable (task, source, dsl, backend, config) for KernelEnv."""
+        def run(task, source, dsl, backend, config):
+            return self.evaluate_one(task.id, source, dsl, config)
+        return run
+
+    def close(self) -> None:
+        for a in getattr(self, "actors", []):
+            try:
+                self._ray.kill(a)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.actors = []
+        if self.owns_ray and self._ray.is_initialized():
+            self._ray.shutdown()
+            self.owns_ray = False
+
+    def __enter__(self) -> "RayPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class RayEvaluator:
+    """An engine.evaluate-shaped callable that evaluates on a Ray cluster through one actor of its own,
+    started in whichever process first calls it (an AsyncVectorEnv copy). Pickles as its address alone."""
+
+    def __init__(self, address: str, backend: str):
+        self.address, self.backend = address, backend
+        self._pool = None
+
+    def __getstate__(self):
+        return {"address": self.address, "backend": self.backend}
+
+    def __setstate__(self, state):
+        self.__init__(state["address"], state["backend"])
+
+    def __call__(self, task, source, dsl, backend, config):
+        if self._pool is None:
+            self._pool = RayPool(address=self.address, backend=self.backend, workers=1)
+        return self._pool.evaluate_one(task.id, source, dsl, config)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def driver_address(setting: str = "auto") -> str:
+    """The address every vector copy connects to: the Ray this process uses, initialised here if needed
+    (a running cluster, else a local instance, as RayPool's "auto"), so that copies never start their own."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        kw = {"include_dashboard": False, "log_to_driver": False}
+        if setting != "auto":
+            kw["address"] = setting
+        ray.init(**kw)
+    return ray.get_runtime_context().gcs_address

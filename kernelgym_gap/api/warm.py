@@ -1,0 +1,270 @@
+"""The warm pool: a trusted checker process kept alive across evaluations (WarmChecker), and, bundled with
+pre-started submission children (prestart.ChildPool), the warm pool of one worker (WarmPool).
+
+On the cuda backend every evaluation used to start `python -m kernelgym_gap.judge.checker CHECK.json`, a fresh
+process that imports torch and creates a CUDA context (4-6 s of a ~20 s step on the H200) to regenerate the
+inputs on the device and judge the child's outputs. The checker is trusted code: it never imports a
+submission, it only reads the tensors the child saved (torch.load with weights_only=True). So its process
+can be reused; the submission's own child stays one fresh sandboxed process per submission.
+
+    with WarmChecker(gpu_index=0) as checker:              # starts `checker --serve` now, in the background
+        record = evaluate(task, source, "triton", "cuda", config, checker=checker)
+
+A WarmChecker answers one check at a time (a lock serialises callers). If its process died between two
+checks it is restarted before the next one; if it dies during a check, the check is retried once on a fresh
+process (the check is deterministic: inputs are regenerated from the trial seeds). A check that does not
+answer within its timeout kills the process (its whole process group) and raises subprocess.TimeoutExpired,
+as the per-evaluation checker's subprocess.run does; the next check starts a fresh process. A check that
+raises inside the server ends that process too (no state of a failed check is reused) and gives the same
+PROTOCOL_ERROR record as a per-evaluation checker that crashed.
+
+Where it is held: KernelEnv(warm=True) (one WarmPool per env, closed by env.close()), evaluate_many(...,
+warm=True) (one per worker: per GPU of a cuda batch), run_suite(..., warm=True) (one per worker). Nothing is
+global.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+
+from kernelgym_gap.core.record import CheckResult
+from kernelgym_gap.core.status import Status
+
+READY_TIMEOUT_S = 120.0        # the first check waits at most this long for the server's imports
+
+
+class _Died(Exception):
+    """The server's stdout closed before it answered."""
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)     # its own session: start_new_session=True
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    for f in (proc.stdin, proc.stdout):
+        try:
+            f.close()
+        except (OSError, AttributeError):
+            pass
+
+
+def _cleanup(state: dict) -> None:
+    """Finalizer: what close() does, also run if a WarmChecker is garbage collected unclosed."""
+    proc = state.get("proc")
+    if proc is not None:
+        _kill(proc)
+        state["proc"] = None
+    shutil.rmtree(state["dir"], ignore_errors=True)
+
+
+class WarmChecker:
+    """A persistent `python -m kernelgym_gap.judge.checker --serve` for one device.
+
+    device "cuda": pinned to host GPU `gpu_index` (CUDA_VISIBLE_DEVICES, as the per-evaluation checker);
+    device "cpu": the same server on the cpu (what the tests use). The process starts in __init__ (its
+    imports overlap the first submission's child) and is replaced whenever it died."""
+
+    def __init__(self, gpu_index: int = 0, device: str = "cuda", scratch_root: str | None = None):
+        if device not in ("cuda", "cpu"):
+            raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
+        self.device, self.gpu_index = device, gpu_index
+        self.starts = 0                 # processes started so far (1 + restarts)
+        self._lock = threading.Lock()
+        self._dir = Path(tempfile.mkdtemp(prefix="kgg-warm-", dir=scratch_root))
+        self._log = self._dir / "stderr.log"
+        self._state: dict = {"proc": None, "dir": self._dir}
+        self._ready = False
+        self._buf = b""
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _cleanup, self._state)
+        self._start()
+
+    # ---- process management ------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        from kernelgym_gap.sandbox.launch import backend_env
+        from kernelgym_gap.sandbox.process import child_env
+        extra = backend_env(self.device)
+        if self.device == "cuda":
+            extra["CUDA_VISIBLE_DEVICES"] = str(self.gpu_index)
+        return child_env(self._dir, extra)
+
+    def _start(self) -> None:
+        self._log.write_bytes(b"")
+        with open(self._log, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "kernelgym_gap.judge.checker", "--serve", "--device",
+                                     self.device], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                    cwd=self._dir, env=self._env(), start_new_session=True, bufsize=0)
+        self._state["proc"] = proc
+        self._ready, self._buf = False, b""
+        self.starts += 1
+
+    def _stop(self) -> None:
+        proc = self._state.get("proc")
+        if proc is not None:
+            _kill(proc)
+        self._state["proc"] = None
+        self._ready = False
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._state.get("proc")
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def alive(self) -> bool:
+        return self.pid is not None
+
+    def _readline(self, deadline: float) -> dict:
+        proc = self._state["proc"]
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while b"\n" not in self._buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(proc.args, 0)
+                if not sel.select(timeout=left):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    raise _Died()
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise _Died() from None
+
+    def _stderr_tail(self) -> str:
+        try:
+            return self._log.read_bytes()[-2000:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    # ---- checks ------------------------------------------------------------------------------------
+
+    def _ask(self, spec_path: Path, deadline: float) -> dict:
+        if self._state.get("proc") is None or self._state["proc"].poll() is not None:
+            self._stop()
+            self._start()
+        proc = self._state["proc"]
+        if not self._ready:
+            reply = self._readline(min(deadline, time.monotonic() + READY_TIMEOUT_S))
+            if not reply.get("ready"):
+                raise _Died()
+            self._ready = True
+        os.truncate(self._log, 0)          # O_APPEND: the server's next writes start the file again
+        try:
+            proc.stdin.write(str(spec_path).encode() + b"\n")
+        except (BrokenPipeError, OSError):
+            raise _Died() from None
+        reply = self._readline(deadline)
+        if reply.get("spec") != str(spec_path):
+            raise _Died()
+        return reply
+
+    def check_spec(self, spec_path: Path, result_path: Path, timeout: float) -> CheckResult:
+        """Checks CHECK.json at `spec_path` (the per-evaluation checker's input) and reads `result_path`."""
+        if self._closed:
+            raise RuntimeError("this WarmChecker is closed")
+        with self._lock:
+            for attempt in (0, 1):
+                try:
+                    reply = self._ask(spec_path, time.monotonic() + timeout)
+                except subprocess.TimeoutExpired:
+                    args = self._state["proc"].args
+                    self._stop()
+                    raise subprocess.TimeoutExpired(args, timeout) from None
+                except _Died:
+                    tail = self._stderr_tail()
+                    self._stop()
+                    if attempt == 0:
+                        continue            # died under us (killed, OOM): once more on a fresh process
+                    return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
+                                       message="the trusted checker failed: " + tail)
+                if not reply.get("ok"):
+                    self._stop()            # the server exits after a failed check; reap it now
+                    return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
+                                       message="the trusted checker failed: " + str(reply.get("error"))[-2000:])
+                if not result_path.is_file():
+                    return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
+                                       message="the trusted checker failed: it wrote no result")
+                return CheckResult.from_json(result_path.read_text())
+        raise AssertionError("unreachable")
+
+    def warm_up(self, timeout: float = READY_TIMEOUT_S) -> float:
+        """Waits until the server is ready (imports done, device initialised); returns the seconds waited."""
+        t = time.perf_counter()
+        with self._lock:
+            if self._state.get("proc") is None or self._state["proc"].poll() is not None:
+                self._stop()
+                self._start()
+            if not self._ready:
+                try:
+                    reply = self._readline(time.monotonic() + timeout)
+                except _Died:
+                    tail = self._stderr_tail()
+                    self._stop()
+                    raise RuntimeError("the warm checker did not start: " + tail) from None
+                if not reply.get("ready"):
+                    self._stop()
+                    raise RuntimeError(f"the warm checker did not start: {reply!r}")
+                self._ready = True
+        return time.perf_counter() - t
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            self._finalizer()
+
+    def __enter__(self) -> "WarmChecker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"WarmChecker(device={self.device!r}, gpu_index={self.gpu_index}, pid={self.pid}, "
+                f"starts={self.starts})")
+
+
+class WarmPool:
+    """The warm pool of one worker on one device: a WarmChecker and a prestart.ChildPool.
+
+        with WarmPool("cuda", gpu_index=0) as warm:
+            record = evaluate(task, source, "triton", "cuda", config, checker=warm.checker,
+                              children=warm.children)
+    """
+
+    def __init__(self, device: str = "cuda", gpu_index: int = 0, scratch_root: str | None = None):
+        from kernelgym_gap.sandbox.prestart import ChildPool
+        self.checker = WarmChecker(gpu_index=gpu_index, device=device, scratch_root=scratch_root)
+        self.children = ChildPool()
+
+    def close(self) -> None:
+        self.children.close()
+        self.checker.close()
+
+    def __enter__(self) -> "WarmPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"WarmPool({self.checker!r}, {self.children!r})"

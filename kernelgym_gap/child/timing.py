@@ -1,0 +1,214 @@
+"""GPU timing inside the child (cuda backend). Never prints.
+
+One summariser for kernel and library alike, their repetitions interleaved: CUDA events around each call, the L2 flushed before every
+repetition with a buffer of at least twice the device's L2, inputs rotated among several sets, warm-up
+excluded (compilation and autotuning happened in the correctness trials on the same shapes), repetitions
+added until the spread (p75 - p25) / median is small or the time budget is spent, the median reported.
+
+Before each repetition's start event the stream is given a short spin kernel (torch.cuda._sleep), so the
+host's launch overhead is hidden behind queued GPU work, as it is in a real pipeline, and not measured as
+idle GPU time between the events; the per-repetition synchronize would otherwise expose it.
+
+Each repetition is read two ways: `stream` (start and end events on the current stream) and `device`
+(the end event recorded after a device-wide synchronize, minus the measured cost of a bare synchronize).
+An honest kernel reads the same both ways, up to the host's jitter in the synchronize round trip, which
+the device reading carries and the stream reading does not; work pushed onto a side stream shows up only
+in the device reading. The stream reading is reported unless the device reading's median exceeds it by
+more than DEVICE_EXCESS of it plus twice the synchronize's own spread: then the device reading is
+reported (a side stream cannot make a kernel look faster by more than that margin), and a large
+difference is flagged. Until 2026-12-03 the larger median was reported; on kernels of 10-25 us the host's
+jitter then gave per-shape spreads of 20-40% on the H200, and the 5-evaluation deviation was 10%.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.core.record import ShapeTiming, TimingConfig
+
+
+SPIN_MS = 0.3     # longer than the host-side cost of a Triton or TileLang launch from Python
+DEVICE_EXCESS = 0.05   # device-wide median over the stream median, as a fraction, above which it is reported
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    median_ms: float
+    spread: float
+    reps: int
+    stream_ms: float
+    device_ms: float
+
+
+def _quantiles(xs: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) >= 2 else [xs[0]] * 3
+    return q[0], q[1], q[2]
+
+
+class Bench:
+    def __init__(self, cfg: TimingConfig):
+        self.cfg = cfg
+        l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
+        self.flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.int8, device="cuda")
+        self._warm_clocks(cfg.clock_warmup_ms)
+        self.sync_overhead_ms, self.sync_jitter_ms = self._sync_overhead()
+        self.spin_cycles = self._spin_cycles(SPIN_MS)
+
+    def _warm_clocks(self, ms: float) -> None:
+        """Keep the GPU busy (memory traffic and a spin) for `ms` before anything is measured. An idle H200
+        sits at a low clock; measured on it, the first shape timed had a (p75-p25)/median spread of 20-55%
+        while later ones had 2% (2026-12-02)."""
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < ms:
+            for _ in range(8):
+                self.flush.zero_()
+            torch.cuda._sleep(100_000)
+            torch.cuda.synchronize()
+
+    def _sync_overhead(self) -> tuple[float, float]:
+        """(median, p75 - p25) in ms of an empty event-synchronize-event round trip."""
+        times = []
+        for _ in range(30):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda.synchronize()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        q1, med, q3 = _quantiles(times)
+        return med, q3 - q1
+
+    @staticmethod
+    def _spin_cycles(ms: float) -> int:
+        """Cycles of torch.cuda._sleep that take about `ms` at the current clock."""
+        cycles = 1_000_000
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)         # wake the clocks first
+        a.record()
+        torch.cuda._sleep(cycles)
+        b.record()
+        torch.cuda.synchronize()
+        per_ms = cycles / max(a.elapsed_time(b), 1e-3)
+        return int(per_ms * ms)
+
+    def _warm(self, fn: Callable[[int], object]) -> float:
+        """Warm-up: at least two calls, then until warmup_ms of GPU time has passed; returns ms per call."""
+        torch.cuda.synchronize()
+        w0, w1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        w0.record()
+        fn(0)
+        fn(1)
+        w1.record()
+        torch.cuda.synchronize()
+        per_call = max(w0.elapsed_time(w1) / 2, 1e-3)
+        for i in range(min(int(self.cfg.warmup_ms / per_call), 1000)):
+            fn(i)
+        torch.cuda.synchronize()
+        return per_call
+
+    def _rep(self, fn: Callable[[int], object], i: int) -> tuple[float, float]:
+        """One repetition: (stream reading, device-wide reading) in ms."""
+        if self.cfg.flush_l2:
+            self.flush.zero_()
+        torch.cuda._sleep(self.spin_cycles)
+        start = torch.cuda.Event(enable_timing=True)
+        end_stream = torch.cuda.Event(enable_timing=True)
+        end_device = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i)
+        end_stream.record()
+        torch.cuda.synchronize()
+        end_device.record()
+        torch.cuda.synchronize()
+        s = start.elapsed_time(end_stream)
+        return s, max(start.elapsed_time(end_device) - self.sync_overhead_ms, s)
+
+    def measure(self, fn: Callable[[int], object]) -> Measurement:
+        return self.measure_interleaved([fn])[0]
+
+    def measure_interleaved(self, fns: list[Callable[[int], object]]) -> list[Measurement]:
+        """Time several callables with their repetitions interleaved (a, b, a, b, ...), so that a clock
+        or thermal drift during the measurement moves all of them alike and their ratio (E) stays put.
+        Each gets repetitions until every spread is under target and min_time_ms of its GPU time has
+        passed, or its budget is spent."""
+        cfg = self.cfg
+        per_call = [self._warm(fn) for fn in fns]
+        # a call that alone outlasts the budget's share gets the fewest repetitions that still give a median
+        min_reps = [cfg.min_reps if pc * cfg.min_reps <= cfg.budget_ms else 3 for pc in per_call]
+        readings: list[tuple[list[float], list[float]]] = [([], []) for _ in fns]
+        spent = [0.0] * len(fns)
+        done = [False] * len(fns)
+        i = 0
+        while not all(done) and i < cfg.max_reps:
+            for k, fn in enumerate(fns):
+                if done[k]:
+                    continue
+                s, d = self._rep(fn, i)
+                readings[k][0].append(s)
+                readings[k][1].append(d)
+                spent[k] += d
+            i += 1
+            for k in range(len(fns)):
+                if done[k] or i < min_reps[k] or not (i % 5 == 0 or spent[k] >= cfg.budget_ms):
+                    continue
+                q1, med, q3 = _quantiles(readings[k][0])
+                settled = (q3 - q1) / med <= cfg.target_spread and spent[k] >= cfg.min_time_ms
+                done[k] = settled or spent[k] >= cfg.budget_ms
+        return [self._summarise(stream_ms, device_ms) for stream_ms, device_ms in readings]
+
+    def _summarise(self, stream_ms: list[float], device_ms: list[float]) -> Measurement:
+        """The stream readings, unless the device-wide ones say that work outlasted the stream's end event
+        by more than the synchronize's jitter explains (see the module's docstring)."""
+        s_med, d_med = statistics.median(stream_ms), statistics.median(device_ms)
+        samples = device_ms if d_med > s_med * (1 + DEVICE_EXCESS) + 2 * self.sync_jitter_ms else stream_ms
+        q1, med, q3 = _quantiles(samples)
+        return Measurement(median_ms=med, spread=(q3 - q1) / med if med > 0 else 0.0, reps=len(samples),
+                           stream_ms=s_med, device_ms=d_med)
+
+
+def side_stream_suspected(m: Measurement) -> bool:
+    """Work finished after the current stream's end event: the device-wide reading is far longer."""
+    return m.device_ms > 1.5 * m.stream_ms + 0.05
+
+
+def time_submission(task, job, entry, adapter, outputs) -> tuple[ShapeTiming, ...]:
+    cfg: TimingConfig = job.timing
+    bench = Bench(cfg)
+    results = []
+    for trial in job.timing_trials:
+        sets = [inputs_mod.make_trial_inputs(task, dataclasses.replace(trial, seed=trial.seed + k), "cuda")
+                for k in range(cfg.n_input_sets)]
+        adapter.log.reset()
+        with torch.no_grad():
+            entry(*sets[0])
+        torch.cuda.synchronize()
+        launches, programs, handed = adapter.log.launches, adapter.log.max_programs, adapter.log.handed_bytes
+        with torch.no_grad():
+            kernel, library = bench.measure_interleaved([lambda i: entry(*sets[i % len(sets)]),
+                                                         lambda i: task.reference(*sets[i % len(sets)])])
+        # the output of a call made after timing, on inputs it has not seen, is checked again
+        recheck = dataclasses.replace(trial, seed=trial.seed + 7919, index=trial.index + 5000)
+        ins = inputs_mod.make_trial_inputs(task, recheck, "cuda")
+        del sets
+        with torch.no_grad():
+            out = entry(*ins)
+        torch.cuda.synchronize()
+        name = None
+        if type(out) is torch.Tensor:
+            name = f"recheck_{trial.index}.pt"
+            torch.save(out.detach().to("cpu").contiguous().clone(), outputs / name)
+        results.append(ShapeTiming(
+            shape=trial.shape, dtype=trial.dtype, split=trial.split, kernel_ms=kernel.median_ms,
+            kernel_spread=kernel.spread, kernel_reps=kernel.reps, library_ms=library.median_ms,
+            library_spread=library.spread, library_reps=library.reps, launches_per_call=launches,
+            programs=programs, recheck_output_file=name, recheck_trial=recheck if name else None,
+            side_stream=side_stream_suspected(kernel), stream_ms=kernel.stream_ms, device_ms=kernel.device_ms,
+            handed_bytes=handed or None))
+        del ins, out
+        torch.cuda.empty_cache()
+    return tuple(results)

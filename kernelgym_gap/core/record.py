@@ -1,0 +1,309 @@
+"""Frozen, versioned records: what crosses every process boundary.
+
+`Job` goes from the parent to the child, `ChildReport` comes back, and `EvalRecord` is what the harness
+returns to callers (the environment's `info`, the CLI's JSON, the store). Each serialises to JSON and is
+read back by `from_json`, which rejects anything that does not match the schema: a child's report is
+hostile input.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any
+
+from kernelgym_gap.core.errors import ProtocolError
+from kernelgym_gap.core.status import Status
+
+SCHEMA_VERSION = 1
+
+
+def _reject_constant(name: str):
+    # JSON has no NaN/Infinity; json.loads accepts them unless told otherwise, and a value that the
+    # parent's own to_json (allow_nan=False) cannot write back must not get past from_json.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(a, value, where)
+            except ProtocolError as e:
+                errors.append(str(e))
+        raise ProtocolError(f"{where}: {value!r} matches none of {args}")
+    if dataclasses.is_dataclass(tp):
+        return _from_dict(tp, value, where)
+    if isinstance(tp, type) and issubclass(tp, Status):
+        try:
+            return Status(value)
+        except ValueError:
+            raise ProtocolError(f"{where}: unknown status {value!r}") from None
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise ProtocolError(f"{where}: expected {len(args)} items")
+        return tuple(_convert(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where}: expected an object")
+        return {str(k): _convert(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProtocolError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp in (int, str, bool):
+        if type(value) is not tp:
+            raise ProtocolError(f"{where}: expected {tp.__name__}, got {value!r}")
+        return value
+    raise ProtocolError(f"{where}: unsupported type {tp}")
+
+
+def _from_dict(cls, data: Any, where: str):
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{where}: expected an object for {cls.__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(fields)
+    if unknown:
+        raise ProtocolError(f"{where}: unknown fields {sorted(unknown)} for {cls.__name__}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name in data:
+            kwargs[name] = _convert(hints[name], data[name], f"{where}.{name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ProtocolError(f"{where}: missing field {name!r} for {cls.__name__}")
+    return cls(**kwargs)
+
+
+def _to_jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Status):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [_to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return None
+    return value
+
+
+class _Record:
+    SCHEMA: typing.ClassVar[str] = ""
+
+    def to_dict(self) -> dict:
+        return _to_jsonable(self)
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), allow_nan=False, **kw)
+
+    @classmethod
+    def from_dict(cls, data: Any):
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{cls.__name__}: expected a JSON object")
+        if data.get("schema") != cls.SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
+            raise ProtocolError(f"{cls.__name__}: schema {data.get('schema')!r} v{data.get('schema_version')!r}"
+                                f", expected {cls.SCHEMA!r} v{SCHEMA_VERSION}")
+        return _from_dict(cls, data, cls.__name__)
+
+    @classmethod
+    def from_json(cls, text: str | bytes):
+        try:
+            data = json.loads(text, parse_constant=_reject_constant)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ProtocolError(f"{cls.__name__}: not JSON: {e}") from None
+        return cls.from_dict(data)
+
+
+# ---- parent -> child -------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    index: int
+    shape: tuple[int, ...]
+    dtype: str
+    seed: int
+    distribution: str
+    split: str                      # "public" or "heldout"
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingConfig:
+    warmup_ms: float = 25.0
+    clock_warmup_ms: float = 300.0  # the GPU kept busy this long before the first measurement
+    min_reps: int = 20
+    max_reps: int = 500
+    min_time_ms: float = 20.0       # and at least this much GPU time per callable before stopping early
+    budget_ms: float = 2000.0       # per shape, kernel and library each
+    target_spread: float = 0.02     # stop adding repetitions once (p75-p25)/median is under this
+    n_input_sets: int = 3           # inputs rotated among this many sets
+    flush_l2: bool = True
+    baselines: tuple[str, ...] = ("torch",)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """One Triton specialization as a kernel was launched: the kernel (module and qualified name), its
+    argument types (Triton's signature strings) and constexpr values, and the compile options. The cpu
+    backend's main child records what the interpreter launched; its compile probe compiles exactly these for
+    sm_90 when calling the entry point did not cover them (docs/security.md, the compile probe)."""
+    module: str
+    qualname: str
+    source_sha256: str              # of the kernel function's source: two kernels of one name stay apart
+    signature: dict[str, str]
+    constexprs: dict[str, Any]      # JSON scalars; anything else is written as "repr:..." and `exact` is False
+    options: dict[str, int]
+    exact: bool = True              # the constexpr values can be rebuilt from this record
+
+    def key(self) -> str:
+        return json.dumps(_to_jsonable(self), sort_keys=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job(_Record):
+    SCHEMA: typing.ClassVar[str] = "kernelgym_gap.job"
+    task_id: str
+    dsl: str
+    backend: str
+    source_file: str
+    outputs_dir: str
+    report_file: str
+    trials: tuple[Trial, ...]
+    timing: TimingConfig | None     # None: no timing (cpu backend, correctness-only)
+    timing_trials: tuple[Trial, ...] = ()   # one per (shape, dtype) timed, on fresh seeds
+    mode: str = "evaluate"          # or "compile_probe": compile each launched kernel for sm_90, run nothing;
+    #                                 or "compile_specs": compile `specs` for sm_90 without calling the entry point
+    specs: tuple[KernelSpec, ...] = ()
+    tasks_dir: str | None = None    # the registry directory the task came from (None: the default tasks/)
+    schema: str = "kernelgym_gap.job"
+    schema_version: int = SCHEMA_VERSION
+
+
+# ---- child -> parent -------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class TrialOutcome:
+    index: int
+    output_file: str | None         # relative to outputs_dir
+    launches: int                   # DSL kernel launches observed during the call
+    programs: int                   # largest grid (programs of one launch) observed
+    seconds: float                  # wall time of the call (cpu: interpreter time; never a GPU figure)
+    input_digest_before: str
+    input_digest_after: str
+    output_aliases_input: bool = False
+    output_type: str = "torch.Tensor"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeTiming:
+    shape: tuple[int, ...]
+    dtype: str
+    split: str
+    kernel_ms: float
+    kernel_spread: float            # (p75 - p25) / median of the repetitions
+    kernel_reps: int
+    library_ms: float
+    library_spread: float
+    library_reps: int
+    launches_per_call: int
+    programs: int
+    recheck_output_file: str | None = None   # output of a call made after timing, checked again
+    recheck_trial: Trial | None = None
+    compiled_ms: float | None = None          # torch.compile baseline where asked for
+    side_stream: bool = False                 # the device-wide reading far exceeded the stream's
+    stream_ms: float | None = None            # median of the current-stream readings
+    device_ms: float | None = None            # median of the device-wide readings
+    handed_bytes: int | None = None           # bytes of the distinct tensors handed to the kernels, one call
+
+
+# How a compile probe's report (status OK) says it could not tell: the runner writes it, probe.py reads it
+PROBE_INCONCLUSIVE = "compile probe inconclusive: "
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildReport(_Record):
+    SCHEMA: typing.ClassVar[str] = "kernelgym_gap.child_report"
+    status: Status
+    message: str
+    trials: tuple[TrialOutcome, ...] = ()
+    timings: tuple[ShapeTiming, ...] = ()
+    integrity: tuple[str, ...] = ()             # violations seen in the child
+    phases: dict[str, float] = dataclasses.field(default_factory=dict)   # seconds per phase
+    device: dict[str, Any] = dataclasses.field(default_factory=dict)
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    failed_trial: int | None = None
+    traceback: str | None = None                # the submission's own traceback, trimmed to its frames
+    inconclusive: str | None = None             # a compile probe (status ok) that could not tell: why
+    launched: tuple[KernelSpec, ...] = ()      # cpu + triton: the specializations launched (or, in the
+    #                                            compile probe, compiled); see KernelSpec
+    schema: str = "kernelgym_gap.child_report"
+    schema_version: int = SCHEMA_VERSION
+
+
+# ---- what callers get ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class FailureDetail:
+    trial: Trial | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatched_fraction: float | None = None
+    traceback_tail: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalRecord(_Record):
+    SCHEMA: typing.ClassVar[str] = "kernelgym_gap.record"
+    task: str
+    task_version: int
+    dsl: str
+    backend: str
+    status: Status
+    correct: bool | None            # None: not verified (compile-only)
+    reward: float
+    reward_mode: str
+    terms: dict[str, Any]
+    message: str
+    failure: FailureDetail | None = None
+    diagnosis: dict[str, Any] | None = None
+    trials_checked: int = 0
+    device: dict[str, Any] = dataclasses.field(default_factory=dict)
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    sandbox_layers: tuple[str, ...] = ()
+    latency: dict[str, float] = dataclasses.field(default_factory=dict)
+    source_sha256: str = ""
+    created_at: str = ""
+    schema: str = "kernelgym_gap.record"
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult(_Record):
+    """The trusted checker's verdict on the outputs a child saved."""
+    SCHEMA: typing.ClassVar[str] = "kernelgym_gap.check"
+    status: Status
+    message: str
+    trials_checked: int
+    failure: FailureDetail | None = None
+    kernelbench_allclose: bool | None = None   # allclose(atol=rtol=1e-2) against the same-dtype reference
+    schema: str = "kernelgym_gap.check"
+    schema_version: int = SCHEMA_VERSION

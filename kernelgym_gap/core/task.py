@@ -1,0 +1,176 @@
+"""The task contract: an operator as data.
+
+A task file (`tasks/<category>/<name>/task.py`) defines `TASK = TaskSpec(...)`. Everything the harness
+needs about an operator lives there: the library reference, an input generator, shapes per backend (public
+ones shown to the agent, held-out ones only evaluated), dtypes, tolerances, flops and minimal bytes, and the
+reference solutions that ship with it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kernelgym_gap.core.ids import task_id
+
+CATEGORIES = ("elementwise", "reduction", "normalization", "gemm", "convolution", "attention")
+# 1: one memory-bound op; 2: a fused op or a reduction with a numerical trap; 3: compute-bound or
+# multi-stage (tiling, pipelining, online algorithms).
+LEVELS = (1, 2, 3)
+DSLS = ("triton", "tilelang")
+BACKENDS = ("cpu", "cuda")
+SOLUTION_KINDS = ("optimized", "slow")
+# The authoring defects the source paper names (a slow solution carries one of them).
+DEFECTS = ("sequential_reduction", "scalar_loop", "needless_dtype_conversion", "too_few_programs",
+           "uncoalesced_access", "no_tiling")
+DTYPES = ("float32", "float16", "bfloat16")
+
+Shape = tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """The shapes and dtypes one backend evaluates. The interpreter is slow: cpu workloads stay small."""
+    public: tuple[Shape, ...]
+    heldout: tuple[Shape, ...]
+    dtypes: tuple[str, ...]
+
+    def all_shapes(self) -> tuple[Shape, ...]:
+        return self.public + self.heldout
+
+
+@dataclasses.dataclass(frozen=True)
+class Solution:
+    """A reference solution shipped with a task (a real file under the task's solutions/ folder)."""
+    file: str
+    dsl: str
+    kind: str                      # "optimized" or "slow"
+    defect: str | None = None      # for slow ones: which authoring defect it carries
+    note: str = ""
+    # What the cpu backend can do with it: "ok" (runs and is verified) or "unverified" (TileLang kernels
+    # that do not lower to the C target: lowered to CUDA sm_90a and compiled with nvcc, never run).
+    cpu_status: str = "ok"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    version: int
+    category: str
+    statement: str
+    entry_point: str
+    signature: str
+    reference: Callable[..., Any]
+    make_inputs: Callable[..., tuple]          # (shape, dtype, generator, distribution, device) -> inputs
+    distributions: tuple[str, ...]
+    workloads: dict[str, Workload]             # backend -> Workload
+    tolerances: dict[str, Tolerance]           # dtype -> Tolerance
+    flops: Callable[[Shape], int]
+    min_bytes: Callable[[Shape, str], int]     # each input read once, each output written once
+    solutions: tuple[Solution, ...] = ()
+    baselines: tuple[str, ...] = ("torch",)    # "torch" eager; "torch.compile" optional
+    output_dtype: Callable[[str], str] = staticmethod(lambda dtype: dtype)
+    # Reference in float64 on upcast inputs (the default) or in the input dtype (for ops whose dtype
+    # semantics matter, like integer-valued outputs).
+    reference_in_float64: bool = True
+    # The distribution the kernel and the library are timed on: what the task's real data looks like. The
+    # others are correctness stress inputs only (a library's speed can depend on the values: torch's
+    # softmax is 2.4x slower on std-30 inputs than on normal ones, so timing on them inflates E).
+    timed_distribution: str = "normal"
+    level: int = 1
+    tags: tuple[str, ...] = ()
+    # Why LLM workloads run this operator (shown in `tasks --json`).
+    motivation: str = ""
+    # One line per version after v0: what changed (tolerance, shapes, timed inputs, reward semantics).
+    changelog: tuple[str, ...] = ()
+    directory: Path | None = None              # set by the registry
+
+    @property
+    def id(self) -> str:
+        return task_id(self.name, self.version)
+
+    @property
+    def dsls(self) -> tuple[str, ...]:
+        return tuple(d for d in DSLS if any(s.dsl == d for s in self.solutions))
+
+    def reference_source(self) -> str:
+        return inspect.getsource(self.reference)
+
+    def solution_path(self, solution: Solution) -> Path:
+        if self.directory is None:
+            raise ValueError(f"{self.id} was not loaded from a directory")
+        return self.directory / "solutions" / solution.file
+
+    def workload(self, backend: str) -> Workload:
+        return self.workloads[backend]
+
+    def validate(self) -> list[str]:
+        """Every way this spec breaks the contract (empty when it is sound)."""
+        problems = []
+        if self.category not in CATEGORIES:
+            problems.append(f"category {self.category!r} not in {CATEGORIES}")
+        if not self.entry_point.isidentifier():
+            problems.append(f"entry point {self.entry_point!r} is not an identifier")
+        for backend in BACKENDS:
+            w = self.workloads.get(backend)
+            if w is None:
+                problems.append(f"no workload for backend {backend!r}")
+                continue
+            if not w.public or not w.heldout:
+                problems.append(f"{backend}: needs public and held-out shapes")
+            if set(w.public) & set(w.heldout):
+                problems.append(f"{backend}: a shape is both public and held-out")
+            for d in w.dtypes:
+                if d not in DTYPES:
+                    problems.append(f"{backend}: dtype {d!r} not in {DTYPES}")
+                if d not in self.tolerances:
+                    problems.append(f"{backend}: no tolerance for dtype {d!r}")
+            for s in w.all_shapes():
+                for d in w.dtypes:
+                    if self.flops(s) < 0 or self.min_bytes(s, d) <= 0:
+                        problems.append(f"flops/min_bytes not positive for {s} {d}")
+        if not self.distributions:
+            problems.append("no input distributions")
+        elif self.timed_distribution not in self.distributions:
+            problems.append(f"timed distribution {self.timed_distribution!r} is not among the distributions "
+                            f"{self.distributions} (correctness must cover what is timed)")
+        if self.level not in LEVELS:
+            problems.append(f"level {self.level!r} not in {LEVELS}")
+        if len(self.changelog) > self.version:
+            problems.append(f"{len(self.changelog)} changelog lines for version {self.version} (one per "
+                            "version after v0)")
+        for sol in self.solutions:
+            if sol.dsl not in DSLS:
+                problems.append(f"solution {sol.file}: dsl {sol.dsl!r}")
+            if sol.kind not in SOLUTION_KINDS:
+                problems.append(f"solution {sol.file}: kind {sol.kind!r}")
+            if sol.kind == "slow" and sol.defect not in DEFECTS:
+                problems.append(f"solution {sol.file}: a slow solution names its defect from {DEFECTS}")
+            if sol.cpu_status not in ("ok", "unverified"):
+                problems.append(f"solution {sol.file}: cpu_status {sol.cpu_status!r}")
+            if self.directory is not None and not self.solution_path(sol).is_file():
+                problems.append(f"solution file missing: {self.solution_path(sol)}")
+        if not any(s.dsl == "triton" and s.kind == "optimized" for s in self.solutions):
+            problems.append("needs an optimized Triton solution")
+        if not any(s.dsl == "triton" and s.kind == "slow" for s in self.solutions):
+            problems.append("needs a slow Triton solution")
+        return problems
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def itemsize(dtype: str) -> int:
+    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[dtype]

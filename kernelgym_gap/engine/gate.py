@@ -1,0 +1,135 @@
+"""The static gate: checks on the submitted source made in the parent without running any of it."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import logging
+import pickle
+import subprocess
+import sys
+
+from kernelgym_gap.core.status import Status
+
+log = logging.getLogger(__name__)
+
+MAX_SOURCE_BYTES = 256 * 1024
+
+# Decorators that make a function a kernel of each DSL, matched on the dotted name's last parts.
+_KERNEL_DECORATORS = {
+    "triton": {("triton", "jit"), ("jit",), ("triton", "autotune"), ("triton", "heuristics")},
+    "tilelang": {("T", "prim_func"), ("prim_func",), ("tilelang", "jit"), ("tilelang", "language", "prim_func"),
+                 ("tl", "jit"), ("jit",)},
+}
+_DSL_MODULE = {"triton": "triton", "tilelang": "tilelang"}
+
+
+@dataclasses.dataclass(frozen=True)
+class GateResult:
+    status: Status
+    message: str = ""
+    source: str | None = None   # the decoded text when the gate passed
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.OK
+
+
+def _dotted(node: ast.AST) -> tuple[str, ...]:
+    if isinstance(node, ast.Call):
+        return _dotted(node.func)
+    if isinstance(node, ast.Attribute):
+        return _dotted(node.value) + (node.attr,)
+    if isinstance(node, ast.Name):
+        return (node.id,)
+    return ()
+
+
+def _imported_roots(tree: ast.Module) -> set[str]:
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def _has_kernel(tree: ast.Module, dsl: str) -> bool:
+    wanted = _KERNEL_DECORATORS[dsl]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for dec in node.decorator_list:
+                name = _dotted(dec)
+                if any(name[-len(w):] == w for w in wanted if len(name) >= len(w)):
+                    return True
+    return False
+
+
+def _defines(tree: ast.Module, name: str) -> bool:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return True
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in node.names):
+            return True
+    return False
+
+
+def _parse(text: str) -> ast.Module:
+    """ast.parse, robust to CPython 3.11's "AST constructor recursion depth mismatch" SystemError (a parser
+    bug, gh-106905, seen once in a long test process): retried once, then parsed in a fresh interpreter."""
+    try:
+        return ast.parse(text, filename="submission.py")
+    except SystemError:
+        pass
+    try:
+        return ast.parse(text, filename="submission.py")
+    except SystemError:
+        log.warning("ast.parse raised SystemError twice; parsing in a fresh interpreter")
+    code = ("import ast, pickle, sys\n"
+            "try:\n    out = ('ok', ast.parse(sys.stdin.read(), filename='submission.py'))\n"
+            "except SyntaxError as e:\n    out = ('syntax', (e.msg, e.lineno))\n"
+            "except (RecursionError, MemoryError):\n    out = ('deep', None)\n"
+            "sys.stdout.buffer.write(pickle.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-I", "-c", code], input=text.encode("utf-8"), capture_output=True,
+                          timeout=60)
+    kind, value = pickle.loads(proc.stdout)     # our own interpreter's output: AST nodes and constants only
+    if kind == "syntax":
+        err = SyntaxError(value[0])
+        err.lineno = value[1]
+        raise err
+    if kind == "deep":
+        raise RecursionError("too deep")
+    return value
+
+
+def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = MAX_SOURCE_BYTES) -> GateResult:
+    # surrogatepass: a str with lone surrogates becomes bytes that fail the UTF-8 decode below
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if len(data) > max_bytes:
+        return GateResult(Status.SOURCE_TOO_LARGE, f"source is {len(data)} bytes; the limit is {max_bytes}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return GateResult(Status.SOURCE_NOT_UTF8, f"source is not valid UTF-8: {e}")
+    if "\x00" in text:
+        return GateResult(Status.SOURCE_NOT_UTF8, "source contains a NUL character")
+    try:
+        tree = _parse(text)
+    except SyntaxError as e:
+        return GateResult(Status.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}")
+    except (RecursionError, MemoryError):
+        return GateResult(Status.SYNTAX_ERROR, "the source nests too deeply for the parser (e.g. a chain of "
+                                               "thousands of operators)")
+    if not _defines(tree, entry_point):
+        return GateResult(Status.ENTRY_POINT_MISSING,
+                          f"the module defines no top-level {entry_point!r} (the task's entry point)")
+    if _DSL_MODULE[dsl] not in _imported_roots(tree) or not _has_kernel(tree, dsl):
+        other = [d for d in _KERNEL_DECORATORS if d != dsl and _has_kernel(tree, d)
+                 and _DSL_MODULE[d] in _imported_roots(tree)]
+        hint = f" (it looks like {other[0]}: pass dsl={other[0]!r}?)" if other else ""
+        return GateResult(Status.WRONG_DSL, f"no {dsl} kernel is defined in the source{hint}")
+    return GateResult(Status.OK, source=text)

@@ -1,0 +1,193 @@
+"""Device ceilings, measured on the device: copy bandwidth and dense matmul peak per dtype.
+
+`kernelgym-gap calibrate` runs the measurement in a child process (the parent never holds a CUDA
+context) and caches the result per device (name, driver, torch and triton versions). Every roofline uses
+the cached numbers; datasheet numbers are only a labelled fallback (`source: "datasheet"`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kernelgym_gap.core.errors import BackendUnavailableError, HarnessError
+
+COPY_BYTES = 1 << 30
+MATMUL_SIZES = {"bfloat16": 8192, "float16": 8192, "tf32": 8192, "float32": 4096}
+
+# Vendor figures for devices seen here, as a labelled fallback only (dense, no sparsity).
+DATASHEET = {
+    "NVIDIA H200": {"copy_bytes_per_s": 4.8e12,
+                    "matmul_flops_per_s": {"bfloat16": 989e12, "float16": 989e12, "tf32": 494e12, "float32": 67e12}},
+    "NVIDIA H100 80GB HBM3": {"copy_bytes_per_s": 3.35e12,
+                              "matmul_flops_per_s": {"bfloat16": 989e12, "float16": 989e12, "tf32": 494e12,
+                                                     "float32": 67e12}},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    device_key: str
+    device_name: str
+    copy_bytes_per_s: float                   # bytes read + written per second, device-to-device copy
+    matmul_flops_per_s: dict[str, float]      # "float32", "tf32", "float16", "bfloat16"
+    source: str                               # "measured" or "datasheet"
+    measured_at: str = ""
+    spreads: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def peak_for(self, dtype: str) -> float:
+        """The fastest dense rate a kernel of this dtype could legitimately use (fp32 may use tf32)."""
+        if dtype == "float32":
+            return max(self.matmul_flops_per_s.get("tf32", 0.0), self.matmul_flops_per_s["float32"])
+        return self.matmul_flops_per_s[dtype]
+
+
+def device_key(device: dict, versions: dict) -> str:
+    return "|".join([device.get("name", "?"), str(device.get("driver", "?")), versions.get("torch", "?"),
+                     versions.get("triton", "?")])
+
+
+def default_cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kernelgym_gap" / "calibration.json"
+
+
+def load_cached(key: str, path: Path | None = None) -> Calibration | None:
+    path = path or default_cache_path()
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    entry = data.get(key)
+    return Calibration(**entry) if entry else None
+
+
+def save_cached(cal: Calibration, path: Path | None = None) -> None:
+    path = path or default_cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data[cal.device_key] = dataclasses.asdict(cal)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def datasheet(device: dict, versions: dict) -> Calibration | None:
+    sheet = DATASHEET.get(device.get("name", ""))
+    if sheet is None:
+        return None
+    return Calibration(device_key=device_key(device, versions), device_name=device["name"],
+                       copy_bytes_per_s=sheet["copy_bytes_per_s"],
+                       matmul_flops_per_s=dict(sheet["matmul_flops_per_s"]), source="datasheet")
+
+
+# ------------------------------------------------------------------------------------- in the child
+
+def device_identity() -> tuple[dict, dict]:
+    import torch
+    import triton
+    p = torch.cuda.get_device_properties(0)
+    get_driver = getattr(torch._C, "_cuda_getDriverVersion", None)
+    driver = str(get_driver()) if get_driver else "?"      # the CUDA driver API version, e.g. 13000
+    device = {"kind": "cuda", "name": p.name, "sm_count": p.multi_processor_count, "driver": driver,
+              "l2_bytes": int(getattr(p, "L2_cache_size", 0)), "memory_bytes": int(p.total_memory),
+              "capability": f"{p.major}.{p.minor}"}
+    return device, {"torch": torch.__version__, "triton": triton.__version__}
+
+
+def measure() -> Calibration:
+    """Runs on the GPU: the same event-based summariser as kernel timing."""
+    import datetime
+    import torch
+    from kernelgym_gap.core.record import TimingConfig
+    from kernelgym_gap.child.timing import Bench
+    device, versions = device_identity()
+    bench = Bench(TimingConfig(min_reps=10, max_reps=50, budget_ms=3000, warmup_ms=100, target_spread=0.01))
+    src = torch.empty(COPY_BYTES // 2, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    m = bench.measure(lambda i: dst.copy_(src))
+    copy_bps = COPY_BYTES / (m.median_ms * 1e-3)
+    spreads = {"copy": m.spread}
+    del src, dst
+    flops = {}
+    for name, n in MATMUL_SIZES.items():
+        dtype = torch.float32 if name in ("tf32", "float32") else getattr(torch, name)
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+        try:
+            a = torch.randn(n, n, device="cuda", dtype=dtype)
+            b = torch.randn(n, n, device="cuda", dtype=dtype)
+            mm = bench.measure(lambda i: torch.mm(a, b))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+        flops[name] = 2 * n ** 3 / (mm.median_ms * 1e-3)
+        spreads[name] = mm.spread
+        del a, b
+    torch.cuda.empty_cache()
+    return Calibration(device_key=device_key(device, versions), device_name=device["name"],
+                       copy_bytes_per_s=copy_bps, matmul_flops_per_s=flops, source="measured",
+                       measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       spreads=spreads)
+
+
+# ------------------------------------------------------------------------------------ in the parent
+
+def calibrate(gpu_index: int = 0, cache_path: Path | None = None, force: bool = False,
+              key: str | None = None) -> Calibration:
+    """The cached calibration for this device, measured in a child process when missing (or forced)."""
+    if key is not None and not force:
+        cached = load_cached(key, cache_path)
+        if cached is not None:
+            return cached
+    with tempfile.TemporaryDirectory(prefix="kgg-cal-") as tmp:
+        out = Path(tmp) / "cal.json"
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu_index))
+        proc = subprocess.run([sys.executable, "-m", "kernelgym_gap.judge.calibrate", "--child", str(out)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0 or not out.is_file():
+            tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
+            if "no CUDA device" in proc.stderr:
+                raise BackendUnavailableError("calibration needs an NVIDIA GPU; this machine has none")
+            raise HarnessError(f"calibration failed:\n{tail}")
+        cal = Calibration(**json.loads(out.read_text()))
+    save_cached(cal, cache_path)
+    return cal
+
+
+def add_commands(sub) -> None:
+    s = sub.add_parser("calibrate", help="measure the GPU's copy bandwidth and matmul peaks (cached per device)")
+    s.add_argument("--gpu", type=int, default=0)
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--cache", help=f"cache file (default {default_cache_path()})")
+    s.set_defaults(func=_cmd_calibrate)
+
+
+def _cmd_calibrate(args) -> int:
+    cal = calibrate(args.gpu, Path(args.cache) if args.cache else None, force=True)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(cal)))
+        return 0
+    print(f"{cal.device_name} ({cal.source}, {cal.measured_at})")
+    print(f"  copy bandwidth   {cal.copy_bytes_per_s / 1e12:7.2f} TB/s (read + write)")
+    for k, v in cal.matmul_flops_per_s.items():
+        print(f"  matmul {k:9s} {v / 1e12:7.1f} TFLOP/s")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        import torch
+        if not torch.cuda.is_available():
+            print("no CUDA device", file=sys.stderr)
+            sys.exit(3)
+        Path(sys.argv[2]).write_text(json.dumps(dataclasses.asdict(measure())))
+        sys.exit(0)
+    print("usage: python -m kernelgym_gap.judge.calibrate --child OUT.json", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,187 @@
+"""The trusted checker: regenerates each trial's inputs, computes the reference, and judges the outputs a
+child saved. It never runs submitted code. On the cpu backend it runs inside the parent; on cuda in a
+separate trusted process on the same device (`python -m kernelgym_gap.judge.checker CHECK.json`), since inputs
+are regenerated with the device's own generator.
+
+`python -m kernelgym_gap.judge.checker --serve [--device cuda|cpu]` is the same checker kept alive (the warm pool,
+kernelgym_gap.api.warm.WarmChecker): it imports torch and initialises the device once, prints one JSON line
+`{"ready": true, ...}`, then answers each CHECK.json path read from stdin with one JSON line
+(`{"spec": PATH, "ok": true}` once the result file is written, or `{"spec": PATH, "ok": false, "error": TB}`,
+after which it exits, so that no state of a failed check is reused). Only the protocol goes to the real
+stdout: anything else the process prints goes to stderr."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.core.record import CheckResult, ChildReport, FailureDetail, Job, Trial
+from kernelgym_gap.core.status import Status
+from kernelgym_gap.core.task import TaskSpec, itemsize, numel
+
+KERNELBENCH_TOL = 1e-2
+
+
+class _Fail(Exception):
+    def __init__(self, status: Status, message: str, **detail):
+        super().__init__(message)
+        self.status, self.message, self.detail = status, message, detail
+
+
+def _load_output(path: Path, max_bytes: int) -> torch.Tensor:
+    if not path.is_file():
+        raise _Fail(Status.PROTOCOL_ERROR, f"the child reported an output file it did not write ({path.name})")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise _Fail(Status.WRONG_SHAPE, f"the output file is {size} bytes, far larger than the expected output")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - a file the child wrote is hostile input
+        raise _Fail(Status.PROTOCOL_ERROR, f"output file unreadable: {type(e).__name__}: {e}") from None
+    if type(obj) is not torch.Tensor:
+        raise _Fail(Status.WRONG_TYPE, f"output is {type(obj).__name__}, not exactly torch.Tensor")
+    return obj
+
+
+def _reference(task: TaskSpec, ins: tuple) -> torch.Tensor:
+    with torch.no_grad():
+        if task.reference_in_float64:
+            ins = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in ins)
+        return task.reference(*ins)
+
+
+def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str) -> bool:
+    """Raises _Fail on the first problem; returns whether a KernelBench-style allclose would pass."""
+    where = dict(trial=trial)
+    expected_dtype = getattr(torch, task.output_dtype(trial.dtype))
+    ref = _reference(task, ins)       # on the trials' device: the comparison runs there too
+    out = _load_output(path, max_bytes=2 * numel(ref.shape) * itemsize("float64") + (1 << 16))
+    out = out.to(ref.device)
+    if out.dtype != expected_dtype:
+        raise _Fail(Status.WRONG_DTYPE, f"{what}: output dtype {out.dtype}, expected {expected_dtype}", **where)
+    if tuple(out.shape) != tuple(ref.shape):
+        raise _Fail(Status.WRONG_SHAPE, f"{what}: output shape {list(out.shape)}, expected {list(ref.shape)}",
+                    **where)
+    o, r = out.double(), ref.double()
+    ref_finite = torch.isfinite(r)
+    if bool((~torch.isfinite(o) & ref_finite).any()):
+        n = int((~torch.isfinite(o) & ref_finite).sum())
+        raise _Fail(Status.NON_FINITE, f"{what}: {n} non-finite output values where the reference is finite",
+                    **where)
+    if o.numel() and bool((o == 0).all()) and not bool((r == 0).all()):
+        raise _Fail(Status.ALL_ZERO, f"{what}: the output is all zeros and the reference is not", **where)
+    tol = task.tolerances[trial.dtype]
+    diff = (o - r).abs().where(ref_finite, torch.zeros_like(o))
+    bad = diff > tol.atol + tol.rtol * r.abs().where(ref_finite, torch.zeros_like(r))
+    if bool(bad.any()):
+        denom = r.abs().clamp_min(tol.atol)
+        max_abs = float(diff.max())
+        max_rel = float((diff / denom).max())
+        frac = float(bad.double().mean())
+        raise _Fail(Status.MISMATCH,
+                    f"{what}: {frac:.2%} of the elements differ from the reference beyond atol={tol.atol}, "
+                    f"rtol={tol.rtol} (max abs err {max_abs:.3g}, max rel err {max_rel:.3g}) "
+                    f"at shape {list(trial.shape)}, {trial.dtype}, seed {trial.seed}, {trial.distribution} inputs",
+                    trial=trial, max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac)
+    with torch.no_grad():
+        same_dtype_ref = task.reference(*ins)
+    return bool(torch.allclose(out.float(), same_dtype_ref.float(), atol=KERNELBENCH_TOL, rtol=KERNELBENCH_TOL))
+
+
+def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckResult:
+    outputs = Path(job.outputs_dir)
+    by_index = {o.index: o for o in report.trials}
+    kb = True
+    checked = 0
+    try:
+        for trial in job.trials:
+            outcome = by_index.get(trial.index)
+            if outcome is None:
+                raise _Fail(Status.PROTOCOL_ERROR, f"the child's report has no outcome for trial {trial.index}")
+            ins = inputs_mod.make_trial_inputs(task, trial, device)
+            what = f"trial {trial.index} ({trial.split} shape {list(trial.shape)}, {trial.dtype})"
+            if outcome.input_digest_before != inputs_mod.digest(ins):
+                raise _Fail(Status.PROTOCOL_ERROR, f"{what}: the child's inputs were not the ones generated")
+            if outcome.input_digest_after != outcome.input_digest_before:
+                raise _Fail(Status.INPUT_MUTATED, f"{what}: the submission modified its inputs", trial=trial)
+            if outcome.output_type != "torch.Tensor" or outcome.output_file is None:
+                raise _Fail(Status.WRONG_TYPE, f"{what}: returned {outcome.output_type}, not exactly torch.Tensor",
+                            trial=trial)
+            if outcome.output_aliases_input:
+                raise _Fail(Status.OUTPUT_ALIASES_INPUT, f"{what}: the output shares memory with an input",
+                            trial=trial)
+            kb &= _judge(task, trial, outputs / outcome.output_file, ins, what)
+            checked += 1
+        for timing in report.timings:
+            if timing.recheck_output_file is None or timing.recheck_trial is None:
+                continue
+            trial = timing.recheck_trial
+            ins = inputs_mod.make_trial_inputs(task, trial, device)
+            _judge(task, trial, outputs / timing.recheck_output_file, ins,
+                   f"after timing, shape {list(trial.shape)} {trial.dtype}")
+            checked += 1
+    except _Fail as f:
+        return CheckResult(status=f.status, message=f.message, trials_checked=checked,
+                           failure=FailureDetail(**f.detail) if f.detail else None)
+    return CheckResult(status=Status.OK, message="", trials_checked=checked, kernelbench_allclose=kb)
+
+
+def _check_spec(spec_path: str) -> None:
+    """One check: CHECK.json names the job, the child's report, the device and where to write the result."""
+    import json
+    from kernelgym_gap.core.registry import find_task
+    spec = json.loads(Path(spec_path).read_text())
+    job = Job.from_json(Path(spec["job"]).read_text())
+    report = ChildReport.from_json(Path(spec["report"]).read_text())
+    task = find_task(job.task_id, job.tasks_dir)
+    result = check(task, job, report, spec["device"])
+    Path(spec["result"]).write_text(result.to_json())
+
+
+def serve(device: str = "cuda", stdin=None) -> int:
+    """The warm checker's loop (see the module docstring). Returns when stdin closes, or after a failed check."""
+    import json
+    import traceback
+    from kernelgym_gap.core import registry  # noqa: F401 - imported before `ready`, like everything a check needs
+    proto = os.fdopen(os.dup(1), "w", buffering=1)   # the protocol channel: the real stdout
+    os.dup2(2, 1)                                     # fd 1 (prints, C libraries) now goes to stderr
+    stdin = stdin or sys.stdin
+    if device == "cuda":
+        torch.zeros(1, device="cuda").sum().item()   # the CUDA context, created once
+    proto.write(json.dumps({"ready": True, "pid": os.getpid(), "device": device}) + "\n")
+    for line in stdin:
+        path = line.strip()
+        if not path:
+            continue
+        try:
+            _check_spec(path)
+        except BaseException:  # noqa: BLE001 - reported to the parent, then this process ends
+            tb = traceback.format_exc()
+            sys.stderr.write(tb)
+            sys.stderr.flush()
+            proto.write(json.dumps({"spec": path, "ok": False, "error": tb[-4000:]}) + "\n")
+            return 1
+        if device == "cuda":
+            torch.cuda.empty_cache()                 # hold no cached blocks between evaluations
+        proto.write(json.dumps({"spec": path, "ok": True}) + "\n")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Trusted child entry: `CHECK.json` (one check, then exit) or `--serve [--device cuda|cpu]`."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--serve":
+        device = argv[argv.index("--device") + 1] if "--device" in argv else "cuda"
+        if device not in ("cuda", "cpu"):
+            sys.stderr.write(f"--device must be cuda or cpu, not {device!r}\n")
+            return 2
+        return serve(device)
+    _check_spec(argv[0])
+    return 0
+
+
+if __name__ == "__main__":
+    os._exit(main())

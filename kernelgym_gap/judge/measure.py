@@ -1,0 +1,94 @@
+"""From the child's timings to the performance terms: roofline floor, E and U per shape, aggregate,
+integrity flags and the diagnosis. Runs in the parent, on numbers it re-derives itself."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from kernelgym_gap.judge.calibrate import Calibration, calibrate, datasheet, device_key, load_cached
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.judge.diagnosis import causes, diagnose
+from kernelgym_gap.core.errors import HarnessError
+from kernelgym_gap.core.record import ChildReport
+from kernelgym_gap.judge.reward import geomean, performance
+from kernelgym_gap.core.status import Status
+from kernelgym_gap.core.task import TaskSpec
+
+log = logging.getLogger(__name__)
+MAX_SPREAD = 0.25          # a median whose quartiles spread wider than this is flagged as unstable
+BEST_KNOWN = Path(__file__).resolve().parents[2] / "results" / "best_known.json"
+
+
+def floor_ms(task: TaskSpec, shape, dtype: str, cal: Calibration) -> tuple[float, str]:
+    t_mem = task.min_bytes(shape, dtype) / cal.copy_bytes_per_s
+    t_math = task.flops(shape) / cal.peak_for(dtype)
+    return 1e3 * max(t_mem, t_math), ("memory" if t_mem >= t_math else "compute")
+
+
+def get_calibration(report: ChildReport, config: EvalConfig) -> Calibration:
+    key = device_key(report.device, report.versions)
+    path = Path(config.calibration_path) if config.calibration_path else None
+    cal = load_cached(key, path)
+    if cal is not None:
+        return cal
+    try:
+        return calibrate(config.gpu_index, path, key=key)
+    except HarnessError as e:
+        fallback = datasheet(report.device, report.versions)
+        if fallback is None:
+            raise
+        log.warning("calibration failed (%s); using datasheet ceilings, labelled as such", e)
+        return fallback
+
+
+def best_known_efficiency(task_id: str, dsl: str, device_name: str) -> float | None:
+    """The best E a reference DSL solution reached on this kind of device in the gap study, if recorded."""
+    try:
+        data = json.loads(BEST_KNOWN.read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get(device_name, {}).get(task_id, {}).get(dsl)
+
+
+def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, source: str = "",
+                      dsl: str = "triton"):
+    """(status, message, terms, diagnosis) for a correct kernel's timings."""
+    cal = get_calibration(report, config)
+    per_shape, flags = [], []
+    for t in report.timings:
+        fl, bound = floor_ms(task, t.shape, t.dtype, cal)
+        e, u = t.library_ms / t.kernel_ms, fl / t.kernel_ms
+        per_shape.append({"shape": list(t.shape), "dtype": t.dtype, "split": t.split, "kernel_ms": t.kernel_ms,
+                          "kernel_spread": t.kernel_spread, "kernel_reps": t.kernel_reps,
+                          "library_ms": t.library_ms, "library_spread": t.library_spread, "floor_ms": fl,
+                          "bound": bound, "E": e, "U": u, "library_U": fl / t.library_ms,
+                          "launches_per_call": t.launches_per_call, "programs": t.programs,
+                          "stream_ms": t.stream_ms, "device_ms": t.device_ms, "handed_bytes": t.handed_bytes,
+                          "min_bytes": task.min_bytes(t.shape, t.dtype)})
+        if t.side_stream:
+            return (Status.INTEGRITY_VIOLATION,
+                    f"shape {list(t.shape)} {t.dtype}: work finished after the current stream's end event "
+                    f"(stream {t.stream_ms:.4g} ms vs device-wide {t.device_ms:.4g} ms): side-stream or "
+                    "deferred work", {"per_shape": per_shape}, None)
+        if t.kernel_ms < config.floor_tolerance * fl:
+            return (Status.FASTER_THAN_FLOOR,
+                    f"shape {list(t.shape)} {t.dtype}: measured {t.kernel_ms:.4g} ms, under "
+                    f"{config.floor_tolerance} x the {bound} floor of {fl:.4g} ms: a measurement or integrity "
+                    "failure, not a speedup", {"per_shape": per_shape}, None)
+        if t.kernel_spread > MAX_SPREAD:
+            flags.append(f"unstable timing at {list(t.shape)} {t.dtype} (spread {t.kernel_spread:.0%})")
+    if not per_shape:
+        return Status.PROTOCOL_ERROR, "the child reported no timings", {}, None
+    agg = performance([p["E"] for p in per_shape], [p["U"] for p in per_shape], config.reward)
+    library_U = geomean([p["library_U"] for p in per_shape])
+    biggest = max(per_shape, key=lambda p: p["floor_ms"])
+    evidence = causes(source, {t.dtype for t in report.timings}, biggest["programs"],
+                      biggest["launches_per_call"], report.device.get("sm_count"), biggest["handed_bytes"],
+                      biggest["min_bytes"])
+    diagnosis = diagnose(agg["E"], agg["U"], library_U, best_known_efficiency(task.id, dsl, cal.device_name),
+                         evidence)
+    terms = dict(agg, library_U=library_U, per_shape=per_shape, flags=flags,
+                 calibration={"source": cal.source, "copy_bytes_per_s": cal.copy_bytes_per_s,
+                              "matmul_flops_per_s": cal.matmul_flops_per_s, "device": cal.device_name})
+    return Status.OK, "; ".join(flags), terms, diagnosis

@@ -1,0 +1,78 @@
+"""The reward: zero for any failure; for a correct kernel, a correctness part plus a performance part built
+from library-relative efficiency E = t_library / t_kernel and roofline utilization U = t_floor / t_kernel.
+
+Shaping (defaults and why):
+  * Per shape, E and U are ratios of times, so shapes are aggregated by geometric mean: a shape ten times
+    faster counts as much as one ten times slower, and no tiny shape dominates an arithmetic mean.
+  * Each aggregate is mapped to [0, 1] on a log scale between a floor and a ceiling:
+        f(E) = clip(log(E / e_floor) / log(e_ceiling / e_floor), 0, 1)
+    with e_floor = 0.01 (100x slower than the library earns nothing: the paper's 300x-slow LayerNorm gets
+    zero) and e_ceiling = 2.0 (twice as fast as torch earns the whole term; beating the library is
+    possible on fused ops). U uses u_floor = 0.01 and u_ceiling = 1.0 (the floor itself). The log scale
+    makes every halving of time worth the same, which is what an optimising agent needs as a gradient.
+  * performance = w_e * f(E) + w_u * g(U), w_e = w_u = 0.5: E alone rewards matching a weak library
+    kernel, U alone punishes ops the hardware cannot run near its floor (small GEMM); both together are the
+    screening pair of the source paper.
+  * reward = correctness_weight + (1 - correctness_weight) * performance, correctness_weight = 0.2: a
+    correct kernel is worth something, but 80% of the reward is speed, so 'passes allclose' is no longer
+    nearly the whole score.
+Monotone: a slower kernel lowers every per-shape E and U, so the aggregates and the reward never rise.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from kernelgym_gap.core.errors import UnknownChoiceError
+
+REWARD_MODES = ("full", "correctness")
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    mode: str = "full"                 # "full" or "correctness" (the gate alone, for side-by-side runs)
+    correctness_weight: float = 0.2
+    weight_e: float = 0.5
+    weight_u: float = 0.5
+    e_floor: float = 0.01
+    e_ceiling: float = 2.0
+    u_floor: float = 0.01
+    u_ceiling: float = 1.0
+
+    def __post_init__(self):
+        if self.mode not in REWARD_MODES:
+            raise UnknownChoiceError("reward mode", self.mode, REWARD_MODES)
+        if not 0 <= self.correctness_weight <= 1:
+            raise ValueError("correctness_weight must be in [0, 1]")
+        if self.weight_e < 0 or self.weight_u < 0 or self.weight_e + self.weight_u <= 0:
+            raise ValueError("weight_e and weight_u must be non-negative and not both zero")
+        if not (0 < self.e_floor < self.e_ceiling and 0 < self.u_floor < self.u_ceiling):
+            raise ValueError("each floor must be positive and below its ceiling")
+
+
+def log_shape(x: float, floor: float, ceiling: float) -> float:
+    if x <= 0 or math.isnan(x):
+        return 0.0
+    return min(1.0, max(0.0, math.log(x / floor) / math.log(ceiling / floor)))
+
+
+def geomean(xs: Sequence[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def performance(efficiencies: Sequence[float], utilizations: Sequence[float], cfg: RewardConfig) -> dict:
+    e, u = geomean(efficiencies), geomean(utilizations)
+    fe, gu = log_shape(e, cfg.e_floor, cfg.e_ceiling), log_shape(u, cfg.u_floor, cfg.u_ceiling)
+    perf = (cfg.weight_e * fe + cfg.weight_u * gu) / (cfg.weight_e + cfg.weight_u)
+    return {"E": e, "U": u, "f_E": fe, "g_U": gu, "performance": perf}
+
+
+def reward_for(correct: bool, perf: float | None, cfg: RewardConfig) -> float:
+    """Zero for anything not verified correct; the correctness gate alone in 'correctness' mode or when no
+    performance could be measured (the cpu backend)."""
+    if not correct:
+        return 0.0
+    if cfg.mode == "correctness" or perf is None:
+        return 1.0
+    return cfg.correctness_weight + (1.0 - cfg.correctness_weight) * perf

@@ -1,0 +1,372 @@
+"""Runs one child process under every isolation layer this machine offers, with a wall-clock deadline.
+
+The layers (each named in `ChildOutcome.layers` only when it was active; docs/security.md says what each
+stops and what it does not):
+  session          own session and process group; the deadline kills the group (and the cgroups, below)
+  clean_env        the environment is an allow-list built here (`child_env`): no secret of the parent passes
+  scratch          a fresh directory as cwd, HOME, TMPDIR and every cache (Triton, TileLang, TVM)
+  rlimit_*         CPU seconds, file size, open files, core dumps (0), processes (nproc, with an
+                   unprivileged uid), address space (`rlimit_as`, cpu path only: RLIMIT_AS breaks cuInit)
+  cgroup_pids      a pids limit per child (fork bombs), cgroup v1 or v2, under this process's own cgroup
+  cgroup_memory    a memory limit per child (the GPU path's memory limit; both paths' OOM detection)
+  unprivileged_uid a fresh uid per child (when the harness is root): no signals to the harness, no
+                   /proc/<pid>/mem or environ of it, no write to anything it owns
+  bwrap            bubblewrap: pid/net/ipc/uts(/cgroup) namespaces, a new root of read-only binds (system
+                   dirs, a few /etc files, the Python in use, the project and its venv; no /root, /home,
+                   or other /work content), a private /tmp, its own /proc, GPU nodes only when asked for
+  unshare          fallback when bwrap is absent and we are root: the same namespaces through util-linux,
+                   tmpfs over /tmp, /var/tmp, /dev/shm, /root, /home and the project's parent with only
+                   what the child needs bound back (read-only but the scratch), GPU nodes masked on cpu
+  output_bounded   stdout/stderr drained into bounded tails; a child writing more than the limit is killed
+  scratch_quota    the scratch directory's size and entry count watched; over quota, the child is killed
+  scratch_sanitized symlinks and special files the child left in its scratch are removed before the
+                   parent reads anything from it
+isolation.py builds the bwrap and unshare command lines and chooses the isolation and uid; this module
+starts the child under them (SandboxedChild) and enforces the deadline and limits while it runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import resource
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from kernelgym_gap.sandbox.cgroup import ChildCgroups
+# the isolation layers' command lines and choices live in isolation.py; imported here for callers and tests
+from kernelgym_gap.sandbox.isolation import (UID_BASE, UID_SPAN, _bwrap_argv, _choose, _unshare_argv, _works,  # noqa: F401
+                        bwrap_available, evaluation_uid)
+from kernelgym_gap.core.registry import PROJECT_ROOT
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxConfig:
+    wall_s: float = 300.0
+    cpu_s: int = 600
+    fsize_bytes: int = 1 << 30          # largest file the child may write
+    nofile: int = 1024
+    address_space_bytes: int | None = 8 << 30    # RLIMIT_AS; cpu path only (ignored with gpu_devices)
+    memory_bytes: int | None = 4 << 30           # cgroup memory limit, cpu path (a child needs ~0.4 GiB)
+    gpu_memory_bytes: int | None = 64 << 30      # cgroup memory limit (host RAM) when gpu_devices is set
+    pids_max: int = 512                 # processes + threads of one child (cgroup pids, RLIMIT_NPROC)
+    uid: int | str | None = "auto"      # "auto": a fresh unprivileged uid per child when root; None: keep
+    isolation: str = "auto"             # "auto" (strongest available), "bwrap", "unshare", "none"
+    gpu_devices: tuple[int, ...] | None = None   # None: no GPU device nodes in the sandbox
+    max_output_bytes: int = 64 * 1024   # tail of stdout/stderr kept each
+    kill_output_bytes: int | None = 16 << 20     # a child writing more than this to stdout+stderr is killed
+    scratch_quota_bytes: int | None = 16 << 30   # the scratch directory may not grow past this
+    scratch_max_entries: int = 20_000
+    private_tmp_bytes: int = 256 << 20  # size of the sandbox's own /tmp
+    extra_ro_paths: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildOutcome:
+    returncode: int | None
+    signal: str | None
+    timed_out: bool
+    wall_s: float
+    stdout_tail: str
+    stderr_tail: str
+    output_bytes: int                   # total bytes the child wrote to stdout+stderr
+    layers: tuple[str, ...]
+    limits_hit: tuple[str, ...] = ()    # "memory", "output", "scratch_quota", "pids"
+    memory_peak_bytes: int | None = None
+    pids_peak: int | None = None
+    forks_refused: int = 0
+    removed_from_scratch: int = 0       # symlinks / special files the sanitizer removed
+
+
+class _TailReader(threading.Thread):
+    def __init__(self, stream, limit: int, total: list, lock: threading.Lock, stop_at: int | None,
+                 over: threading.Event):
+        super().__init__(daemon=True)
+        self.stream, self.limit = stream, limit
+        self.buf = bytearray()
+        self.total = 0
+        self._shared, self._lock, self._stop_at, self._over = total, lock, stop_at, over
+
+    def run(self):
+        while True:
+            try:
+                chunk = self.stream.read1(65536) if hasattr(self.stream, "read1") else self.stream.read(65536)
+            except (OSError, ValueError):
+                break
+            if not chunk:
+                break
+            self.total += len(chunk)
+            self.buf += chunk
+            if len(self.buf) > 2 * self.limit:
+                del self.buf[: len(self.buf) - self.limit]
+            with self._lock:
+                self._shared[0] += len(chunk)
+                if self._stop_at is not None and self._shared[0] > self._stop_at:
+                    self._over.set()
+
+    def text(self) -> str:
+        return bytes(self.buf[-self.limit:]).decode("utf-8", "replace")
+
+
+# ------------------------------------------------------------------------------------------ the child
+
+def child_env(scratch: Path, extra: dict[str, str]) -> dict[str, str]:
+    """The whole environment of a child: nothing of the parent's passes but PATH and the locale."""
+    cache = scratch / "cache"
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(scratch),
+        "USER": "kgg", "LOGNAME": "kgg",
+        "TMPDIR": str(scratch / "tmp"),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONHASHSEED": "0",
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "TRITON_HOME": str(cache),
+        "TILELANG_CACHE_DIR": str(cache / "tilelang"),
+        "TILELANG_TMP_DIR": str(scratch / "tmp"),
+        "TVM_FFI_CACHE_DIR": str(cache / "tvm_ffi"),
+        "XDG_CACHE_HOME": str(cache),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MALLOC_ARENA_MAX": "4",        # glibc's per-thread arenas reserve address space (RLIMIT_AS)
+        "CUDA_VISIBLE_DEVICES": "",     # set to the child's GPU by run_sandboxed on the GPU path
+    }
+    env.update(extra)
+    return env
+
+
+def _preexec(config: SandboxConfig, cgroups: ChildCgroups | None, uid: int | None, drop_here: bool, gpu: bool):
+    limits = [(resource.RLIMIT_CPU, config.cpu_s), (resource.RLIMIT_FSIZE, config.fsize_bytes),
+              (resource.RLIMIT_NOFILE, config.nofile), (resource.RLIMIT_CORE, 0)]
+    if config.address_space_bytes is not None and not gpu:
+        limits.append((resource.RLIMIT_AS, config.address_space_bytes))
+    if uid is not None:
+        # counted per uid (a fresh one per child; the cgroup is per child too)
+        limits.append((resource.RLIMIT_NPROC, 2 * config.pids_max))
+
+    def apply():
+        if cgroups is not None:
+            cgroups.enter()
+        for which, value in limits:
+            resource.setrlimit(which, (value, value))
+        if drop_here:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+
+    names = {resource.RLIMIT_CPU: "rlimit_cpu", resource.RLIMIT_FSIZE: "rlimit_fsize",
+             resource.RLIMIT_NOFILE: "rlimit_nofile", resource.RLIMIT_CORE: "rlimit_core",
+             resource.RLIMIT_AS: "rlimit_as", resource.RLIMIT_NPROC: "rlimit_nproc"}
+    return apply, [names[w] for w, _ in limits]
+
+
+def _walk(root: Path, max_entries: int, remove_special: bool = False) -> tuple[int, int, int]:
+    """(bytes allocated, entries, special entries removed) under root, not following links; stops
+    counting at max_entries."""
+    total = entries = removed = 0
+    stack = [str(root)]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                entries += 1
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                elif remove_special and not e.is_file(follow_symlinks=False):
+                    try:
+                        os.unlink(e.path)
+                        removed += 1
+                    except OSError:
+                        pass
+                total += st.st_blocks * 512
+                if entries > max_entries and not remove_special:
+                    return total, entries, removed
+    return total, entries, removed
+
+
+def _prepare_scratch(scratch: Path, uid: int | None) -> None:
+    for sub in ("tmp", "cache"):
+        (scratch / sub).mkdir(parents=True, exist_ok=True)
+    if uid is not None:
+        # The scratch and the folders the child writes in; the job and the source stay the parent's.
+        for p in [scratch] + [scratch / s for s in ("tmp", "cache", "outputs")]:
+            if p.is_dir() and not p.is_symlink():
+                os.chown(p, uid, uid)
+
+
+class SandboxedChild:
+    """A child started under every layer this machine offers. `wait()` enforces the deadline and returns
+    its ChildOutcome; nothing of the child survives `wait()` or `kill()`.
+
+    stdin_pipe=True starts it with a pipe on stdin and the deadline not yet running: the child can do its
+    imports first (prestart.py's pre-started children), then `send_line` hands it its job, which starts the
+    deadline. Otherwise stdin is /dev/null and the deadline runs from the start."""
+
+    def __init__(self, argv: Sequence[str], scratch: Path, env: dict[str, str], config: SandboxConfig,
+                 stdin_pipe: bool = False):
+        scratch = Path(scratch)
+        self.scratch, self.config = scratch, config
+        gpu = config.gpu_devices is not None
+        isolation, uid = _choose(config, scratch)
+        self.isolation, self.uid = isolation, uid
+        _prepare_scratch(scratch, uid)
+        layers = ["session", "clean_env", "scratch"]
+        cgroups = ChildCgroups(f"c{os.getpid()}-{random.SystemRandom().randrange(1 << 40):x}", config.pids_max,
+                               config.gpu_memory_bytes if gpu else config.memory_bytes)
+        preexec, limit_layers = _preexec(config, cgroups, uid, drop_here=(isolation == "none" and uid is not None),
+                                         gpu=gpu)
+        layers += limit_layers + cgroups.layers
+        if uid is not None:
+            layers.append("unprivileged_uid")
+        if isolation == "bwrap":
+            argv = _bwrap_argv(scratch, config, uid, privileged=os.geteuid() == 0) + list(argv)
+            layers += ["bwrap", "pid_ns", "net_ns", "ipc_ns", "uts_ns", "mount_ns", "ro_binds", "private_tmp"]
+            if os.geteuid() != 0:
+                layers.append("user_ns")
+        elif isolation == "unshare":
+            argv = _unshare_argv(scratch, config, uid) + list(argv)
+            layers += ["unshare", "pid_ns", "net_ns", "ipc_ns", "uts_ns", "mount_ns", "hidden_dirs", "private_tmp"]
+        env = dict(env, KGG_SANDBOX=isolation, KGG_SANDBOX_CGROUP="1" if cgroups.layers else "0")
+        if gpu:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in config.gpu_devices)
+            layers.append("gpu_devices")
+        elif isolation != "none":
+            layers.append("no_gpu_nodes")
+        layers += ["output_bounded"] + (["scratch_quota"] if config.scratch_quota_bytes is not None else [])
+        layers.append("scratch_sanitized")
+        self.layers = tuple(layers)
+        self._cgroups = cgroups
+        self._total, self._over = [0], threading.Event()
+        self.started = time.monotonic()
+        self.begun: float | None = None if stdin_pipe else self.started
+        try:
+            self.proc = subprocess.Popen(list(argv), cwd=scratch, env=env,
+                                         stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                         preexec_fn=preexec, close_fds=True)
+        except BaseException:
+            cgroups.close()
+            raise
+        lock = threading.Lock()
+        self._readers = [_TailReader(s, config.max_output_bytes, self._total, lock, config.kill_output_bytes,
+                                     self._over) for s in (self.proc.stdout, self.proc.stderr)]
+        for r in self._readers:
+            r.start()
+        self._ended = False
+
+    def alive(self) -> bool:
+        return not self._ended and self.proc.poll() is None and not self._over.is_set()
+
+    def send_line(self, text: str) -> bool:
+        """Hands the child one line on stdin, closes the pipe and starts the deadline. False when the child
+        is gone (it died while it waited)."""
+        if self.proc.stdin is None or not self.alive():
+            return False
+        try:
+            self.proc.stdin.write(text.encode() + b"\n")
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+        self.begun = time.monotonic()
+        return True
+
+    def _end(self) -> dict:
+        # Whatever happened, nothing of this child survives it: its process group, then its cgroups
+        # (a child that left its group with setsid is still in them), then the namespace dies with bwrap.
+        self._ended = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self._cgroups.kill_all()
+        for r in self._readers:
+            r.join(timeout=5)
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        stats = self._cgroups.stats()
+        self._cgroups.close()
+        return stats
+
+    def kill(self) -> None:
+        """Ends a child that will not be waited for (a pre-started one never used)."""
+        if not self._ended:
+            self._end()
+
+    def wait(self) -> ChildOutcome:
+        if self._ended:
+            raise RuntimeError("this child was already waited for or killed")
+        config, scratch, proc = self.config, self.scratch, self.proc
+        start = self.begun if self.begun is not None else time.monotonic()
+        limits_hit: list[str] = []
+        timed_out = False
+        deadline = start + config.wall_s
+        next_quota = time.monotonic() + 1.0
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= deadline:
+                    timed_out = True
+                    break
+                try:
+                    proc.wait(timeout=min(0.1, deadline - now))
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if self._over.is_set():
+                    limits_hit.append("output")
+                    break
+                if config.scratch_quota_bytes is not None and time.monotonic() >= next_quota:
+                    used, entries, _ = _walk(scratch, config.scratch_max_entries)
+                    if used > config.scratch_quota_bytes or entries > config.scratch_max_entries:
+                        limits_hit.append("scratch_quota")
+                        break
+                    next_quota = time.monotonic() + 1.0
+        finally:
+            stats = self._end()
+        if self._over.is_set() and "output" not in limits_hit:
+            limits_hit.append("output")
+        if stats.get("oom_killed"):
+            limits_hit.append("memory")
+        if stats.get("forks_refused"):
+            limits_hit.append("pids")
+        _, _, removed = _walk(scratch, config.scratch_max_entries, remove_special=True)
+        rc = proc.returncode
+        sig = None
+        if rc is not None and rc < 0:
+            sig = signal.Signals(-rc).name
+        elif self.isolation in ("bwrap", "unshare") and rc is not None and rc > 128 and rc - 128 < 65:
+            # bwrap and unshare report a signalled child as 128 + signal
+            try:
+                sig = signal.Signals(rc - 128).name
+            except ValueError:
+                sig = None
+        r_out, r_err = self._readers
+        return ChildOutcome(returncode=rc, signal=None if timed_out else sig, timed_out=timed_out,
+                            wall_s=time.monotonic() - start, stdout_tail=r_out.text(),
+                            stderr_tail=r_err.text(), output_bytes=self._total[0], layers=self.layers,
+                            limits_hit=tuple(limits_hit), memory_peak_bytes=stats.get("memory_peak_bytes"),
+                            pids_peak=stats.get("pids_peak"), forks_refused=int(stats.get("forks_refused") or 0),
+                            removed_from_scratch=removed)
+
+
+def run_sandboxed(argv: Sequence[str], scratch: Path, env: dict[str, str], config: SandboxConfig) -> ChildOutcome:
+    """Runs `argv` in `scratch` under every layer this machine offers, until it exits or its deadline."""
+    return SandboxedChild(argv, scratch, env, config).wait()
