@@ -4,7 +4,7 @@ Ollama's /v1, hosted APIs): for evaluating model checkpoints in the environment.
 Per episode it keeps one conversation: a system prompt, the first observation as the user's message, the
 model's reply, then after each step a user message with that step's feedback (status, reward, the
 harness's message), and so on, so that the model can repair its kernel across turns. The submission is
-the code block of the reply (`kernelgym_gap.api.batch.extract_code`, the rule trainers use too).
+the code block of the reply (`kernelgym_gap.api.completions.extract_code`, the rule trainers use too).
 
 HTTP is plain urllib (no SDK): POST {base_url}/chat/completions with JSON in and out. 429 and 5xx answers,
 connection failures and timeouts are retried with exponential backoff (honouring Retry-After on 429, with
@@ -33,7 +33,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from kernelgym_gap.api.batch import extract_code  # noqa: F401 - the rule lives with the batch API, shared
+from kernelgym_gap.api.completions import extract_code  # noqa: F401 - the rule lives with the batch API, shared
 from kernelgym_gap.core.errors import HarnessError
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})

@@ -190,7 +190,8 @@ def main() -> int:
     if "scaling" in sections:
         # evaluations per minute over one fixed batch of reference solutions, on 1 GPU and on every GPU of
         # the host (batch.evaluate_many: one child per GPU, each pinned); rewards compared run to run
-        from kernelgym_gap.api.batch import EvalRequest, evaluate_many, visible_gpus
+        from kernelgym_gap.api.batch import EvalRequest, evaluate_many
+        from kernelgym_gap.api.lanes import visible_gpus
         from kernelgym_gap.core.registry import default_registry
         reg = default_registry()
         batch = []

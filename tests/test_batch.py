@@ -6,8 +6,10 @@ import time
 import numpy as np
 import pytest
 
-from kernelgym_gap.api.batch import (EvalRequest, evaluate_many, make_vector_env, score_completions,
-                                 visible_gpus)
+from kernelgym_gap.api.batch import EvalRequest, evaluate_many
+from kernelgym_gap.api.completions import score_completions
+from kernelgym_gap.api.lanes import visible_gpus
+from kernelgym_gap.api.vector import make_vector_env
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError, UnknownChoiceError, UnknownTaskError
 from kernelgym_gap.core.record import EvalRecord
@@ -92,7 +94,7 @@ def test_a_harness_failure_is_raised_after_the_pool_drains():
 
 def test_cuda_pins_one_worker_per_gpu(monkeypatch):
     """GPU placement logic, with the backend check and the engine replaced (this machine has no GPU)."""
-    monkeypatch.setattr("kernelgym_gap.engine.pipeline.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
+    monkeypatch.setattr("kernelgym_gap.api.batch.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
     ev = Recorder()
     reqs = [EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(8)]
     recs = evaluate_many(reqs, gpus=[2, 5], workers=8, evaluator=ev)

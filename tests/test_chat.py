@@ -11,7 +11,7 @@ import pytest
 
 from kernelgym_gap.cli import main as cli
 from kernelgym_gap.api.agent import load_agent
-from kernelgym_gap.api.batch import extract_code
+from kernelgym_gap.api.completions import extract_code
 from kernelgym_gap.api.env import KernelEnv
 from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.core.status import Status

@@ -14,7 +14,8 @@ from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.engine.pipeline import evaluate
 from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.sandbox.process import SandboxConfig
-from kernelgym_gap.core.status import STAGE, Status
+from kernelgym_gap.core.status import Status
+from kernelgym_gap.engine.stages import STAGE_OF, Gate
 
 from conftest import FIXTURES
 
@@ -22,8 +23,8 @@ FAILURE_DIR = FIXTURES / "failures"
 FAILURES = sorted(FAILURE_DIR.glob("*.py"))
 
 # Only the cuda backend measures time: these kinds cannot come out of the cpu backend.
-CUDA_ONLY = {Status.FASTER_THAN_FLOOR, Status.UNSTABLE_TIMING}
-GATE_KINDS = {s for s, stage in STAGE.items() if stage == "gate"}
+CUDA_ONLY = {Status.FASTER_THAN_FLOOR}
+GATE_KINDS = Gate.produces
 
 TIMEOUT_WALL_S = 8.0
 # One seed per (shape, dtype): the failure shows on the first trial, and the interpreter is slow.
@@ -98,7 +99,8 @@ def test_fixture_gets_its_status(path, registry):
     # the record is what callers store and print: it survives JSON
     assert EvalRecord.from_json(record.to_json()) == record
 
-    if status in GATE_KINDS:
+    assert record.stage in STAGE_OF[status], (record.stage, STAGE_OF[status])
+    if record.stage == "gate":
         assert "child" not in record.latency, "a gate failure must not start a child process"
     else:
         assert "child" in record.latency and record.sandbox_layers

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelgym_gap.sandbox import launch as child
+from kernelgym_gap.sandbox import child_io as child
 
-from kernelgym_gap.engine import pipeline as engine
+from kernelgym_gap.sandbox import launch
+from kernelgym_gap.sandbox import isolation as iso
 from kernelgym_gap.sandbox import process as sb
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.engine.pipeline import evaluate
@@ -91,7 +92,7 @@ def config(wall_s: float = 60.0, **sandbox) -> EvalConfig:
 
 @pytest.fixture
 def no_probe(monkeypatch):
-    monkeypatch.setattr(engine, "CompileProbe", _NoProbe)
+    monkeypatch.setattr(launch, "CompileProbe", _NoProbe)
 
 
 @pytest.fixture
@@ -133,7 +134,7 @@ def _summary(record) -> dict:
 @pytest.fixture(scope="module")
 def honest_baseline(task, honest_source):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine, "CompileProbe", _NoProbe)
+        mp.setattr(launch, "CompileProbe", _NoProbe)
         record = evaluate(task, honest_source, "triton", "cpu", config())
     assert record.ok, record.message
     return _summary(record)
@@ -223,12 +224,12 @@ def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monk
     isolation = overrides.get("isolation", "auto")
     if isolation != "auto":
         assert isolation in record.sandbox_layers, record.sandbox_layers
-    elif sb._works("bwrap"):
+    elif iso.mode_works("bwrap"):
         assert "bwrap" in record.sandbox_layers, record.sandbox_layers
     else:
         # the unshare fallback wherever it starts (as root, without bwrap); where it does not (the H200 on
         # 2026-12-03: scripts/gpu_check.py --sections isolation says why), the layers below carry the attack
-        assert ("unshare" in record.sandbox_layers) == (sb._works("unshare") or sb._works("unshare+uid")), \
+        assert ("unshare" in record.sandbox_layers) == (iso.mode_works("unshare") or iso.mode_works("unshare+uid")), \
             record.sandbox_layers
     if os.geteuid() == 0:
         assert "unprivileged_uid" in record.sandbox_layers, record.sandbox_layers
@@ -266,7 +267,7 @@ def test_machine_attack(name, task, honest_source, honest_baseline, listener, tm
 UNSHARE_ATTACKS = ["daemon.py", "kill_parent.py", "net_connect.py", "read_secrets.py", "write_outside.py"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not sb._works("unshare"), reason="the unshare layer needs root")
+@pytest.mark.skipif(os.geteuid() != 0 or not iso.mode_works("unshare"), reason="the unshare layer needs root")
 @pytest.mark.parametrize("name", UNSHARE_ATTACKS)
 def test_machine_attack_through_unshare(name, task, honest_source, honest_baseline, listener, tmp_path,
                                         monkeypatch, no_probe, outcomes):

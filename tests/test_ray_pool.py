@@ -77,7 +77,7 @@ def test_evaluate_many_and_the_env_through_ray(local_ray, registry):
 def test_async_vector_env_evaluates_through_ray(local_ray, registry):
     """What an RL trainer does: vectorize the environment, and score the batch of actions through Ray
     (each AsyncVectorEnv copy is a spawned process with its own actor on the cluster this test started)."""
-    from kernelgym_gap.api.batch import make_vector_env
+    from kernelgym_gap.api.vector import make_vector_env
     reqs = _batch(registry)
     envs = make_vector_env(2, "AddReLU", backend="cpu", ray="auto", config=CONFIG, max_steps=2)
     try:

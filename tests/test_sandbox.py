@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from kernelgym_gap.sandbox import isolation as iso
 from kernelgym_gap.sandbox import process as sb
 from kernelgym_gap.core.registry import PROJECT_ROOT
 from kernelgym_gap.sandbox.process import SandboxConfig, child_env, run_sandboxed
 
 ROOT = os.geteuid() == 0
-HAS_BWRAP = sb._works("bwrap")
+HAS_BWRAP = iso.mode_works("bwrap")
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,8 +57,8 @@ def test_bwrap_is_used_where_installed():
     """CI installs bubblewrap (scripts/setup.sh): there the real layer must start, not a fallback."""
     if not shutil.which("bwrap"):
         pytest.skip("bubblewrap is not installed here")
-    assert sb._works("bwrap"), "bubblewrap is installed but does not start a sandbox on this machine"
-    assert sb._choose(SandboxConfig(), Path("/nonexistent"))[0] == "bwrap"
+    assert iso.mode_works("bwrap"), "bubblewrap is installed but does not start a sandbox on this machine"
+    assert iso.choose_isolation(SandboxConfig(), Path("/nonexistent"))[0] == "bwrap"
 
 
 def test_python_and_site_packages_resolve_inside(tmp_path):
@@ -131,7 +132,7 @@ def test_filesystem_view(tmp_path, isolation):
         # beside /work/main), not every directory of the machine
         assert got["shared"] in ("FileNotFoundError", "PermissionError")
     if ROOT:
-        assert got["uid"] >= sb.UID_BASE
+        assert got["uid"] >= iso.UID_BASE
 
 
 def test_environment_is_cleared(tmp_path, monkeypatch):
@@ -354,15 +355,15 @@ def test_gpu_nodes_only_on_the_gpu_path(tmp_path, monkeypatch):
     nodes = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]
     real_glob = glob.glob
     monkeypatch.setattr(glob, "glob", lambda pat: nodes if pat == "/dev/nvidia*" else real_glob(pat))
-    cpu = sb._bwrap_argv(tmp_path, SandboxConfig(), None, privileged=ROOT)
-    gpu = sb._bwrap_argv(tmp_path, SandboxConfig(gpu_devices=(0,)), None, privileged=ROOT)
+    cpu = iso.bwrap_argv(tmp_path, SandboxConfig(), None, privileged=ROOT)
+    gpu = iso.bwrap_argv(tmp_path, SandboxConfig(gpu_devices=(0,)), None, privileged=ROOT)
     assert not any(a.startswith("/dev/nvidia") for a in cpu)
     for n in nodes:
         assert gpu[gpu.index(n) - 1] == "--dev-bind"
     assert "--dev" in cpu and cpu[cpu.index("--dev") + 1] == "/dev"     # a minimal /dev of bwrap's own
     # unshare keeps the host's /dev: the nodes are masked with /dev/null on the cpu path only
-    assert "mount --bind /dev/null" in sb._unshare_argv(tmp_path, SandboxConfig(), None)[-2]
-    assert "/dev/null" not in sb._unshare_argv(tmp_path, SandboxConfig(gpu_devices=(0,)), None)[-2]
+    assert "mount --bind /dev/null" in iso.unshare_argv(tmp_path, SandboxConfig(), None)[-2]
+    assert "/dev/null" not in iso.unshare_argv(tmp_path, SandboxConfig(gpu_devices=(0,)), None)[-2]
     # and the child's environment names the GPU only on the gpu path
     assert child_env(tmp_path, {})["CUDA_VISIBLE_DEVICES"] == ""
 
@@ -384,4 +385,4 @@ def test_gpu_path_sandbox_starts(tmp_path, isolation):
     if isolation != "none":
         assert isolation in out.layers
     if ROOT and isolation != "none":
-        assert got["uid"] >= sb.UID_BASE
+        assert got["uid"] >= iso.UID_BASE

@@ -229,8 +229,8 @@ def test_writer_killed_mid_write_leaves_a_consistent_database(tmp_path, db):
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")   # the probe thread's
 def test_repeated_submission_is_served_from_the_cache_without_a_child(db, registry, monkeypatch):
-    from kernelgym_gap.sandbox import launch as child
-    from kernelgym_gap.engine import pipeline as engine
+    from kernelgym_gap.sandbox import child_io as child
+    from kernelgym_gap.judge import trusted
     from kernelgym_gap.core.config import EvalConfig
     task, source, config = registry.get("GELU"), GELU_FAST.read_text(), EvalConfig()
     s = st.Store(db)
@@ -240,8 +240,8 @@ def test_repeated_submission_is_served_from_the_cache_without_a_child(db, regist
     def no_child(*a, **kw):
         raise AssertionError("the cache should have answered: a child process was started")
     monkeypatch.setattr(child, "run_sandboxed", no_child)
-    monkeypatch.setattr(engine.subprocess, "run", no_child)
-    monkeypatch.setattr(engine.subprocess, "Popen", no_child)
+    monkeypatch.setattr(trusted.subprocess, "run", no_child)
+    monkeypatch.setattr(trusted.subprocess, "Popen", no_child)
     again = st.cached_evaluate_full(s, task, source, "triton", "cpu", config, "agent-b")
     assert again.cache_hit and again.record == first.record
     assert again.evaluation_id == s.submission(first.submission_id)["evaluation_id"]

@@ -17,9 +17,10 @@ import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.judge.checker import check
-from kernelgym_gap.sandbox.launch import backend_env
+from kernelgym_gap.sandbox.child_io import backend_env
 from kernelgym_gap.core.config import EvalConfig
-from kernelgym_gap.engine.pipeline import evaluate, make_trials
+from kernelgym_gap.engine.pipeline import evaluate
+from kernelgym_gap.engine.trials import make_trials
 from kernelgym_gap.core.record import CheckResult, ChildReport, Job, TrialOutcome
 from kernelgym_gap.sandbox.process import child_env
 from kernelgym_gap.core.status import Status

@@ -218,7 +218,7 @@ def test_form_rejections_and_a_full_queue(store, registry):
 
 
 def test_a_valid_submission_is_queued_never_evaluated_in_the_web_process(client, store, monkeypatch):
-    from kernelgym_gap.sandbox import launch as child
+    from kernelgym_gap.sandbox import child_io as child
     from kernelgym_gap.engine import pipeline as engine
 
     def forbidden(*a, **kw):
@@ -240,7 +240,7 @@ def test_a_valid_submission_is_queued_never_evaluated_in_the_web_process(client,
 
 
 def test_worker_serves_the_cache_and_reports_harness_failures(store, registry, monkeypatch):
-    from kernelgym_gap.sandbox import launch as child
+    from kernelgym_gap.sandbox import child_io as child
     from kernelgym_gap.core.config import EvalConfig
 
     def no_child(*a, **kw):

@@ -16,7 +16,10 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from kernelgym_gap.core.config import EvalConfig
-from kernelgym_gap.engine.pipeline import child_spec, evaluate, resolve_backend
+from kernelgym_gap.core.backend import backend as backend_info
+from kernelgym_gap.core.backend import resolve_backend
+from kernelgym_gap.engine.pipeline import evaluate
+from kernelgym_gap.sandbox.launch import child_spec
 from kernelgym_gap.core.errors import UnknownChoiceError
 from kernelgym_gap.core.ids import SUITE_ID
 from kernelgym_gap.core.record import EvalRecord
@@ -39,7 +42,8 @@ def observation_text(task: TaskSpec, dsl: str, backend: str, step: int, max_step
                      feedback: str) -> str:
     w = task.workload(backend)
     perf = ("full: correctness gate, then speed relative to the library (E) and to the roofline (U)"
-            if backend == "cuda" else "correctness gate only (the cpu backend never measures speed)")
+            if backend_info(backend).measures_time
+            else "correctness gate only (the cpu backend never measures speed)")
     text = "\n".join([
         f"# Task {task.id} ({task.category})",
         f"DSL: {dsl}    backend: {backend}    step {step + 1} of {max_steps}    reward: {perf}",
@@ -97,7 +101,7 @@ class KernelEnv(gym.Env):
         self.max_steps = max_steps
         self.config = config or EvalConfig()
         # Where speed cannot be measured, a correct kernel is the best outcome: the episode ends there.
-        self.stop_when_correct = (self.backend == "cpu" or self.config.reward.mode == "correctness"
+        self.stop_when_correct = (backend_info(self.backend).reward_mode(self.config.reward.mode) == "correctness"
                                   if stop_when_correct is None else stop_when_correct)
         # warm: False (a fresh trusted checker per step, as engine.evaluate does by default); True (this env
         # starts a warm.WarmPool for its backend and GPU: a warm checker and pre-started children, closed in

@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kernelgym_gap.api.lanes import EvalRequest
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError, UnknownChoiceError
 from kernelgym_gap.core.record import EvalRecord
@@ -176,7 +177,6 @@ class RayPool:
         return results
 
     def evaluate_one(self, task_id: str, source: str, dsl: str, config: EvalConfig) -> EvalRecord:
-        from kernelgym_gap.api.batch import EvalRequest
         return self.evaluate([EvalRequest(task_id, source, dsl, self.backend, config)])[0]
 
     def evaluator(self):

@@ -44,7 +44,7 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
     on the cpu backend `workers` at a time (default 1). Rows come back in plan order. warm: each worker holds
     one warm.WarmPool (its GPU's on cuda: a warm checker and pre-started children) that its episodes share."""
     from kernelgym_gap.api.agent import load_agent
-    from kernelgym_gap.engine.pipeline import resolve_backend
+    from kernelgym_gap.core.backend import resolve_backend
     if warm and evaluator is not None:
         raise ValueError("warm= applies to the built-in evaluator; pass a checker to your own evaluator")
     registry = registry or default_registry()
@@ -56,8 +56,8 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
     total = sum(len(agent.solutions(t.id, d)) for t, d in plan)
     # the batch API's slots: one per GPU on cuda (an error when none is visible), `workers` on cpu (here 1
     # by default: an episode is a sequence of steps, and the cpu backend already runs two children a step)
-    from kernelgym_gap.api.batch import _slots
-    slots = _slots([backend], workers or (1 if backend == "cpu" else None), gpus)[backend]
+    from kernelgym_gap.api.lanes import worker_slots
+    slots = worker_slots([backend], workers or (1 if backend == "cpu" else None), gpus)[backend]
     todo: queue.Queue = queue.Queue()
     for i, item in enumerate(plan):
         todo.put((i, item))

@@ -98,7 +98,7 @@ class WarmChecker:
     # ---- process management ------------------------------------------------------------------------
 
     def _env(self) -> dict[str, str]:
-        from kernelgym_gap.sandbox.launch import backend_env
+        from kernelgym_gap.sandbox.child_io import backend_env
         from kernelgym_gap.sandbox.process import child_env
         extra = backend_env(self.device)
         if self.device == "cuda":

@@ -166,7 +166,7 @@ def run_job(job_path: Path, preimport_s: float | None = None) -> int:
         return finish(Status.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}", **common)
     except BaseException as e:  # noqa: BLE001 - SystemExit from the submission is a runtime error too
         status, msg = classify(e, "while importing the submission")
-        return finish(status, msg + "\n" + _traceback_tail(e), **common)
+        return finish(status, msg, traceback=_traceback_tail(e), **common)
     phases["import"] = time.perf_counter() - t
     done = verdict("while importing the submission", watch)
     if done is not None:
@@ -209,7 +209,7 @@ def run_job(job_path: Path, preimport_s: float | None = None) -> int:
             if done is not None:
                 return done
             status, msg = classify(e, where)
-            return finish(status, msg + "\n" + _traceback_tail(e), trials=tuple(outcomes),
+            return finish(status, msg, traceback=_traceback_tail(e), trials=tuple(outcomes),
                           failed_trial=trial.index, integrity=tuple(integrity.violations()), **common)
         seconds = time.perf_counter() - start
         done = verdict(where, watch, trials=tuple(outcomes), failed_trial=trial.index)
@@ -250,7 +250,7 @@ def run_job(job_path: Path, preimport_s: float | None = None) -> int:
             if done is not None:
                 return done
             status, msg = classify(e, "while timing")
-            return finish(status, msg + "\n" + _traceback_tail(e), trials=tuple(outcomes),
+            return finish(status, msg, traceback=_traceback_tail(e), trials=tuple(outcomes),
                           integrity=tuple(integrity.violations()), **common)
         phases["timing"] = time.perf_counter() - t
         done = verdict("while timing", timing_ops, trials=tuple(outcomes), timings=timings)
@@ -331,7 +331,6 @@ def _compile_probe(job, task, entry, adapter, device, finish, classify, common) 
     import torch
     from kernelgym_gap.core import inputs as inputs_mod
     from kernelgym_gap.child import integrity as integ
-    from kernelgym_gap.core.record import PROBE_INCONCLUSIVE
     from kernelgym_gap.core.status import Status
     for trial in job.trials:
         ins = inputs_mod.make_trial_inputs(task, trial, device)
@@ -343,7 +342,7 @@ def _compile_probe(job, task, entry, adapter, device, finish, classify, common) 
                 status, msg = classify(e, f"shape {list(trial.shape)}, {trial.dtype}")
                 return finish(status, msg, failed_trial=trial.index, **common)
             if not adapter.log.compile_errors:
-                return finish(Status.OK, f"{PROBE_INCONCLUSIVE}the entry point raised before any "
+                return finish(Status.OK, "", inconclusive=f"the entry point raised before any "
                               f"launch: {_first_line(e)}", launched=_launched(adapter), **common)
         if adapter.log.compile_errors:
             return finish(Status.COMPILE_ERROR, f"shape {list(trial.shape)}, {trial.dtype}: "
@@ -369,7 +368,6 @@ def _compile_specs(job, module, adapter, finish, classify, common) -> int:
     probe did not reach (an entry point that behaves differently without the interpreter). Runs nothing of
     the submission's but its module's top level (already run)."""
     from triton.runtime.jit import JITFunction
-    from kernelgym_gap.core.record import PROBE_INCONCLUSIVE
     from kernelgym_gap.core.status import Status
     kernels = [obj for obj in gc.get_objects() if isinstance(obj, JITFunction)]
     unreached = []
@@ -386,8 +384,7 @@ def _compile_specs(job, module, adapter, finish, classify, common) -> int:
                 return finish(status, msg, **common)
             raise
     if unreached:
-        return finish(Status.OK, PROBE_INCONCLUSIVE + "; ".join(sorted(set(unreached))[:3]),
-                      **common)
+        return finish(Status.OK, "", inconclusive="; ".join(sorted(set(unreached))[:3]), **common)
     return finish(Status.OK, f"the {len(job.specs)} launched specialization(s) compiled for sm_90",
                   **common)
 

@@ -1,11 +1,77 @@
-"""Evaluation settings: one frozen value passed explicitly (no global configuration)."""
+"""Evaluation settings: one frozen value (EvalConfig) that owns every sub-config, passed explicitly to whatever
+needs it (no global configuration). The sub-configs live here, below every other module, so that the
+sandbox, the child, the timing and the reward read their settings without importing each other."""
 from __future__ import annotations
 
 import dataclasses
 
-from kernelgym_gap.core.record import TimingConfig
-from kernelgym_gap.judge.reward import RewardConfig
-from kernelgym_gap.sandbox.process import SandboxConfig
+from kernelgym_gap.core.errors import UnknownChoiceError
+
+REWARD_MODES = ("full", "correctness")
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxConfig:
+    wall_s: float = 300.0
+    cpu_s: int = 600
+    fsize_bytes: int = 1 << 30          # largest file the child may write
+    nofile: int = 1024
+    address_space_bytes: int | None = 8 << 30    # RLIMIT_AS; cpu path only (ignored with gpu_devices)
+    memory_bytes: int | None = 4 << 30           # cgroup memory limit, cpu path (a child needs ~0.4 GiB)
+    gpu_memory_bytes: int | None = 64 << 30      # cgroup memory limit (host RAM) when gpu_devices is set
+    pids_max: int = 512                 # processes + threads of one child (cgroup pids, RLIMIT_NPROC)
+    uid: int | str | None = "auto"      # "auto": a fresh unprivileged uid per child when root; None: keep
+    isolation: str = "auto"             # "auto" (strongest available), "bwrap", "unshare", "none"
+    gpu_devices: tuple[int, ...] | None = None   # None: no GPU device nodes in the sandbox
+    max_output_bytes: int = 64 * 1024   # tail of stdout/stderr kept each
+    kill_output_bytes: int | None = 16 << 20     # a child writing more than this to stdout+stderr is killed
+    scratch_quota_bytes: int | None = 16 << 30   # the scratch directory may not grow past this
+    scratch_max_entries: int = 20_000
+    private_tmp_bytes: int = 256 << 20  # size of the sandbox's own /tmp
+    extra_ro_paths: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingConfig:
+    warmup_ms: float = 25.0
+    clock_warmup_ms: float = 300.0  # the GPU kept busy this long before the first measurement
+    min_reps: int = 20
+    max_reps: int = 500
+    min_time_ms: float = 20.0       # and at least this much GPU time per callable before stopping early
+    budget_ms: float = 2000.0       # per shape, kernel and library each
+    target_spread: float = 0.02     # stop adding repetitions once (p75-p25)/median is under this
+    n_input_sets: int = 3           # inputs rotated among this many sets
+    flush_l2: bool = True
+    baselines: tuple[str, ...] = ("torch",)
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    mode: str = "full"                 # "full" or "correctness" (the gate alone, for side-by-side runs)
+    correctness_weight: float = 0.2
+    weight_e: float = 0.5
+    weight_u: float = 0.5
+    e_floor: float = 0.01
+    e_ceiling: float = 2.0
+    u_floor: float = 0.01
+    u_ceiling: float = 1.0
+
+    def __post_init__(self):
+        if self.mode not in REWARD_MODES:
+            raise UnknownChoiceError("reward mode", self.mode, REWARD_MODES)
+        if not 0 <= self.correctness_weight <= 1:
+            raise ValueError("correctness_weight must be in [0, 1]")
+        if self.weight_e < 0 or self.weight_u < 0 or self.weight_e + self.weight_u <= 0:
+            raise ValueError("weight_e and weight_u must be non-negative and not both zero")
+        if not (0 < self.e_floor < self.e_ceiling and 0 < self.u_floor < self.u_ceiling):
+            raise ValueError("each floor must be positive and below its ceiling")
+
+
+@dataclasses.dataclass(frozen=True)
+class DiagnosisConfig:
+    e_threshold: float = 0.5
+    u_threshold: float = 0.3
+    few_programs_fraction: float = 1.0    # flag a launch with fewer programs than this x the SM count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,6 +83,7 @@ class EvalConfig:
     sandbox: SandboxConfig = SandboxConfig()
     timing: TimingConfig = TimingConfig()
     reward: RewardConfig = RewardConfig()
+    diagnosis: DiagnosisConfig = DiagnosisConfig()   # screening thresholds (judge/diagnosis.py)
     floor_tolerance: float = 0.9         # a kernel measured under this fraction of its floor is a failure
     scratch_root: str | None = None      # where per-evaluation scratch directories go (system temp by default)
     keep_scratch: bool = False           # keep them for debugging

@@ -13,6 +13,7 @@ import types
 import typing
 from typing import Any
 
+from kernelgym_gap.core.config import TimingConfig
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.status import Status
 
@@ -143,20 +144,6 @@ class Trial:
 
 
 @dataclasses.dataclass(frozen=True)
-class TimingConfig:
-    warmup_ms: float = 25.0
-    clock_warmup_ms: float = 300.0  # the GPU kept busy this long before the first measurement
-    min_reps: int = 20
-    max_reps: int = 500
-    min_time_ms: float = 20.0       # and at least this much GPU time per callable before stopping early
-    budget_ms: float = 2000.0       # per shape, kernel and library each
-    target_spread: float = 0.02     # stop adding repetitions once (p75-p25)/median is under this
-    n_input_sets: int = 3           # inputs rotated among this many sets
-    flush_l2: bool = True
-    baselines: tuple[str, ...] = ("torch",)
-
-
-@dataclasses.dataclass(frozen=True)
 class KernelSpec:
     """One Triton specialization as a kernel was launched: the kernel (module and qualified name), its
     argument types (Triton's signature strings) and constexpr values, and the compile options. The cpu
@@ -231,10 +218,6 @@ class ShapeTiming:
     handed_bytes: int | None = None           # bytes of the distinct tensors handed to the kernels, one call
 
 
-# How a compile probe's report (status OK) says it could not tell: the runner writes it, probe.py reads it
-PROBE_INCONCLUSIVE = "compile probe inconclusive: "
-
-
 @dataclasses.dataclass(frozen=True)
 class ChildReport(_Record):
     SCHEMA: typing.ClassVar[str] = "kernelgym_gap.child_report"
@@ -288,6 +271,7 @@ class EvalRecord(_Record):
     latency: dict[str, float] = dataclasses.field(default_factory=dict)
     source_sha256: str = ""
     created_at: str = ""
+    stage: str = ""                 # the stage that decided the status (engine.stages; "" in older records)
     schema: str = "kernelgym_gap.record"
     schema_version: int = SCHEMA_VERSION
 

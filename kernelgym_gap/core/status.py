@@ -34,7 +34,6 @@ class Status(str, enum.Enum):
     INPUT_MUTATED = "input_mutated"
     # measurement
     FASTER_THAN_FLOOR = "faster_than_floor"
-    UNSTABLE_TIMING = "unstable_timing"
     # compiled but not run: correctness could not be verified on this backend
     UNVERIFIED = "unverified"
 
@@ -45,19 +44,4 @@ class Status(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
-
-# Where each kind is decided, for documentation and the CLI's `statuses` listing.
-STAGE = {
-    Status.OK: "-",
-    Status.SOURCE_TOO_LARGE: "gate", Status.SOURCE_NOT_UTF8: "gate", Status.SYNTAX_ERROR: "gate",
-    Status.ENTRY_POINT_MISSING: "gate", Status.WRONG_DSL: "gate",
-    Status.COMPILE_ERROR: "child", Status.RUNTIME_ERROR: "child", Status.CRASH: "sandbox",
-    Status.TIMEOUT: "sandbox", Status.OUTPUT_TOO_LARGE: "sandbox", Status.PROTOCOL_ERROR: "parent",
-    Status.NO_KERNEL_LAUNCHED: "child", Status.INTEGRITY_VIOLATION: "child", Status.LIBRARY_COMPUTE: "child",
-    Status.OUT_OF_MEMORY: "sandbox",
-    Status.WRONG_TYPE: "checker", Status.WRONG_DTYPE: "checker", Status.WRONG_SHAPE: "checker",
-    Status.OUTPUT_ALIASES_INPUT: "child", Status.NON_FINITE: "checker", Status.ALL_ZERO: "checker",
-    Status.MISMATCH: "checker", Status.INPUT_MUTATED: "checker",
-    Status.FASTER_THAN_FLOOR: "roofline", Status.UNSTABLE_TIMING: "timing",
-    Status.UNVERIFIED: "child",
-}
+# Which stage decides each kind: kernelgym_gap.engine.stages.STAGE_OF (read off the stages themselves).

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kernelgym_gap.core.backend import BACKENDS  # noqa: F401 - task files and callers read it here
 from kernelgym_gap.core.ids import task_id
 
 CATEGORIES = ("elementwise", "reduction", "normalization", "gemm", "convolution", "attention")
@@ -20,7 +21,6 @@ CATEGORIES = ("elementwise", "reduction", "normalization", "gemm", "convolution"
 # multi-stage (tiling, pipelining, online algorithms).
 LEVELS = (1, 2, 3)
 DSLS = ("triton", "tilelang")
-BACKENDS = ("cpu", "cuda")
 SOLUTION_KINDS = ("optimized", "slow")
 # The authoring defects the source paper names (a slow solution carries one of them).
 DEFECTS = ("sequential_reduction", "scalar_loop", "needless_dtype_conversion", "too_few_programs",

@@ -15,15 +15,9 @@ Observable causes are reported as evidence wherever they can be seen.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 
-
-@dataclasses.dataclass(frozen=True)
-class DiagnosisConfig:
-    e_threshold: float = 0.5
-    u_threshold: float = 0.3
-    few_programs_fraction: float = 1.0    # flag a launch with fewer programs than this x the SM count
+from kernelgym_gap.core.config import DiagnosisConfig
 
 
 DEFAULT = DiagnosisConfig()

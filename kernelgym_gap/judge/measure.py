@@ -85,9 +85,9 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
     biggest = max(per_shape, key=lambda p: p["floor_ms"])
     evidence = causes(source, {t.dtype for t in report.timings}, biggest["programs"],
                       biggest["launches_per_call"], report.device.get("sm_count"), biggest["handed_bytes"],
-                      biggest["min_bytes"])
+                      biggest["min_bytes"], config.diagnosis)
     diagnosis = diagnose(agg["E"], agg["U"], library_U, best_known_efficiency(task.id, dsl, cal.device_name),
-                         evidence)
+                         evidence, config.diagnosis)
     terms = dict(agg, library_U=library_U, per_shape=per_shape, flags=flags,
                  calibration={"source": cal.source, "copy_bytes_per_s": cal.copy_bytes_per_s,
                               "matmul_flops_per_s": cal.matmul_flops_per_s, "device": cal.device_name})

@@ -24,31 +24,8 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from kernelgym_gap.core.errors import UnknownChoiceError
+from kernelgym_gap.core.config import REWARD_MODES, RewardConfig  # noqa: F401 - the reward's settings
 
-REWARD_MODES = ("full", "correctness")
-
-
-@dataclasses.dataclass(frozen=True)
-class RewardConfig:
-    mode: str = "full"                 # "full" or "correctness" (the gate alone, for side-by-side runs)
-    correctness_weight: float = 0.2
-    weight_e: float = 0.5
-    weight_u: float = 0.5
-    e_floor: float = 0.01
-    e_ceiling: float = 2.0
-    u_floor: float = 0.01
-    u_ceiling: float = 1.0
-
-    def __post_init__(self):
-        if self.mode not in REWARD_MODES:
-            raise UnknownChoiceError("reward mode", self.mode, REWARD_MODES)
-        if not 0 <= self.correctness_weight <= 1:
-            raise ValueError("correctness_weight must be in [0, 1]")
-        if self.weight_e < 0 or self.weight_u < 0 or self.weight_e + self.weight_u <= 0:
-            raise ValueError("weight_e and weight_u must be non-negative and not both zero")
-        if not (0 < self.e_floor < self.e_ceiling and 0 < self.u_floor < self.u_ceiling):
-            raise ValueError("each floor must be positive and below its ceiling")
 
 
 def log_shape(x: float, floor: float, ceiling: float) -> float:

@@ -14,12 +14,9 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from kernelgym_gap.core.config import SandboxConfig
 from kernelgym_gap.core.registry import PROJECT_ROOT
-
-if TYPE_CHECKING:
-    from kernelgym_gap.sandbox.process import SandboxConfig
 
 UID_BASE, UID_SPAN = 1_800_000_000, 100_000_000   # fresh uids come from here (no /etc/passwd entry needed)
 
@@ -57,7 +54,7 @@ def _ancestors(path: str) -> list[str]:
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def _bwrap_argv(scratch: Path, config: SandboxConfig, uid: int | None, privileged: bool) -> list[str]:
+def bwrap_argv(scratch: Path, config: SandboxConfig, uid: int | None, privileged: bool) -> list[str]:
     argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "kgg-sandbox"]
     if not privileged:
@@ -118,7 +115,7 @@ def _hidden_roots() -> list[str]:
     return roots
 
 
-def _unshare_argv(scratch: Path, config: SandboxConfig, uid: int | None) -> list[str]:
+def unshare_argv(scratch: Path, config: SandboxConfig, uid: int | None) -> list[str]:
     """util-linux unshare, then a root shell in the new mount namespace that hides the host's temporary
     and home directories (and the project's siblings) under tmpfs, binds back what the child needs, masks
     GPU nodes on the cpu path, and drops to the unprivileged uid."""
@@ -155,7 +152,7 @@ def bwrap_available() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _works(kind: str) -> bool:
+def mode_works(kind: str) -> bool:
     """Whether an isolation mode starts at all on this machine (tried once per process)."""
     return try_mode(kind)[0]
 
@@ -174,12 +171,11 @@ def try_mode(kind: str) -> tuple[bool, str]:
         uid = _fresh_uid() if kind.endswith("+uid") else None
         if uid is not None:
             os.chown(d, uid, uid)
-        from kernelgym_gap.sandbox.process import SandboxConfig
         cfg = SandboxConfig()
         if kind.startswith("bwrap"):
-            argv = _bwrap_argv(Path(d), cfg, uid, privileged=root)
+            argv = bwrap_argv(Path(d), cfg, uid, privileged=root)
         else:
-            argv = _unshare_argv(Path(d), cfg, uid)
+            argv = unshare_argv(Path(d), cfg, uid)
         try:
             r = subprocess.run(argv + [sys.executable, "-S", "-c", "import os; print(os.getuid())"],
                                capture_output=True, timeout=30, cwd=d, env={"PATH": "/usr/bin:/bin"})
@@ -204,7 +200,7 @@ def evaluation_uid(config: SandboxConfig) -> int | str | None:
     return config.uid
 
 
-def _choose(config: SandboxConfig, scratch: Path) -> tuple[str, int | None]:
+def choose_isolation(config: SandboxConfig, scratch: Path) -> tuple[str, int | None]:
     """(isolation, uid to run as) for this child."""
     setting = evaluation_uid(config)
     uid = setting if isinstance(setting, int) and os.geteuid() == 0 else None
@@ -214,9 +210,9 @@ def _choose(config: SandboxConfig, scratch: Path) -> tuple[str, int | None]:
     for kind in order[config.isolation]:
         if kind == "none":
             return "none", uid if (uid is not None and _reachable_by_others()) else None
-        if uid is not None and _works(kind + "+uid"):
+        if uid is not None and mode_works(kind + "+uid"):
             return kind, uid
-        if _works(kind):
+        if mode_works(kind):
             return kind, None
     if config.isolation != "auto":
         raise RuntimeError(f"isolation {config.isolation!r} does not work on this machine")

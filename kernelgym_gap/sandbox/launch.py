@@ -1,52 +1,124 @@
-"""The parent's side of a submission's child: the environment it starts with, a cold start under the
-sandbox, and reading back the report it wrote (bounded, as the versioned record)."""
+"""The parent's side of a submission's child, behind one call.
+
+`Launcher(spec, pool).run(job, source)` starts the child that runs `job` (a pre-started one from `pool` when
+one waits for exactly this spec, else a cold one), runs the cpu backend's compile probe beside it where the
+spec asks for one, and reads back what the child reported: one `ChildResult`. The engine never branches on
+cold / pre-started / probe; a scheduler that runs stages on lanes only needs this object.
+
+"""
 from __future__ import annotations
 
-import os
-import sys
+import dataclasses
+import shutil
+import tempfile
 from pathlib import Path
 
+from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import ProtocolError
-from kernelgym_gap.core.record import ChildReport
-from kernelgym_gap.core.registry import PROJECT_ROOT
-from kernelgym_gap.sandbox.process import ChildOutcome, SandboxConfig, child_env, run_sandboxed
+from kernelgym_gap.core.record import ChildReport, Job
+from kernelgym_gap.core.status import Status
+from kernelgym_gap.sandbox.child_io import backend_env, cold_child, read_report
+from kernelgym_gap.sandbox.prestart import ChildSpec
+from kernelgym_gap.sandbox.probe import CompileProbe, probe_env, probe_trials
+from kernelgym_gap.sandbox.process import ChildOutcome
 
-# Paths and driver settings a child needs to find Python packages and the CUDA driver; nothing else of the
-# parent's environment passes (no secrets, no tokens).
-_PASSTHROUGH = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH",
-                "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
-
-MAX_REPORT_BYTES = 8 << 20
-
-
-def backend_env(backend: str) -> dict[str, str]:
-    """The variables a child of this backend gets on top of the sandbox's own (child_env)."""
-    extra = {}
-    parent_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    extra["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + parent_path)
-    if backend == "cpu":
-        extra.update({"TRITON_INTERPRET": "1", "TILELANG_DEFAULT_TARGET": "c"})
-    else:
-        extra.update({k: os.environ[k] for k in _PASSTHROUGH if k in os.environ})
-        extra["PATH"] = "/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
-    return extra
+def needs_compile_probe(dsl: str, backend: str) -> bool:
+    """The interpreter accepts Triton kernels that cannot compile for a GPU: on the cpu backend a probe
+    compiles them for sm_90 (probe.py)."""
+    return dsl == "triton" and backend == "cpu"
 
 
-def cold_child(job_path, directory: Path, env: dict[str, str], sandbox: SandboxConfig) -> ChildOutcome:
-    """A child started for its job (not pre-started), run to its end under the sandbox."""
-    return run_sandboxed([sys.executable, "-m", "kernelgym_gap.child.runner", str(job_path)], directory,
-                         child_env(directory, env), sandbox)
+def child_spec(task, dsl: str, backend: str, config: EvalConfig) -> ChildSpec:
+    """What the submission's child is started with (prestart.ChildSpec): its sandbox and environment. The
+    child reads its task from the registry's directory: one outside the project is bound too."""
+    sandbox = config.sandbox
+    tasks_dir = task_root(task)
+    if tasks_dir is not None and tasks_dir not in sandbox.extra_ro_paths:
+        sandbox = dataclasses.replace(sandbox, extra_ro_paths=(*sandbox.extra_ro_paths, tasks_dir))
+    if backend == "cuda":
+        sandbox = dataclasses.replace(sandbox, gpu_devices=(config.gpu_index,), address_space_bytes=None)
+    probe = tuple(sorted(probe_env().items())) if needs_compile_probe(dsl, backend) else None
+    return ChildSpec(dsl=dsl, backend=backend, sandbox=sandbox, env=tuple(sorted(backend_env(backend).items())),
+                     scratch_root=config.scratch_root, probe_env=probe)
 
 
-def tail(text: str, lines: int = 8) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+def task_root(task) -> str | None:
+    """The registry directory a task was loaded from (tasks/ or a user's --tasks-dir)."""
+    return str(task.directory.parent.parent) if task.directory is not None else None
 
 
-def read_report(path: Path, outcome: ChildOutcome) -> ChildReport:
-    """The child's report: a regular file under MAX_REPORT_BYTES that parses as the record, or ProtocolError."""
-    if not path.is_file():
-        raise ProtocolError(f"the child exited with code {outcome.returncode} without a report\n"
-                            f"{tail(outcome.stderr_tail)}")
-    if path.stat().st_size > MAX_REPORT_BYTES:
-        raise ProtocolError(f"the child's report is larger than {MAX_REPORT_BYTES >> 20} MiB")
-    return ChildReport.from_json(path.read_bytes())
+@dataclasses.dataclass(frozen=True)
+class ChildResult:
+    """Everything the parent learned from one submission's child (and its compile probe, if any)."""
+    outcome: ChildOutcome
+    report: ChildReport | None          # None: no readable report (report_error says why)
+    report_error: str | None = None
+    probe_error: str | None = None      # a compile error the probe found (the kernel does not build for sm_90)
+    cover_error: str | None = None      # one the follow-up probe found (launched specializations it missed)
+    probe_inconclusive: str | None = None
+    latency: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+class Launcher:
+    """One evaluation's child: pre-started (from `pool`, when one waits for exactly `spec`) or cold, with the
+    compile probe beside it where `spec` has one. `scratch` is the child's directory: the job's files go
+    there before `run`. Single use; `close` removes the directories unless asked to keep them."""
+
+    def __init__(self, spec, pool=None):
+        self.spec, self.pool = spec, pool
+        self.pre = pool.take(spec) if pool is not None else None
+        self.scratch = (self.pre.scratch if self.pre is not None
+                        else Path(tempfile.mkdtemp(prefix="kgg-eval-", dir=spec.scratch_root)))
+        (self.scratch / "outputs").mkdir(exist_ok=True)
+        self.probe_dir: Path | None = None
+
+    def run(self, job: Job, source: str) -> ChildResult:
+        probe = self._start_probe(job, source)
+        job_path = self.scratch / "job.json"
+        job_path.write_text(job.to_json())
+        outcome = self.pre.run(job_path) if self.pre is not None else None
+        if outcome is None:
+            sandbox = self.spec.sandbox
+            if self.pre is not None:        # it died while it waited: a cold child in the same scratch, as its uid
+                self.pre.reset_scratch()
+                sandbox = dataclasses.replace(sandbox, uid=self.pre.child.uid)
+            outcome = cold_child(job_path, self.scratch, dict(self.spec.env), sandbox)
+        if self.pool is not None:
+            self.pool.refill(self.spec)     # the next child's imports overlap this evaluation's check
+        latency = {"child": outcome.wall_s}
+        probe_error = probe.compile_error() if probe is not None else None
+        if probe is not None:
+            latency["compile_probe"] = probe.wall_s
+        try:
+            report, report_error = read_report(Path(job.report_file), outcome), None
+        except ProtocolError as e:
+            report, report_error = None, str(e)
+        cover_error = None
+        if probe is not None and probe_error is None and report is not None and report.status is Status.OK:
+            cover_error = probe.cover(report.launched, self.spec.scratch_root)
+            if probe.specs_wall_s is not None:
+                latency["compile_probe_specs"] = probe.specs_wall_s
+        return ChildResult(outcome=outcome, report=report, report_error=report_error, probe_error=probe_error,
+                           cover_error=cover_error, probe_inconclusive=probe.inconclusive if probe is not None else None, latency=latency)
+
+    def _start_probe(self, job: Job, source: str):
+        """The cpu backend's compile probe, started beside the main child: its own directory and uid (the
+        spec's sandbox draws a fresh one), so the main child, running at the same time, can neither swap the
+        probe's copy of the source nor write its report."""
+        if self.spec.probe_env is None:
+            return None
+        self.probe_dir = (self.pre.probe_dir if self.pre is not None
+                          else Path(tempfile.mkdtemp(prefix="kgg-probe-", dir=self.spec.scratch_root)))
+        probe = CompileProbe(dataclasses.replace(job, mode="compile_probe", trials=probe_trials(job.trials)),
+                             self.probe_dir, source, self.spec.sandbox, dict(self.spec.probe_env),
+                             pre=self.pre.probe if self.pre is not None else None)
+        probe.start()
+        return probe
+
+    def close(self, keep: bool = False) -> None:
+        if self.pre is not None:
+            self.pre.kill()                 # a no-op once they ran; ends them if something raised first
+        if not keep:
+            for d in (self.scratch, self.probe_dir):
+                if d is not None:
+                    shutil.rmtree(d, ignore_errors=True)

@@ -12,10 +12,10 @@ import tempfile
 import threading
 from pathlib import Path
 
-from kernelgym_gap.sandbox.launch import backend_env, cold_child, read_report
+from kernelgym_gap.sandbox.child_io import backend_env, cold_child, read_report
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.sandbox.prestart import clear_imports
-from kernelgym_gap.core.record import PROBE_INCONCLUSIVE, ChildReport, Job, Trial
+from kernelgym_gap.core.record import ChildReport, Job, Trial
 from kernelgym_gap.sandbox.process import ChildOutcome, SandboxConfig
 from kernelgym_gap.core.status import Status
 
@@ -109,8 +109,8 @@ def _verdict(job: Job, outcome: ChildOutcome):
                         + report.message), None
     if report.status is not Status.OK:
         return report, None, f"it ended in {report.status.value}: {report.message[:300]}"
-    if report.message.startswith(PROBE_INCONCLUSIVE):
-        return report, None, report.message.removeprefix(PROBE_INCONCLUSIVE)[:300]
+    if report.inconclusive is not None:
+        return report, None, report.inconclusive[:300]
     return report, None, None
 
 

@@ -38,31 +38,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelgym_gap.sandbox.cgroup import ChildCgroups
-# the isolation layers' command lines and choices live in isolation.py; imported here for callers and tests
-from kernelgym_gap.sandbox.isolation import (UID_BASE, UID_SPAN, _bwrap_argv, _choose, _unshare_argv, _works,  # noqa: F401
-                        bwrap_available, evaluation_uid)
+from kernelgym_gap.sandbox.isolation import bwrap_argv, choose_isolation, unshare_argv
+from kernelgym_gap.core.config import SandboxConfig
 from kernelgym_gap.core.registry import PROJECT_ROOT
-
-
-@dataclasses.dataclass(frozen=True)
-class SandboxConfig:
-    wall_s: float = 300.0
-    cpu_s: int = 600
-    fsize_bytes: int = 1 << 30          # largest file the child may write
-    nofile: int = 1024
-    address_space_bytes: int | None = 8 << 30    # RLIMIT_AS; cpu path only (ignored with gpu_devices)
-    memory_bytes: int | None = 4 << 30           # cgroup memory limit, cpu path (a child needs ~0.4 GiB)
-    gpu_memory_bytes: int | None = 64 << 30      # cgroup memory limit (host RAM) when gpu_devices is set
-    pids_max: int = 512                 # processes + threads of one child (cgroup pids, RLIMIT_NPROC)
-    uid: int | str | None = "auto"      # "auto": a fresh unprivileged uid per child when root; None: keep
-    isolation: str = "auto"             # "auto" (strongest available), "bwrap", "unshare", "none"
-    gpu_devices: tuple[int, ...] | None = None   # None: no GPU device nodes in the sandbox
-    max_output_bytes: int = 64 * 1024   # tail of stdout/stderr kept each
-    kill_output_bytes: int | None = 16 << 20     # a child writing more than this to stdout+stderr is killed
-    scratch_quota_bytes: int | None = 16 << 30   # the scratch directory may not grow past this
-    scratch_max_entries: int = 20_000
-    private_tmp_bytes: int = 256 << 20  # size of the sandbox's own /tmp
-    extra_ro_paths: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,7 +199,7 @@ class SandboxedChild:
         scratch = Path(scratch)
         self.scratch, self.config = scratch, config
         gpu = config.gpu_devices is not None
-        isolation, uid = _choose(config, scratch)
+        isolation, uid = choose_isolation(config, scratch)
         self.isolation, self.uid = isolation, uid
         _prepare_scratch(scratch, uid)
         layers = ["session", "clean_env", "scratch"]
@@ -233,12 +211,12 @@ class SandboxedChild:
         if uid is not None:
             layers.append("unprivileged_uid")
         if isolation == "bwrap":
-            argv = _bwrap_argv(scratch, config, uid, privileged=os.geteuid() == 0) + list(argv)
+            argv = bwrap_argv(scratch, config, uid, privileged=os.geteuid() == 0) + list(argv)
             layers += ["bwrap", "pid_ns", "net_ns", "ipc_ns", "uts_ns", "mount_ns", "ro_binds", "private_tmp"]
             if os.geteuid() != 0:
                 layers.append("user_ns")
         elif isolation == "unshare":
-            argv = _unshare_argv(scratch, config, uid) + list(argv)
+            argv = unshare_argv(scratch, config, uid) + list(argv)
             layers += ["unshare", "pid_ns", "net_ns", "ipc_ns", "uts_ns", "mount_ns", "hidden_dirs", "private_tmp"]
         env = dict(env, KGG_SANDBOX=isolation, KGG_SANDBOX_CGROUP="1" if cgroups.layers else "0")
         if gpu:
