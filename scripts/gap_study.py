@@ -83,12 +83,12 @@ def select(registry, only: str | None, dsl: str | None):
     return [(task, sol) for _, task, sol in sorted(chosen, key=lambda c: c[0])]
 
 
-def evaluate_one(task, sol, backend: str, config) -> dict:
+def evaluate_one(task, sol, backend: str, config, checker=None, children=None) -> dict:
     from kernelgym_gap.engine.pipeline import evaluate
     from kernelgym_gap.judge.reward import RewardConfig, reward_for
     source = task.solution_path(sol).read_text()
     t0 = time.perf_counter()
-    rec = evaluate(task, source, sol.dsl, backend, config)
+    rec = evaluate(task, source, sol.dsl, backend, config, checker=checker, children=children)
     seconds = time.perf_counter() - t0
     terms = rec.terms or {}
     diag = rec.diagnosis or {}

@@ -26,7 +26,9 @@ CAL = Calibration(device_key=device_key(DEVICE, VERSIONS), device_name="Test GPU
 def config(tmp_path):
     path = tmp_path / "calibration.json"
     save_cached(CAL, path)
-    return EvalConfig(calibration_path=str(path))
+    # "cached": the torch.compile baseline is read from an (empty) cache, never measured here (no GPU)
+    return EvalConfig(calibration_path=str(path), compile_baseline="cached",
+                      baselines_path=str(tmp_path / "baselines.json"))
 
 
 def timing(shape, dtype, kernel_ms, library_ms, programs=8192, launches=1, **kw):
@@ -68,6 +70,42 @@ def test_terms_per_shape_and_aggregate(registry, config):
     assert 0 < terms["performance"] <= 1
     assert terms["calibration"]["source"] == "measured"
     assert diag["verdict"] == "efficient"
+
+
+def _cache_compile_time(config, task, shape, dtype, ms):
+    from kernelgym_gap.judge.baselines import case_key
+    key = case_key(CAL.device_key, task.id, shape, dtype, task.timed_distribution)
+    with open(config.baselines_path, "w") as f:
+        json.dump({key: {"compile_ms": ms, "eager_ms": 1.0, "compile_spread": 0.01, "compile_s": 3.0}}, f)
+
+
+def test_e_compile_is_reported_beside_e_and_the_reward_stays_eager(registry, config):
+    task = registry.get("LayerNorm")
+    fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
+    _cache_compile_time(config, task, (8192, 4096), "float16", 1.5 * fl)
+    rep = report(timing((8192, 4096), "float16", 2 * fl, 2.5 * fl))
+    status, _, terms, diag = performance_terms(task, rep, config)
+    assert status is Status.OK
+    assert terms["E"] == pytest.approx(1.25) and terms["E_compile"] == pytest.approx(0.75)
+    (p,) = terms["per_shape"]
+    assert p["compile_ms"] == pytest.approx(1.5 * fl) and p["E_compile"] == pytest.approx(0.75)
+    eager_perf = terms["performance"]
+    _, _, against_compile, _ = performance_terms(task, rep, config.replace(reward=RewardConfig(baseline="compile")))
+    assert against_compile["performance"] < eager_perf          # the compiled library is the harder bar
+    assert against_compile["E"] == pytest.approx(1.25)         # E itself always means eager
+
+
+def test_e_compile_is_absent_when_not_cached_or_off(registry, config):
+    task = registry.get("LayerNorm")
+    fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
+    rep = report(timing((8192, 4096), "float16", 2 * fl, 2.5 * fl))
+    _, _, terms, _ = performance_terms(task, rep, config)
+    assert terms["E_compile"] is None and terms["per_shape"][0]["E_compile"] is None
+    _cache_compile_time(config, task, (8192, 4096), "float16", 1.5 * fl)
+    _, _, terms, _ = performance_terms(task, rep, config.replace(compile_baseline="off"))
+    assert terms["E_compile"] is None
+    with pytest.raises(ValueError, match="compile"):
+        EvalConfig(compile_baseline="off", reward=RewardConfig(baseline="compile"))
 
 
 def test_no_single_shape_dominates(registry, config):

@@ -31,7 +31,7 @@ def _record(**kw):
 def _job(**kw):
     base = dict(task_id="kernelgym_gap/LayerNorm-v0", dsl="triton", backend="cuda", source_file="/s/submission.py",
                 outputs_dir="/s/outputs", report_file="/s/report.json", trials=(TRIAL, TRIAL),
-                timing=TimingConfig(baselines=("torch", "torch.compile")),
+                timing=TimingConfig(n_input_sets=2),
                 timing_trials=(Trial(10000, (4, 4), "float32", 1, "normal", "public"),), mode="compile_specs",
                 specs=(SPEC,))
     base.update(kw)
@@ -41,7 +41,7 @@ def _job(**kw):
 def _report(**kw):
     timing = ShapeTiming(shape=(16, 128), dtype="float16", split="public", kernel_ms=0.1, kernel_spread=0.01,
                          kernel_reps=50, library_ms=0.2, library_spread=0.02, library_reps=50, launches_per_call=1,
-                         programs=16, recheck_output_file="recheck_0.pt", recheck_trial=TRIAL, compiled_ms=None)
+                         programs=16, recheck_output_file="recheck_0.pt", recheck_trial=TRIAL)
     base = dict(status=Status.OK, message="", trials=(TrialOutcome(0, "trial_0.pt", 1, 16, 0.1, "a" * 64, "a" * 64),),
                 timings=(timing,), integrity=("none",), phases={"setup": 1.0}, device={"kind": "cuda", "sm": 132},
                 versions={"triton": "3.7.1"}, failed_trial=None, launched=(SPEC,))
@@ -78,7 +78,7 @@ def test_check_result_round_trip():
 
 def test_json_is_plain_and_versioned():
     d = json.loads(_record().to_json())
-    assert d["schema"] == "kernelgym_gap.core.record" and d["schema_version"] == SCHEMA_VERSION
+    assert d["schema"] == "kernelgym_gap.record" and d["schema_version"] == SCHEMA_VERSION
     assert d["status"] == "mismatch"                      # the enum as its value
     assert d["failure"]["trial"]["shape"] == [16, 128]    # tuples as lists
     assert json.loads(_job().to_json())["schema"] == "kernelgym_gap.job"
@@ -136,7 +136,7 @@ def test_eval_record_from_json_rejects(mutate):
     pytest.param(lambda d: d["timings"][0].update(kernel_ms="fast"), id="timing-string"),
     pytest.param(lambda d: d.update(failed_trial=1.5), id="failed-trial-float"),
     pytest.param(lambda d: d.update(status="faster"), id="unknown-status"),
-    pytest.param(lambda d: d.update(schema="kernelgym_gap.core.record"), id="record-schema"),
+    pytest.param(lambda d: d.update(schema="kernelgym_gap.record"), id="record-schema"),
     pytest.param(lambda d: d["launched"][0].update(signature={"n": 32}), id="spec-signature-int"),
     pytest.param(lambda d: d["launched"][0].pop("source_sha256"), id="spec-without-source"),
 ])

@@ -8,6 +8,8 @@ import dataclasses
 from kernelgym_gap.core.errors import UnknownChoiceError
 
 REWARD_MODES = ("full", "correctness")
+REWARD_BASELINES = ("eager", "compile")      # which library time E is taken against in the reward
+COMPILE_BASELINE_MODES = ("measure", "cached", "off")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,12 +44,14 @@ class TimingConfig:
     target_spread: float = 0.02     # stop adding repetitions once (p75-p25)/median is under this
     n_input_sets: int = 3           # inputs rotated among this many sets
     flush_l2: bool = True
-    baselines: tuple[str, ...] = ("torch",)
 
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
     mode: str = "full"                 # "full" or "correctness" (the gate alone, for side-by-side runs)
+    # E in the reward against torch eager (the default: what the task's reference is) or against
+    # torch.compile of it (EvalConfig.compile_baseline must then not be "off"); both are reported.
+    baseline: str = "eager"
     correctness_weight: float = 0.2
     weight_e: float = 0.5
     weight_u: float = 0.5
@@ -59,6 +63,8 @@ class RewardConfig:
     def __post_init__(self):
         if self.mode not in REWARD_MODES:
             raise UnknownChoiceError("reward mode", self.mode, REWARD_MODES)
+        if self.baseline not in REWARD_BASELINES:
+            raise UnknownChoiceError("reward baseline", self.baseline, REWARD_BASELINES)
         if not 0 <= self.correctness_weight <= 1:
             raise ValueError("correctness_weight must be in [0, 1]")
         if self.weight_e < 0 or self.weight_u < 0 or self.weight_e + self.weight_u <= 0:
@@ -89,6 +95,17 @@ class EvalConfig:
     keep_scratch: bool = False           # keep them for debugging
     gpu_index: int = 0                   # which GPU the child is pinned to on the cuda backend
     calibration_path: str | None = None  # device ceilings cache (cuda); default under ~/.cache/kernelgym_gap
+    # torch.compile of the reference, timed once per device, software, task version, shape and dtype in a
+    # trusted process and cached (judge/baselines.py): "measure" (when missing), "cached" (only what the
+    # cache holds), "off". The first evaluation of a task on a device pays its compile (seconds per shape).
+    compile_baseline: str = "measure"
+    baselines_path: str | None = None    # that cache; default ~/.cache/kernelgym_gap/baselines.json
+
+    def __post_init__(self):
+        if self.compile_baseline not in COMPILE_BASELINE_MODES:
+            raise UnknownChoiceError("compile baseline mode", self.compile_baseline, COMPILE_BASELINE_MODES)
+        if self.reward.baseline == "compile" and self.compile_baseline == "off":
+            raise ValueError("RewardConfig(baseline='compile') needs compile_baseline 'measure' or 'cached'")
 
     def replace(self, **changes) -> "EvalConfig":
         return dataclasses.replace(self, **changes)

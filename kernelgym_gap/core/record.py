@@ -211,7 +211,6 @@ class ShapeTiming:
     programs: int
     recheck_output_file: str | None = None   # output of a call made after timing, checked again
     recheck_trial: Trial | None = None
-    compiled_ms: float | None = None          # torch.compile baseline where asked for
     side_stream: bool = False                 # the device-wide reading far exceeded the stream's
     stream_ms: float | None = None            # median of the current-stream readings
     device_ms: float | None = None            # median of the device-wide readings

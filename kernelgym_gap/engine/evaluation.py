@@ -1,7 +1,6 @@
 """The state of one evaluation as its stages fill it in, and the record it becomes."""
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import hashlib
 import shutil
@@ -51,8 +50,7 @@ class Evaluation:
         scratch = launcher.scratch
         source_file = scratch / "submission.py"
         source_file.write_text(self.source)
-        timing = (dataclasses.replace(self.config.timing, baselines=self.task.baselines)
-                  if self.backend.measures_time else None)
+        timing = self.config.timing if self.backend.measures_time else None
         self.job = Job(task_id=self.task.id, dsl=self.dsl, backend=self.backend.name, source_file=str(source_file),
                        tasks_dir=task_root(self.task), outputs_dir=str(scratch / "outputs"),
                        report_file=str(scratch / "report.json"), trials=self.trials, timing=timing,

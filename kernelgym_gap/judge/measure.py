@@ -51,6 +51,25 @@ def best_known_efficiency(task_id: str, dsl: str, device_name: str) -> float | N
     return data.get(device_name, {}).get(task_id, {}).get(dsl)
 
 
+def _compile_terms(task: TaskSpec, report: ChildReport, cal: Calibration, per_shape: list[dict],
+                   config: EvalConfig) -> tuple[float | None, list[str]]:
+    """Adds compile_ms and E_compile to each shape from the torch.compile baseline (judge/baselines.py);
+    returns their geometric mean (None where the baseline is off or missing) and any flag."""
+    from kernelgym_gap.judge.baselines import compile_times
+    cases = [(tuple(p["shape"]), p["dtype"]) for p in per_shape]
+    try:
+        times = compile_times(task, cases, cal.device_key, config)
+    except HarnessError as e:
+        log.warning("%s: torch.compile baseline unavailable: %s", task.id, e)
+        return None, [f"torch.compile baseline unavailable: {str(e).splitlines()[0][:200]}"]
+    for p in per_shape:
+        t = times.get((tuple(p["shape"]), p["dtype"]))
+        p["compile_ms"] = t["compile_ms"] if t else None
+        p["E_compile"] = t["compile_ms"] / p["kernel_ms"] if t else None
+    values = [p["E_compile"] for p in per_shape]
+    return (geomean(values) if values and all(v is not None for v in values) else None), []
+
+
 def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, source: str = "",
                       dsl: str = "triton"):
     """(status, message, terms, diagnosis) for a correct kernel's timings."""
@@ -80,7 +99,15 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
             flags.append(f"unstable timing at {list(t.shape)} {t.dtype} (spread {t.kernel_spread:.0%})")
     if not per_shape:
         return Status.PROTOCOL_ERROR, "the child reported no timings", {}, None
-    agg = performance([p["E"] for p in per_shape], [p["U"] for p in per_shape], config.reward)
+    e_compile, compile_flags = _compile_terms(task, report, cal, per_shape, config)
+    flags += compile_flags
+    reward_E = ([p["E_compile"] for p in per_shape] if config.reward.baseline == "compile" and e_compile
+                else [p["E"] for p in per_shape])
+    if config.reward.baseline == "compile" and not e_compile:
+        flags.append("reward baseline 'compile' asked for but no torch.compile time: E against eager used")
+    agg = performance(reward_E, [p["U"] for p in per_shape], config.reward)
+    agg["E"] = geomean([p["E"] for p in per_shape])          # E always means eager; E_compile beside it
+    agg["E_compile"] = e_compile
     library_U = geomean([p["library_U"] for p in per_shape])
     biggest = max(per_shape, key=lambda p: p["floor_ms"])
     evidence = causes(source, {t.dtype for t in report.timings}, biggest["programs"],

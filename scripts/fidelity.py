@@ -1,0 +1,201 @@
+"""Reward fidelity (cuda): the environment's kernel and library times and E beside an independent measurement.
+
+    python scripts/fidelity.py [--only TOKENS] [--kinds optimized,slow] [--workload study|full] [--out results]
+                               [--gap-out DIR]
+
+For every selected reference solution (all by default; a slow one whose kernel takes over --cap-ms per
+call is evaluated but not re-measured), per timed shape:
+  * the environment: the solution through `kernelgym_gap.engine.pipeline.evaluate` (the same path as
+    `env.step`, through one warm pool), its per-shape kernel_ms, library_ms and E;
+  * the independent measurement: a separate process that imports the same solution file and calls
+    `triton.testing.do_bench` (its own warm-up, its own L2 clear, median) on the kernel and on the task's
+    torch reference, on the same inputs: the same shape, dtype, timed distribution and seed as the
+    environment's timing trial (regenerated with `core.inputs`, the generator the harness uses).
+`ratio` = E_env / E_ref in each row. The table is printed with the worst ratios last; the JSON
+(results/fidelity_<device>_<date>.json) holds device, date, versions and every row. With --gap-out the
+same evaluations are also written as the gap study's outputs (gap_study_cuda.csv/.json/.png) into that
+directory, so one device call serves both.
+
+Goal (issue 14): every shape whose kernel takes >= 20 us within 10% (|ratio - 1| <= 0.1).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+GOAL_MIN_MS = 0.020
+GOAL_RATIO = 0.10
+
+
+def timing_cases(task, config) -> list[dict]:
+    """The environment's timing trials for `task` under `config` (trial_seed fixed): the same rng draws as
+    engine/trials.py makes, correctness trials first."""
+    from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
+    rng = trial_rng(config)
+    make_trials(task, "cuda", config, rng)
+    return [{"shape": list(t.shape), "dtype": t.dtype, "seed": t.seed, "distribution": t.distribution,
+             "split": t.split} for t in make_timing_trials(task, config, rng)]
+
+
+def independent(spec_path: str, out_path: str) -> int:
+    """The separate process: do_bench on the solution and on the reference, per case."""
+    import importlib.util
+
+    import torch
+    import triton
+    from kernelgym_gap.core import inputs
+    from kernelgym_gap.core.record import Trial
+    from kernelgym_gap.core.registry import find_task
+    spec = json.loads(Path(spec_path).read_text())
+    task = find_task(spec["task"])
+    mod_spec = importlib.util.spec_from_file_location("solution_under_test", spec["file"])
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    fn = getattr(module, task.entry_point)
+    results = []
+    for case in spec["cases"]:
+        trial = Trial(index=0, shape=tuple(case["shape"]), dtype=case["dtype"], seed=case["seed"],
+                      distribution=case["distribution"], split=case["split"])
+        ins = inputs.make_trial_inputs(task, trial, "cuda")
+        with torch.no_grad():
+            fn(*ins)        # compile outside the measurement
+            torch.cuda.synchronize()
+            k = triton.testing.do_bench(lambda: fn(*ins), warmup=25, rep=200, return_mode="median")
+            lib = triton.testing.do_bench(lambda: task.reference(*ins), warmup=25, rep=200, return_mode="median")
+        results.append(dict(case, kernel_ms=k, library_ms=lib))
+        del ins
+        torch.cuda.empty_cache()
+    Path(out_path).write_text(json.dumps({"results": results, "triton": triton.__version__,
+                                          "torch": torch.__version__}))
+    return 0
+
+
+def measure_independently(task, sol, cases: list[dict], timeout_s: float) -> list[dict] | str:
+    with tempfile.TemporaryDirectory(prefix="kgg-fidelity-") as d:
+        spec, out = Path(d) / "spec.json", Path(d) / "out.json"
+        spec.write_text(json.dumps({"task": task.id, "file": str(task.solution_path(sol)), "cases": cases}))
+        try:
+            proc = subprocess.run([sys.executable, __file__, "--independent", str(spec), str(out)],
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return f"independent measurement ran past {timeout_s:.0f} s"
+        if proc.returncode != 0 or not out.is_file():
+            return "independent measurement failed: " + proc.stderr[-400:]
+        return json.loads(out.read_text())["results"]
+
+
+def compare(row: dict, independent_rows: list[dict]) -> list[dict]:
+    by_case = {(tuple(p["shape"]), p["dtype"]): p for p in row.get("per_shape") or []}
+    out = []
+    for ind in independent_rows:
+        env = by_case.get((tuple(ind["shape"]), ind["dtype"]))
+        if env is None or not env.get("kernel_ms"):
+            continue
+        e_env = env["library_ms"] / env["kernel_ms"]
+        e_ref = ind["library_ms"] / ind["kernel_ms"]
+        out.append({"task": row["task"], "kernel": row["kernel"], "dsl": row["dsl"], "shape": ind["shape"],
+                    "dtype": ind["dtype"], "distribution": ind["distribution"],
+                    "env_kernel_ms": env["kernel_ms"], "ref_kernel_ms": ind["kernel_ms"],
+                    "env_library_ms": env["library_ms"], "ref_library_ms": ind["library_ms"],
+                    "E_env": e_env, "E_ref": e_ref, "ratio": e_env / e_ref,
+                    "in_goal": ind["kernel_ms"] < GOAL_MIN_MS or abs(e_env / e_ref - 1) <= GOAL_RATIO})
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    head = (f"{'kernel':40} {'shape':>16} {'dtype':8} {'env k ms':>9} {'ref k ms':>9} {'env lib':>9} "
+            f"{'ref lib':>9} {'E_env':>7} {'E_ref':>7} {'ratio':>6}")
+    lines = [head, "-" * len(head)]
+    for r in sorted(rows, key=lambda r: abs(r["ratio"] - 1)):
+        name = f"{r['task'].removeprefix('kernelgym_gap/')}/{r['kernel']}"[:40]
+        lines.append(f"{name:40} {'x'.join(map(str, r['shape'])):>16} {r['dtype']:8} {r['env_kernel_ms']:9.4f} "
+                     f"{r['ref_kernel_ms']:9.4f} {r['env_library_ms']:9.4f} {r['ref_library_ms']:9.4f} "
+                     f"{r['E_env']:7.3f} {r['E_ref']:7.3f} {r['ratio']:6.3f}{'' if r['in_goal'] else '  *'}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--independent"]:
+        return independent(argv[1], argv[2])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", help="comma-separated filters: a category, or a substring of Task/solution.py")
+    ap.add_argument("--kinds", default="optimized,slow", help="solution kinds to include")
+    ap.add_argument("--workload", choices=("study", "full"), default="study")
+    ap.add_argument("--cap-ms", type=float, default=50.0,
+                    help="no independent measurement of a kernel slower than this per call")
+    ap.add_argument("--deadline-s", type=float, default=None, help="start no new kernel after this many seconds")
+    ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--gap-out", help="also write the gap study's outputs (csv, json, chart) here")
+    args = ap.parse_args(argv)
+
+    import gap_study
+    from kernelgym_gap.api.warm import WarmPool
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.registry import default_registry
+    kinds = {k.strip() for k in args.kinds.split(",")}
+    chosen = [(t, s) for t, s in gap_study.select(default_registry(), args.only, None) if s.kind in kinds]
+    config = EvalConfig(seeds_per_shape=2, trial_seed=20261203)
+    rows, fidelity, skipped = [], [], []
+    t_start = time.monotonic()
+    with WarmPool(device="cuda", gpu_index=0) as pool:
+        for i, (task, sol) in enumerate(chosen):
+            if args.deadline_s is not None and time.monotonic() - t_start > args.deadline_s:
+                skipped.append(f"{task.name}/{sol.file}: deadline")
+                continue
+            study = gap_study.study_task(task, "cuda", args.workload)
+            row = gap_study.evaluate_one(study, sol, "cuda", config, checker=pool.checker, children=pool.children)
+            rows.append(row)
+            slowest = max((p["kernel_ms"] or 0 for p in row["per_shape"]), default=0)
+            note = ""
+            if row["status"] == "ok" and slowest <= args.cap_ms:
+                ind = measure_independently(study, sol, timing_cases(study, config), timeout_s=300)
+                if isinstance(ind, str):
+                    skipped.append(f"{task.name}/{sol.file}: {ind}")
+                else:
+                    fidelity += compare(row, ind)
+            elif row["status"] == "ok":
+                note = f" (no independent measurement: {slowest:.1f} ms per call > --cap-ms)"
+                skipped.append(f"{task.name}/{sol.file}: {slowest:.1f} ms per call, over --cap-ms")
+            print(f"[{i + 1}/{len(chosen)}] {task.name}/{sol.file}: {row['status']} E={gap_study.fmt(row['E'])} "
+                  f"{row['seconds']:.1f} s{note}", file=sys.stderr, flush=True)
+    meta = gap_study.run_meta(rows, "cuda", args.workload, config)
+    device = (meta.get("device") or {}).get("name", "cuda").split()[-1].lower()
+    date = _dt.date.today().isoformat()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"fidelity_{device}_{date}.json"
+    path.write_text(json.dumps({"meta": meta, "goal": {"min_kernel_ms": GOAL_MIN_MS, "max_abs_ratio_minus_1":
+                                                       GOAL_RATIO}, "rows": fidelity, "skipped": skipped},
+                               indent=1, default=str) + "\n")
+    if args.gap_out:
+        for note in gap_study.finalize(rows, meta, "cuda", Path(args.gap_out)):
+            print(note)
+    timed = [r for r in fidelity if r["ref_kernel_ms"] >= GOAL_MIN_MS]
+    inside = [r for r in timed if abs(r["ratio"] - 1) <= GOAL_RATIO]
+    print(f"\nwrote {path}; skipped: {len(skipped)}")
+    for s in skipped:
+        print("  " + s)
+    v = meta.get("versions") or {}
+    print(f"\n== fidelity, {meta.get('device', {}).get('name', '?')}, {meta['date']}, torch {v.get('torch')}, "
+          f"triton {v.get('triton')}; ratio = E_env / E_ref (do_bench in a separate process); * outside the goal")
+    print(table(fidelity))
+    worst = sorted(fidelity, key=lambda r: abs(r["ratio"] - 1), reverse=True)[:5]
+    print(f"\nshapes >= {GOAL_MIN_MS * 1e3:.0f} us within {GOAL_RATIO:.0%}: {len(inside)}/{len(timed)}; worst ratios: "
+          + ", ".join(f"{r['task'].split('/')[-1]}/{r['kernel']} {'x'.join(map(str, r['shape']))} "
+                      f"{r['dtype']} {r['ratio']:.3f}" for r in worst))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
