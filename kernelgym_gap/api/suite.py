@@ -42,7 +42,8 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
     """One episode per (task, dsl) with the replay agent. Episodes run in parallel: on the cuda backend one
     at a time per GPU (every visible GPU by default, each episode's evaluations pinned to its worker's GPU),
     on the cpu backend `workers` at a time (default 1). Rows come back in plan order. warm: each worker holds
-    one warm.WarmPool (its GPU's on cuda: a warm checker and pre-started children) that its episodes share."""
+    one warm.WarmPool (its GPU's on cuda: a warm checker and pre-started children) that its episodes share.
+    (One function of ~70 lines: the worker closure shares the plan's queue, results and first error.)"""
     from kernelgym_gap.api.agent import load_agent
     from kernelgym_gap.core.backend import resolve_backend
     if warm and evaluator is not None:
