@@ -114,7 +114,7 @@ def storing_evaluator(evaluator, store, submitter: str, origin: str = "episode")
 
 
 def cmd_episode(args) -> int:
-    from kernelgym_gap.cli import main as cli
+    from kernelgym_gap.cli.options import eval_config
     from kernelgym_gap.api.agent import load_agent
     from kernelgym_gap.api.env import KernelEnv
     from kernelgym_gap.core.registry import default_registry
@@ -125,7 +125,7 @@ def cmd_episode(args) -> int:
         agent = load_agent(args.agent, **_agent_kwargs(args))
     except (TypeError, ValueError) as e:
         raise KernelGymError(f"agent {args.agent!r} cannot be made: {e}") from None
-    config = cli._eval_config(args)
+    config = eval_config(args)
     store = _open_store(args)
     submitter = args.submitter or ":".join(["agent", agent.name] + ([str(agent.model)] if args.agent == "chat"
                                                                       and getattr(agent, "model", None) else []))

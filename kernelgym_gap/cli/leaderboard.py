@@ -1,6 +1,6 @@
 """Commands over the results store: `submit`, `results`, `leaderboard serve|worker|show`.
 
-Added to `kernelgym-gap` by cli.py through add_commands(subparsers). Imports stay lazy: the web stack
+Added to `kernelgym-gap` by cli/main.py through add_commands(subparsers). Imports stay lazy: the web stack
 (starlette, jinja2, uvicorn: the `web` extra) is imported only by `leaderboard serve`.
 
 The database is --db, else $KERNELGYM_GAP_DB, else ~/.local/share/kernelgym_gap/results.sqlite3
@@ -83,13 +83,13 @@ def _store(args):
 
 
 def cmd_submit(args) -> int:
-    from kernelgym_gap.cli.main import _eval_config
+    from kernelgym_gap.cli.options import eval_config
     from kernelgym_gap.core.registry import get_task
     from kernelgym_gap.store.db import cached_evaluate_full
     task = get_task(args.task)
     source = Path(args.file).read_bytes()
     store = _store(args)
-    res = cached_evaluate_full(store, task, source, args.dsl, args.backend, _eval_config(args), args.name,
+    res = cached_evaluate_full(store, task, source, args.dsl, args.backend, eval_config(args), args.name,
                                remeasure=args.remeasure, origin="cli")
     r = res.record
     if args.json:
@@ -111,7 +111,7 @@ def cmd_submit(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from .web import board
+    from kernelgym_gap.web import board
     store = _store(args)
     task_id = board.task_from_slug(args.task) if args.task else None
     if task_id is not None:
@@ -145,7 +145,7 @@ def _n(x, digits: int = 3) -> str:
 
 def cmd_show(args) -> int:
     from kernelgym_gap.core.registry import default_registry
-    from .web import board
+    from kernelgym_gap.web import board
     store = _store(args)
     backend = args.backend or board.default_backend(store)
     if args.task:
@@ -177,7 +177,7 @@ def _resolve_backend(backend: str) -> str:
 
 
 def cmd_worker(args) -> int:
-    from .web import worker
+    from kernelgym_gap.web import worker
     argv = ["--backend", _resolve_backend(args.backend), "--threads", str(args.workers)]
     if args.db:
         argv += ["--db", args.db]
@@ -188,7 +188,7 @@ def cmd_serve(args) -> int:
     try:
         import uvicorn
 
-        from .web.app import create_app
+        from kernelgym_gap.web.app import create_app
     except ImportError as e:
         print(f"kernelgym-gap: the leaderboard needs the web extra (pip install -e '.[web]'): {e}",
               file=sys.stderr)

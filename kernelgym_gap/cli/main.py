@@ -11,6 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
+from kernelgym_gap.cli.options import eval_config
 from kernelgym_gap.core.errors import BackendUnavailableError, HarnessError, KernelGymError
 
 log = logging.getLogger("kernelgym_gap")
@@ -35,26 +36,12 @@ def cmd_tasks(args) -> int:
     return 0
 
 
-def _eval_config(args):
-    from kernelgym_gap.core.config import EvalConfig
-    from kernelgym_gap.judge.reward import RewardConfig
-    cfg = EvalConfig()
-    changes = {}
-    if getattr(args, "seed", None) is not None:
-        changes["trial_seed"] = args.seed
-    if getattr(args, "reward_mode", None):
-        changes["reward"] = RewardConfig(mode=args.reward_mode)
-    if getattr(args, "gpu", None) is not None:
-        changes["gpu_index"] = args.gpu
-    return cfg.replace(**changes) if changes else cfg
-
-
 def cmd_eval(args) -> int:
     from kernelgym_gap.engine.pipeline import evaluate
     from kernelgym_gap.core.registry import get_task
     task = get_task(args.task)
     source = Path(args.file).read_bytes()
-    record = evaluate(task, source, args.dsl, args.backend, _eval_config(args))
+    record = evaluate(task, source, args.dsl, args.backend, eval_config(args))
     if args.json:
         out = record.to_dict()
         out["task"] = record.task
@@ -76,7 +63,7 @@ def cmd_eval(args) -> int:
 def cmd_run(args) -> int:
     from kernelgym_gap.api.suite import format_table, run_suite
     dsls = ("triton", "tilelang") if args.dsl == "all" else (args.dsl,)
-    rows = run_suite(backend=args.backend, dsls=dsls, task_ids=args.task or None, config=_eval_config(args),
+    rows = run_suite(backend=args.backend, dsls=dsls, task_ids=args.task or None, config=eval_config(args),
                      progress=_progress, workers=args.workers, warm=args.warm)
     if args.json:
         print(json.dumps([{k: v for k, v in r.__dict__.items() if k != "record"} for r in rows], indent=2))

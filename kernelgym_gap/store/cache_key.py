@@ -5,7 +5,7 @@ The device is `cpu` on the cpu backend and the GPU's name on cuda (read with nvi
 holds a CUDA context); the settings hash covers every EvalConfig field that can change a result
 (`dataclasses.asdict`, less the paths, debugging switches and GPU index in `SETTINGS_NOT_HASHED`); the software
 hash covers the versions of python, torch, triton, tilelang and this package, and a fingerprint of the
-harness's own source, so an upgrade or an edit of the harness measures again. store.py keeps records under
+harness's own source, so an upgrade or an edit of the harness measures again. store/db.py keeps records under
 these keys and serves them back.
 """
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _gpu_name(index: int) -> str:
     return name
 
 
-def device_key(backend: str, config) -> str:
+def cache_device_key(backend: str, config) -> str:
     """The device part of a cache key, known before running anything: `cpu`, or the GPU's name (the
     same string the child records as device.name)."""
     if backend == "cuda":
@@ -116,7 +116,7 @@ def cache_key_for(task, source, dsl: str, backend: str, config) -> CacheKey:
     if backend == "auto":
         from kernelgym_gap.engine.pipeline import resolve_backend
         backend = resolve_backend(backend)
-    return CacheKey(source_sha256(source), task.id, task.version, dsl, backend, device_key(backend, config),
+    return CacheKey(source_sha256(source), task.id, task.version, dsl, backend, cache_device_key(backend, config),
                     settings_hash(config), software_hash(dsl))
 
 

@@ -208,7 +208,7 @@ def task_page(request: Request):
     backend = _backend(request)
     page, per_page = _page_args(request)
     ranking = board.task_ranking(s.store, task_id, backend, page, per_page)
-    if spec is None and ranking.total == 0 and not board.submissions_list(s.store, 1, 1, task_id=task_id).total:
+    if spec is None and ranking.total == 0 and not board.has_submissions(s.store, task_id):
         raise HTTPException(404, f"no task {task_id!r}")
     points = board.screening_points(s.store, task_id, backend)
     chart = screening_svg(points, title=f"{task_id}: E versus U")
@@ -282,7 +282,7 @@ def api_task(request: Request):
     task_id = _task_id(s, request.path_params["name"])
     backend = _backend(request)
     page, per_page = _page_args(request)
-    if _task_spec(s, task_id) is None and not board.submissions_list(s.store, 1, 1, task_id=task_id).total:
+    if _task_spec(s, task_id) is None and not board.has_submissions(s.store, task_id):
         raise HTTPException(404, f"no task {task_id!r}")
     return _json({"task": task_id, "backend": backend,
                   **board.task_ranking(s.store, task_id, backend, page, per_page).to_dict()})
