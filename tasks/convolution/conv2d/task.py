@@ -35,6 +35,9 @@ def min_bytes(shape, dtype):
 TASK = TaskSpec(
     name="Conv2d",
     version=0,
+    level=3,
+    tags=('compute-bound', 'implicit-gemm'),
+    motivation=("A 3x3 convolution, the core of CNN backbones, U-Nets and VAE decoders in diffusion models; cuDNN's implicit GEMM is the bar."),
     category="convolution",
     statement=("2-D convolution (cross-correlation, as torch.nn.functional.conv2d) of x [N, C, H, W] with "
                "weight [K, C, R, S] (R and S odd), stride 1, dilation 1, groups 1, no bias, zero padding "

@@ -31,6 +31,9 @@ def min_bytes(shape, dtype):
 TASK = TaskSpec(
     name="DepthwiseConv2d",
     version=0,
+    level=2,
+    tags=('memory-bound', 'stencil'),
+    motivation=('Depthwise 3x3 convolution, as in MobileNet/EfficientNet and ConvNeXt blocks: little arithmetic per byte, so data reuse decides the speed.'),
     category="convolution",
     statement=("Depthwise 3x3 convolution (torch.nn.functional.conv2d with groups = C) of x [N, C, H, W] "
                "with weight [C, 1, 3, 3]: stride 1, dilation 1, no bias, zero padding 1 on each side, so "

@@ -18,6 +18,9 @@ def make_inputs(shape, dtype, gen, distribution, device):
 TASK = TaskSpec(
     name="AddReLU",
     version=0,
+    level=1,
+    tags=('memory-bound', 'fusion', 'activation'),
+    motivation=('A residual add fused with ReLU: the pattern of every residual block in CNNs and MLPs, where an unfused add then ReLU reads the data twice.'),
     category="elementwise",
     statement=("Compute relu(x + y) elementwise for two tensors x and y of the same shape [M, N] and dtype "
                "(a fused residual add and activation). Return a new tensor of that shape and dtype; add in "

@@ -20,6 +20,9 @@ def make_inputs(shape, dtype, gen, distribution, device):
 TASK = TaskSpec(
     name="GELU",
     version=0,
+    level=1,
+    tags=('memory-bound', 'activation', 'transcendental'),
+    motivation=('The activation of BERT/GPT-2-style MLPs; the tanh/erf math makes a naive kernel compute-heavy per element, yet the op must run at copy bandwidth.'),
     category="elementwise",
     statement=("Apply the exact GELU, y = 0.5 * x * (1 + erf(x / sqrt(2))) (torch.nn.functional.gelu with "
                "approximate='none'; NOT the tanh approximation), to every element of x (shape [M, N]). "

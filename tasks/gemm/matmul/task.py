@@ -29,6 +29,9 @@ def make_inputs(shape, dtype, gen, distribution, device):
 TASK = TaskSpec(
     name="Matmul",
     version=0,
+    level=3,
+    tags=('compute-bound', 'tensor-cores', 'tiling'),
+    motivation=("Dense GEMM is most of an LLM's FLOPs (QKV, output and MLP projections); cuBLAS sets a high bar that tiling, pipelining and tensor cores must reach."),
     category="gemm",
     statement=("Matrix multiplication C = A @ B, with A of shape [M, K] and B of shape [K, N], both "
                "contiguous (row-major) and of the same dtype: float16 or bfloat16 (float32 and float16 on the "

@@ -28,6 +28,9 @@ def make_inputs(shape, dtype, gen, distribution, device):
 TASK = TaskSpec(
     name="LinearReLU",
     version=0,
+    level=3,
+    tags=('compute-bound', 'epilogue-fusion', 'tensor-cores'),
+    motivation=("A linear layer with its bias and activation fused into the GEMM's epilogue, as in MLP blocks: saves a full read and write of the output."),
     category="gemm",
     statement=("A linear layer with a fused ReLU: y = relu(x @ weight^T + bias), with x of shape [M, K], "
                "weight of shape [N, K] (as nn.Linear stores it) and bias of shape [N], all contiguous and of "

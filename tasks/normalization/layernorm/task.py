@@ -22,6 +22,9 @@ def make_inputs(shape, dtype, gen, distribution, device):
 TASK = TaskSpec(
     name="LayerNorm",
     version=0,
+    level=2,
+    tags=('memory-bound', 'row-reduction', 'numerics'),
+    motivation=("The normalization of GPT-2/BERT-style transformers, run twice per layer; the paper's headline case: an idiomatic kernel that passes allclose can be 300x slower than torch."),
     category="normalization",
     statement=("Normalize each row of x (shape [M, N]) to zero mean and unit variance over its N elements "
                "(biased variance, eps = 1e-5), then scale by weight[N] and shift by bias[N]. Return a new "

@@ -22,6 +22,9 @@ def make_inputs(shape, dtype, gen, distribution, device):
 TASK = TaskSpec(
     name="RMSNorm",
     version=0,
+    level=2,
+    tags=('memory-bound', 'row-reduction'),
+    motivation=('The normalization of Llama, Mistral and most current LLMs, run twice per layer on every token.'),
     category="normalization",
     statement=("Root-mean-square normalization of each row of x (shape [M, N]): y = x / sqrt(mean(x^2) + eps) "
                "* weight, with the mean taken over the row's N elements, eps = 1e-6 and weight of shape [N]. "

@@ -18,6 +18,9 @@ TASK = TaskSpec(
     version=1,
     changelog=("v1: timed on 'normal' inputs (was the first listed distribution, a stress input: 'offset', mean 8); correctness inputs unchanged",),
     timed_distribution="normal",
+    level=2,
+    tags=('memory-bound', 'row-reduction', 'numerics'),
+    motivation=('A row reduction, the building block of norms, losses and softmax; a sequential accumulation loses precision on offset data and parallelism on wide rows.'),
     category="reduction",
     statement=("Sum each row of x (shape [M, N]) over its N elements. Return a new tensor of shape [M] in "
                "x's dtype; accumulate in float32 (a float16 accumulator loses the 'offset' rows' low bits "

@@ -1,0 +1,86 @@
+"""The SwiGLU MLP input projection: h = silu(x @ W_gate^T) * (x @ W_up^T), with W_gate and W_up merged into
+one [2N, K] weight (as vLLM and SGLang store gate_up_proj)."""
+import math
+
+import torch
+
+from kernelgym_gap.core.inputs import sample
+from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize
+
+# The weight follows x's distribution for the zero-mean ones only. Both "offset" would make gate and up
+# ~64 sqrt(K) each (~4000) and their product overflow float16; both "large" likewise. So "offset" x (all
+# positive, large sums per term) and "large" x (gate up to ~150: exp(gate) overflows float32, exp(-gate)
+# underflows) meet a normal weight.
+_W_DISTRIBUTION = {"normal": "normal", "uniform": "uniform", "offset": "normal", "sparse": "sparse",
+                   "large": "normal"}
+
+
+def reference(x, weight):
+    gate, up = torch.nn.functional.linear(x, weight).chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up
+
+
+def make_inputs(shape, dtype, gen, distribution, device):
+    m, n, k = shape
+    x = sample((m, k), dtype, gen, distribution, device)
+    # 1/sqrt(K) keeps gate and up of order one for normal inputs (and ~8 for "offset", ~30 for "large"),
+    # so about half the gates sit on each side of SiLU's bend and a swapped gate/up or a missing SiLU fails.
+    weight = sample((2 * n, k), dtype, gen, _W_DISTRIBUTION[distribution], device, scale=1.0 / math.sqrt(k))
+    return x, weight
+
+
+TASK = TaskSpec(
+    name="LinearSwiGLU",
+    version=0,
+    category="gemm",
+    statement=("The gated MLP input projection of Llama-style models, fused: with x of shape [M, K] and the "
+               "merged weight of shape [2N, K] (rows 0..N-1 are W_gate, rows N..2N-1 are W_up, as nn.Linear "
+               "stores them), compute gate = x @ W_gate^T and up = x @ W_up^T (both [M, N]) and return "
+               "h = silu(gate) * up = gate * sigmoid(gate) * up, a new [M, N] tensor in the input dtype. "
+               "Inputs are contiguous and of one dtype: float16 or bfloat16 (float32 and float16 on the cpu "
+               "backend). Accumulate in float32 and apply SiLU and the product in float32 before the single "
+               "rounding; the sigmoid must not overflow for |gate| in the hundreds. The shape tuple is "
+               "(M, N, K)."),
+    entry_point="linear_swiglu",
+    signature="linear_swiglu(x: Tensor[M, K], weight: Tensor[2N, K]) -> Tensor[M, N]",
+    reference=reference,
+    make_inputs=make_inputs,
+    distributions=("normal", "offset", "uniform", "large", "sparse"),
+    timed_distribution="normal",
+    workloads={
+        # Small for the interpreter (the slow row-wise solution costs one program per row, so M stays small);
+        # M = 72, N = 72, 136 and K = 80, 40 are off the block multiples (masked edges), and N = 136 spans two
+        # column tiles, so the up rows start mid-tile (at row 136 of the weight).
+        "cpu": Workload(public=((32, 64, 64), (72, 72, 80)), heldout=((16, 136, 40),),
+                        dtypes=("float32", "float16")),
+        # Prefill MLPs: Llama-3-8B (K = 4096, N = 14336), Llama-3.2-1B (2048 -> 8192), Qwen2.5-7B
+        # (3584 -> 18944, M = 3000 off the tiles), Llama-2-7B (4096 -> 11008). 0.14-1.9 TFLOP each.
+        "cuda": Workload(public=((4096, 14336, 4096), (2048, 8192, 2048)),
+                         heldout=((3000, 18944, 3584), (8192, 11008, 4096)),
+                         dtypes=("float16", "bfloat16")),
+    },
+    # gate and up carry Matmul's error each (float32 accumulation ~2^-24 sqrt(K / 6) |.|, far below the
+    # rounding); SiLU and the product in float32 add a few 2^-24; then one rounding to the output dtype
+    # (u = 2^-11 fp16, 2^-8 bf16). rtol = 4u as in Matmul also admits an unfused kernel that rounds gate and
+    # up to the input dtype first (~3u in all). A float16 accumulator, or an exp(gate) that overflows to
+    # inf / inf = NaN on "large" inputs, fails.
+    tolerances={"float32": Tolerance(1e-4, 1e-4), "float16": Tolerance(1e-3, 2e-3),
+                "bfloat16": Tolerance(8e-3, 1.6e-2)},
+    # 2 M (2N) K for the two products, then per output: exp, add, divide (sigmoid), two multiplies
+    flops=lambda s: 4 * s[0] * s[1] * s[2] + 5 * s[0] * s[1],
+    min_bytes=lambda s, d: (s[0] * s[2] + 2 * s[1] * s[2] + s[0] * s[1]) * itemsize(d),
+    level=3,
+    tags=("gemm", "fused-epilogue", "swiglu", "mlp", "tensor-cores"),
+    motivation=("Every Llama, Mistral, Qwen and DeepSeek MLP starts with this gate/up projection and SwiGLU; "
+                "fusing the activation into the GEMM epilogue saves writing and re-reading the [M, 2N] "
+                "intermediate, the largest activation of the layer."),
+    solutions=(
+        Solution("triton_dual_acc.py", "triton", "optimized",
+                 note="one 128x128 output tile per program with two float32 accumulators (gate rows n, up "
+                      "rows N + n of the merged weight), tl.dot (wgmma) over K in 64-wide steps, 3 stages; "
+                      "overflow-free SiLU and the product in registers, one store; grouped program order"),
+        Solution("triton_row_dot.py", "triton", "slow", defect="no_tiling",
+                 note="one program per (row of x, 64 outputs): broadcast-multiply and tl.sum over K instead "
+                      "of tl.dot, so no tensor cores and the weight is re-read once per row (M times)"),
+    ),
+)
