@@ -137,6 +137,9 @@ def main(argv=None) -> int:
     ap.add_argument("--deadline-s", type=float, default=None, help="start no new kernel after this many seconds")
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--gap-out", help="also write the gap study's outputs (csv, json, chart) here")
+    ap.add_argument("--compile-for", default="all",
+                    help="tasks (comma-separated names) whose torch.compile baseline is measured: all, none, or a "
+                         "list (each task's first measurement compiles its reference: seconds per shape)")
     args = ap.parse_args(argv)
 
     import gap_study
@@ -154,7 +157,9 @@ def main(argv=None) -> int:
                 skipped.append(f"{task.name}/{sol.file}: deadline")
                 continue
             study = gap_study.study_task(task, "cuda", args.workload)
-            row = gap_study.evaluate_one(study, sol, "cuda", config, checker=pool.checker, children=pool.children)
+            wanted = args.compile_for == "all" or task.name in args.compile_for.split(",")
+            cfg = config if wanted else config.replace(compile_baseline="cached")
+            row = gap_study.evaluate_one(study, sol, "cuda", cfg, checker=pool.checker, children=pool.children)
             rows.append(row)
             slowest = max((p["kernel_ms"] or 0 for p in row["per_shape"]), default=0)
             note = ""

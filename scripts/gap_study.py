@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 CSV_FIELDS = ("task", "kernel", "dsl", "category", "kind", "defect", "status", "correct", "kernelbench_allclose",
-              "E", "U", "library_U", "performance", "reward_full", "reward_correctness_only", "verdict",
+              "E", "E_compile", "U", "library_U", "performance", "reward_full", "reward_correctness_only", "verdict",
               "verdict_at_run", "cpu_status", "seconds", "summary", "message")
 
 
@@ -94,7 +94,8 @@ def evaluate_one(task, sol, backend: str, config, checker=None, children=None) -
     diag = rec.diagnosis or {}
     on_gpu = backend == "cuda" and rec.correct is True
     per_shape = [{k: p.get(k) for k in ("shape", "dtype", "split", "bound", "kernel_ms", "kernel_spread",
-                                        "kernel_reps", "library_ms", "floor_ms", "E", "U", "library_U",
+                                        "kernel_reps", "library_ms", "compile_ms", "floor_ms", "E", "E_compile",
+                                        "U", "library_U",
                                         "programs", "launches_per_call")}
                  for p in (terms.get("per_shape") or [])]
     return {
@@ -102,6 +103,7 @@ def evaluate_one(task, sol, backend: str, config, checker=None, children=None) -
         "kind": sol.kind, "defect": sol.defect, "cpu_status": sol.cpu_status, "status": rec.status.value,
         "correct": rec.correct, "kernelbench_allclose": terms.get("kernelbench_allclose"),
         "E": terms.get("E"), "U": terms.get("U"), "library_U": terms.get("library_U"),
+        "E_compile": terms.get("E_compile"),
         "performance": terms.get("performance"),
         "reward_full": rec.reward if on_gpu else (0.0 if rec.correct is False else None),
         "reward_correctness_only": reward_for(rec.correct is True, None, RewardConfig(mode="correctness")),
@@ -177,11 +179,11 @@ def fmt(x, spec=".3g") -> str:
 
 
 def table(rows: list[dict]) -> str:
-    header = ("kernel", "DSL", "category", "kind", "status", "KB allclose", "E", "U", "full", "corr-only",
-              "verdict")
+    header = ("kernel", "DSL", "category", "kind", "status", "KB allclose", "E", "E_compile", "U", "full",
+              "corr-only", "verdict")
     body = [(f"{r['task'].removeprefix('kernelgym_gap/')}/{r['kernel']}", r["dsl"], r["category"],
              r["kind"] + (f" ({r['defect']})" if r["defect"] else ""), r["status"], fmt(r["kernelbench_allclose"]),
-             fmt(r["E"]), fmt(r["U"]), fmt(r["reward_full"], ".3f"), fmt(r["reward_correctness_only"], ".1f"),
+             fmt(r["E"]), fmt(r.get("E_compile")), fmt(r["U"]), fmt(r["reward_full"], ".3f"), fmt(r["reward_correctness_only"], ".1f"),
              r["verdict"] or "-") for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     out = ["  ".join(str(x).ljust(w) for x, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
