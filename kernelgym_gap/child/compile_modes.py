@@ -3,7 +3,11 @@ compiled for sm_90 instead of run, the interpreter off. A probe that cannot tell
 `ChildReport.inconclusive`, with status ok."""
 from __future__ import annotations
 
+import torch
+
+from kernelgym_gap.child import integrity as integ
 from kernelgym_gap.child.failure import first_line
+from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.status import Status
 
 INCONCLUSIVE = "compile probe inconclusive"     # the message beside ChildReport.inconclusive (why)
@@ -21,9 +25,6 @@ def compile_probe(run, entry) -> int:
     garbage (no kernel ran), so only compile errors count; anything else leaves the probe inconclusive.
     A compile error counts even when the submission caught it (a try/except fallback to torch).
     `run` is the child's run.ChildRun."""
-    import torch
-    from kernelgym_gap.child import integrity as integ
-    from kernelgym_gap.core import inputs as inputs_mod
     adapter = run.adapter
     for trial in run.job.trials:
         where = f"shape {list(trial.shape)}, {trial.dtype}"

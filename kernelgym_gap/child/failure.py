@@ -6,7 +6,9 @@ import dataclasses
 import errno
 import traceback as traceback_mod
 
+from kernelgym_gap.child.watch import SandboxDenied
 from kernelgym_gap.core.status import Status
+from kernelgym_gap.dsl.base import KernelUnverified
 
 TRACEBACK_LINES = 12        # the tail of the submission's traceback a report carries
 
@@ -50,8 +52,6 @@ def classify(exc: BaseException, where: str, adapter, integrity, watch) -> Failu
     """The status an exception raised by submission code `where` ends the evaluation in. Anything the
     submission did that the guards refused (`watch.events`) makes it an integrity violation whatever it
     raised; `integrity` (snapshots.Integrity) words the violations."""
-    from kernelgym_gap.child.watch import SandboxDenied
-    from kernelgym_gap.dsl.base import KernelUnverified
     tb = traceback_tail(exc)
     if watch.events or isinstance(exc, SandboxDenied):
         return Failure(Status.INTEGRITY_VIOLATION, f"{where}: " + "; ".join(integrity.violations()), tb)

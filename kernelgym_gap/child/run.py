@@ -9,16 +9,27 @@ This module, not runner.py, holds the work: a real child runs runner.py as __mai
 snapshots cannot name; this module is among snapshots.HARNESS_MODULES."""
 from __future__ import annotations
 
+import collections
 import gc
 import importlib.util
 import os
+import random
 import sys
 import time
 from pathlib import Path
 
+import torch
+
 from kernelgym_gap.child import compile_modes
+from kernelgym_gap.child import integrity as integ
 from kernelgym_gap.child.failure import Failure, classify
+from kernelgym_gap.child.timing import time_submission
+from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.core.record import ChildReport, Job, TrialOutcome
 from kernelgym_gap.core.status import Status
+
+# Everything used once the submission is loaded is bound here, before it: a name looked up in sys.modules
+# later could be the submission's replacement.
 
 
 def _write_report(path: Path, report) -> None:
@@ -35,7 +46,6 @@ def _device_info(backend: str) -> dict:
 
 
 def _versions(adapter) -> dict:
-    import torch
     v = {"python": sys.version.split()[0], "torch": torch.__version__}
     v.update(type(adapter).versions())
     if torch.version.cuda:
@@ -44,7 +54,6 @@ def _versions(adapter) -> dict:
 
 
 def _aliases(out, inputs) -> bool:
-    import torch
     ptr = out.untyped_storage().data_ptr()
     size = out.untyped_storage().nbytes()
     for t in inputs:
@@ -56,7 +65,6 @@ def _aliases(out, inputs) -> bool:
 
 
 def _output_type(out) -> str:
-    import torch
     if type(out) is torch.Tensor:
         return "torch.Tensor"
     cls = type(out)
@@ -76,12 +84,13 @@ class ChildRun:
         self.phases: dict[str, float] = {} if preimport_s is None else {"preimport": preimport_s}
         self.t0 = time.perf_counter()
         self.device = "cuda" if job.backend == "cuda" else "cpu"
-        self.outcomes: list = []
-        self.common: dict = {}
+        self.outcomes: list = []         # TrialOutcome per correctness trial run so far
+        self.buffers: dict = {}          # (shape, dtype) -> the input buffers its trials refill
+        self.timings: tuple = ()
+        self.common: dict = {}           # fields every report carries: versions, device
 
     @classmethod
     def from_file(cls, job_path: Path, preimport_s: float | None = None) -> ChildRun:
-        from kernelgym_gap.core.record import Job
         job = Job.from_json(job_path.read_text())
         try:
             job_path.unlink()       # the seeds are not left lying about for the submission to read
@@ -105,12 +114,9 @@ class ChildRun:
 
     def setup(self) -> None:
         """The adapter installed, the guards on, the snapshots taken: all before the submission loads."""
-        import torch
-        from kernelgym_gap.child import integrity as integ
         from kernelgym_gap.core.registry import find_task
         from kernelgym_gap.dsl import make_adapter
         job = self.job
-        self.integ = integ
         self.task = find_task(job.task_id, job.tasks_dir)
         # both probe modes run without the interpreter (probe.probe_env) and compile instead of launching
         self.adapter = make_adapter(job.dsl, job.backend, compile_only=job.mode in ("compile_probe", "compile_specs"))
@@ -130,7 +136,6 @@ class ChildRun:
     # -- reports ---------------------------------------------------------------------------------------------
     def finish(self, status: Status, message: str, **kw) -> int:
         """Writes the one report of this child (with the common fields); the process's exit code."""
-        from kernelgym_gap.core.record import ChildReport
         self.phases["total"] = time.perf_counter() - self.t0
         _write_report(self.report_path, ChildReport(status=status, message=message, phases=self.phases,
                                                     **kw, **self.common))
@@ -140,7 +145,7 @@ class ChildRun:
         return self.finish(failure.status, failure.message, traceback=failure.traceback, **kw)
 
     def classify(self, exc: BaseException, where: str) -> Failure:
-        return classify(exc, where, self.adapter, self.integrity, self.integ.WATCH)
+        return classify(exc, where, self.adapter, self.integrity, integ.WATCH)
 
     def verdict(self, where: str, watch=None, **kw) -> int | None:
         """The first integrity or library-compute problem after a stretch of submission code, as a report."""
@@ -156,7 +161,7 @@ class ChildRun:
             failed = f" after {adapter.log.failed} failed kernel launch(es)" if adapter.log.failed else ""
             return self.finish(Status.LIBRARY_COMPUTE,
                                f"{where}: the submission computed with torch outside its {self.job.dsl} kernel"
-                               f"{failed}: {self.integ.describe_ops(watch.ops)}; the kernel must do the work "
+                               f"{failed}: {integ.describe_ops(watch.ops)}; the kernel must do the work "
                                "(allocation, views and copies are allowed)", **kw)
         return None
 
@@ -173,7 +178,7 @@ class ChildRun:
         sets `module` and `entry`."""
         where = "while importing the submission"
         t = time.perf_counter()
-        watch = self.integ.watching()
+        watch = integ.watching()
         try:
             spec = importlib.util.spec_from_file_location("submission", self.job.source_file)
             module = importlib.util.module_from_spec(spec)
@@ -199,8 +204,6 @@ class ChildRun:
 
         Trials of one (shape, dtype) reuse the same input buffers, refilled in place: a cache keyed by
         data_ptr (or by shape) then returns the previous seed's output, and the checker sees a mismatch."""
-        from kernelgym_gap.core import inputs as inputs_mod
-        self.buffers: dict = {}
         t = time.perf_counter()
         for trial in self.job.trials:
             fresh = inputs_mod.make_trial_inputs(self.task, trial, self.device)
@@ -217,10 +220,7 @@ class ChildRun:
         return None
 
     def _trial(self, trial, ins) -> int | None:
-        import torch
-        from kernelgym_gap.core import inputs as inputs_mod
-        from kernelgym_gap.core.record import TrialOutcome
-        adapter, integ = self.adapter, self.integ
+        adapter = self.adapter
         before = inputs_mod.digest(ins)
         adapter.log.reset()
         watch = integ.watching()
@@ -260,7 +260,6 @@ class ChildRun:
 
     def time_calls(self) -> int | None:
         """Times the entry point (child/timing.py), a share of the calls watched (`timing_entry`)."""
-        from kernelgym_gap.child.timing import time_submission
         watched_entry, timing_ops = timing_entry(self.entry, self.integ)
         t = time.perf_counter()
         try:
@@ -272,9 +271,9 @@ class ChildRun:
 
     def wrap_up(self) -> int:
         """The submission's leftovers collected under watch, a last check, and the ok report."""
-        timings = getattr(self, "timings", ())
+        timings = self.timings
         self.buffers.clear()
-        with self.integ.submission_code():
+        with integ.submission_code():
             gc.collect()
         done = self.verdict("after the last call", None, trials=tuple(self.outcomes), timings=timings)
         if done is not None:
@@ -285,7 +284,6 @@ class ChildRun:
 
 
 def _is_tensor(x) -> bool:
-    import torch
     return isinstance(x, torch.Tensor)
 
 
@@ -294,7 +292,6 @@ TIMING_WATCH_FRACTION = 0.1     # share of the timed calls run under the op reco
 
 class _Ops:
     def __init__(self):
-        import collections
         self.ops = collections.Counter()
 
 
@@ -308,8 +305,7 @@ def timing_entry(entry, integ, fraction: float = TIMING_WATCH_FRACTION, rng=None
     caught (and a timed call that is watched only adds host time, which the spin kernel of timing.py
     hides). A submission that looks for the recorder on torch's mode stack and behaves only while it is
     there is not caught by this: docs/security.md says so."""
-    import random as _random
-    rng = rng or _random.SystemRandom()
+    rng = rng or random.SystemRandom()
     seen: set = set()
     recorded = _Ops()
 
