@@ -545,7 +545,8 @@ def test_6_cli_submit_applies_the_webs_name_rule_before_evaluating(live, store, 
     _no_evaluation(monkeypatch)
     before = store.count("submissions")
     for path in (GELU_FAST, ROOT / "tests" / "test_web_hardening.py"):    # a cached source, a fresh one
-        rc = main(["submit", "--task", "GELU", f"--name={name}", "--backend", "cpu", "--db", str(store.path), str(path)])
+        rc = main(["submit", "--task", "GELU", f"--name={name}", "--backend", "cpu", "--db", str(store.path),
+                   str(path)])
         err = capsys.readouterr().err.strip()
         assert rc == 2 and web_message in err and len(err.splitlines()) == 1, err
     assert store.count("submissions") == before

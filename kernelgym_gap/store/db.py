@@ -44,7 +44,8 @@ from kernelgym_gap.store.cache_key import (CPU_DEVICE, SETTINGS_NOT_HASHED, Cach
                                            cache_key_for, harness_fingerprint, key_from_record, settings_hash,
                                            software_hash, software_versions, source_bytes, source_sha256)
 from kernelgym_gap.store.cache_key import canonical as canonical_json  # noqa: F401
-from kernelgym_gap.store.cached import CachedResult, cached_evaluate, cached_evaluate_full, caching_evaluator  # noqa: F401
+from kernelgym_gap.store.cached import (CachedResult, cached_evaluate, cached_evaluate_full,  # noqa: F401
+                                       caching_evaluator)
 from kernelgym_gap.store.devcache import DeviceCacheMixin
 from kernelgym_gap.store.queue import LEASE_S, STATES, QueueMixin, new_owner  # noqa: F401
 from kernelgym_gap.store.results import NOT_CACHED_STATUSES, ResultsMixin  # noqa: F401

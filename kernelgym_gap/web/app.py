@@ -202,27 +202,33 @@ async def api_submit(request: Request):
                  202, headers={"Location": f"/api/submissions/{sid}"})
 
 
+def _form_text(raw: dict) -> dict:
+    """The form's fields to show again: text decoded for display; the token left out."""
+    text = {k: raw.get(k, b"").decode("utf-8", "replace") for k in ("task", "name", "dsl")}
+    if not raw.get("file"):
+        text["source"] = raw.get("source", b"").decode("utf-8", "replace")
+    return text
+
+
 async def form_submit(request: Request):
     s = _settings(request)
-    fields: dict = {}
+    raw: dict = {}
     try:
         header_token = bearer(request)
         if header_token is not None:
             check_token(s, header_token)
-        raw = await read_form(request, s, s.body_limit, token_checked=header_token is not None)
-        fields = {k: raw.get(k, b"").decode("utf-8", "replace") for k in ("task", "name", "dsl")}
+        await read_form(request, s, s.body_limit, token_checked=header_token is not None, fields=raw)
         source = raw.get("file") or raw.get("source", b"")     # the bytes exactly as sent (the cache key)
-        data = {"task": fields["task"], "name": fields["name"], "dsl": fields["dsl"] or "triton", "source": source}
-        if not raw.get("file"):
-            fields["source"] = raw.get("source", b"").decode("utf-8", "replace")
+        text = _form_text(raw)
+        data = {"task": text["task"], "name": text["name"], "dsl": text["dsl"] or "triton", "source": source}
         try:
             sid = await _in_thread(s, _validate_and_enqueue, s, data, "form")
         except sqlite3.OperationalError as e:
             if not is_busy(e):
                 raise
             raise _busy(s) from None
-    except Rejected as r:
-        response = await _in_thread(s, _render, request, "submit.html", r.status, error=r.message, form=fields,
+    except Rejected as r:                  # the form again, as far as it arrived (never the token)
+        response = await _in_thread(s, _render, request, "submit.html", r.status, error=r.message, form=_form_text(raw),
                                     tasks=_task_ids(s), dsls=DSLS)
         response.headers.update(_refusal_headers(s, r.status) or {})
         return response

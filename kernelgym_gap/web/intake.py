@@ -83,14 +83,15 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-async def read_form(request: Request, s, limit: int, token_checked: bool) -> dict:
-    """The Submit form's fields: text fields decoded as UTF-8, `source` (the textarea) and `file` kept as
-    the exact bytes sent. Unless `token_checked` (a valid Authorization header), the `token` field is
-    checked as soon as it has arrived, before the rest of the body is read."""
+async def read_form(request: Request, s, limit: int, token_checked: bool, fields: dict | None = None) -> dict:
+    """The Submit form's fields as the exact bytes sent (`source`, the textarea, and `file` included), in
+    `fields` as they arrive (so a refusal can show the form again). Unless `token_checked` (a valid
+    Authorization header), the `token` field is checked as soon as it has arrived, before the rest of the
+    body is read."""
+    fields = {} if fields is None else fields
     ctype = request.headers.get("content-type", "")
     kind = ctype.split(";")[0].strip().lower()
     if kind == "application/x-www-form-urlencoded":
-        fields: dict = {}
         for pair in (await read_body(request, limit)).split(b"&"):
             if pair:
                 k, _, v = pair.partition(b"=")
@@ -110,7 +111,6 @@ async def read_form(request: Request, s, limit: int, token_checked: bool) -> dic
         raise Rejected(400, "malformed form: no multipart boundary")
     part_limit = s.max_source_bytes + 1        # a larger part is refused while it streams
     state = {"headers": [], "hname": b"", "hvalue": b"", "name": None, "data": bytearray(), "parts": 0}
-    fields = {}
     done: list[str] = []
 
     def on_header_field(data, start, end):
