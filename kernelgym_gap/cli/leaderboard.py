@@ -5,7 +5,8 @@ Added to `kernelgym-gap` by cli/main.py through add_commands(subparsers). Import
 
 The database is --db, else $KERNELGYM_GAP_DB, else ~/.local/share/kernelgym_gap/results.sqlite3
 ($XDG_DATA_HOME is honoured). The server's write token is --token, else $KERNELGYM_GAP_TOKEN, else a
-random one printed at start.
+random one printed at start (a chosen token is never printed). `submit` applies the web's name rule
+(store/names.py) and refuses a bad kernel path with a usage error (exit 2) before evaluating anything.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import os
 import secrets
 import subprocess
 import sys
-from pathlib import Path
 
 TOKEN_ENV = "KERNELGYM_GAP_TOKEN"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -83,13 +83,15 @@ def _store(args):
 
 
 def cmd_submit(args) -> int:
-    from kernelgym_gap.cli.options import eval_config
+    from kernelgym_gap.cli.options import eval_config, read_source
     from kernelgym_gap.core.registry import get_task
     from kernelgym_gap.store.db import cached_evaluate_full
+    from kernelgym_gap.store.names import submitter_name
+    name = submitter_name(args.name)             # the web's rule, checked before anything is evaluated
+    source = read_source(args.file)
     task = get_task(args.task)
-    source = Path(args.file).read_bytes()
     store = _store(args)
-    res = cached_evaluate_full(store, task, source, args.dsl, args.backend, eval_config(args), args.name,
+    res = cached_evaluate_full(store, task, source, args.dsl, args.backend, eval_config(args), name,
                                remeasure=args.remeasure, origin="cli")
     r = res.record
     if args.json:
@@ -97,7 +99,7 @@ def cmd_submit(args) -> int:
                           "evaluation": res.evaluation_id, "db": str(store.path), "record": r.to_dict()}))
         return 0
     how = f"served from the cache (evaluation #{res.evaluation_id})" if res.cache_hit else "evaluated"
-    print(f"submission #{res.submission_id} by {args.name}: {r.task} dsl={r.dsl} backend={r.backend}, {how}")
+    print(f"submission #{res.submission_id} by {name}: {r.task} dsl={r.dsl} backend={r.backend}, {how}")
     print(f"status: {r.status.value}  correct: {r.correct}  reward: {r.reward:.4f}  ({r.reward_mode})")
     if r.message:
         print(r.message)
@@ -186,9 +188,8 @@ def cmd_worker(args) -> int:
 
 def cmd_serve(args) -> int:
     try:
-        import uvicorn
-
         from kernelgym_gap.web.app import create_app
+        from kernelgym_gap.web.server import serve
     except ImportError as e:
         print(f"kernelgym-gap: the leaderboard needs the web extra (pip install -e '.[web]'): {e}",
               file=sys.stderr)
@@ -196,10 +197,12 @@ def cmd_serve(args) -> int:
     from kernelgym_gap.store.db import resolve_db_path
     backend = _resolve_backend(args.backend)
     store = _store(args)
-    token = args.token or os.environ.get(TOKEN_ENV) or ""
+    token, origin = args.token, "--token"
+    if not token and os.environ.get(TOKEN_ENV):
+        token, origin = os.environ[TOKEN_ENV], f"${TOKEN_ENV}"
     generated = not token
     if generated:
-        token = secrets.token_urlsafe(18)
+        token, origin = secrets.token_urlsafe(18), "generated"
     if args.host not in LOOPBACK:
         print(f"warning: listening on {args.host}: the leaderboard is reachable from other machines; "
               "reads are open to them, writes need the token", file=sys.stderr)
@@ -213,10 +216,13 @@ def cmd_serve(args) -> int:
     print(f"leaderboard: http://{host}:{args.port}/  (db {store.path}; submissions evaluated on {backend} "
           f"by {'worker pid %d' % worker.pid if worker else 'no worker: run `kernelgym-gap leaderboard worker`'})",
           file=sys.stderr, flush=True)
-    print(f"write token: {token}" + ("  (generated; set --token or $%s to choose one)" % TOKEN_ENV
-                                      if generated else ""), file=sys.stderr, flush=True)
+    if generated:      # the only copy: the operator needs it (a chosen token is never written to the log)
+        print(f"write token: {token}  (generated; set --token or ${TOKEN_ENV} to choose one)",
+              file=sys.stderr, flush=True)
+    else:
+        print(f"write token: from {origin} (not shown)", file=sys.stderr, flush=True)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        serve(app, args.host, args.port)
     except KeyboardInterrupt:           # uvicorn re-raises the Ctrl-C that stopped it
         pass
     finally:

@@ -1,7 +1,8 @@
 """`kernelgym-gap`: the command line maps flags onto the package's typed entry points and nothing more.
 
 Exit codes: 0 when the command ran (an evaluation that failed its checks still ran), 2 for a usage error
-(unknown task, dsl or backend), 3 when the harness itself could not run.
+(unknown task, dsl or backend; a kernel file that is missing, empty, a directory or unreadable; a submitter
+name the leaderboard refuses), 3 when the harness itself could not run.
 """
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ import argparse
 import json
 import logging
 import sys
-from pathlib import Path
 
-from kernelgym_gap.cli.options import eval_config
+from kernelgym_gap.cli.options import eval_config, read_source
 from kernelgym_gap.core.errors import BackendUnavailableError, HarnessError, KernelGymError
 
 log = logging.getLogger("kernelgym_gap")
@@ -39,8 +39,8 @@ def cmd_tasks(args) -> int:
 def cmd_eval(args) -> int:
     from kernelgym_gap.engine.pipeline import evaluate
     from kernelgym_gap.core.registry import get_task
+    source = read_source(args.file)
     task = get_task(args.task)
-    source = Path(args.file).read_bytes()
     record = evaluate(task, source, args.dsl, args.backend, eval_config(args))
     if args.json:
         out = record.to_dict()

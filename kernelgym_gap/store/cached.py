@@ -6,6 +6,7 @@ import dataclasses
 
 from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.store.cache_key import cache_key_for
+from kernelgym_gap.store.names import require_nonempty
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,6 +20,7 @@ class CachedResult:
 def cached_evaluate_full(store, task, source: str | bytes, dsl: str, backend: str, config,
                          submitter: str, remeasure: bool = False, origin: str = "cli") -> CachedResult:
     from kernelgym_gap.engine import pipeline as engine
+    require_nonempty(submitter)            # refused before measuring: a result is never measured, then lost
     backend = engine.resolve_backend(backend)
     key = cache_key_for(task, source, dsl, backend, config)
     if not remeasure:

@@ -44,21 +44,33 @@ from kernelgym_gap.store.cache_key import (CPU_DEVICE, SETTINGS_NOT_HASHED, Cach
                                            cache_key_for, harness_fingerprint, key_from_record, settings_hash,
                                            software_hash, software_versions, source_bytes, source_sha256)
 from kernelgym_gap.store.cache_key import canonical as canonical_json  # noqa: F401
-from kernelgym_gap.store.cached import CachedResult, cached_evaluate, cached_evaluate_full, caching_evaluator  # noqa: F401
+from kernelgym_gap.store.cached import (CachedResult, cached_evaluate, cached_evaluate_full,  # noqa: F401
+                                       caching_evaluator)
 from kernelgym_gap.store.devcache import DeviceCacheMixin
-from kernelgym_gap.store.queue import STATES, QueueMixin  # noqa: F401
+from kernelgym_gap.store.queue import LEASE_S, STATES, QueueMixin, new_owner  # noqa: F401
 from kernelgym_gap.store.results import NOT_CACHED_STATUSES, ResultsMixin  # noqa: F401
 from kernelgym_gap.store.schema import (DEFAULT_DB_PATH, ENV_DB, MIGRATIONS, SCHEMA_VERSION, StoreError,  # noqa: F401
-                                        connect, current_version, default_db_path, dumps, migrate, now_iso,
-                                        resolve_db_path)
+                                        connect, current_version, default_db_path, dumps, is_busy, migrate,
+                                        now_iso, resolve_db_path)
+
+
+__all__ = ["CPU_DEVICE", "SETTINGS_NOT_HASHED", "CacheKey", "cache_device_key", "cache_key_for", "harness_fingerprint",
+           "key_from_record", "settings_hash", "software_hash", "software_versions", "source_bytes", "source_sha256",
+           "canonical_json", "CachedResult", "cached_evaluate", "cached_evaluate_full", "caching_evaluator",
+           "LEASE_S", "STATES", "new_owner", "NOT_CACHED_STATUSES", "DEFAULT_DB_PATH", "ENV_DB", "MIGRATIONS",
+           "SCHEMA_VERSION", "StoreError", "connect", "current_version", "default_db_path", "dumps", "is_busy",
+           "migrate", "now_iso", "resolve_db_path", "Store", "dataclasses"]
 
 
 class Store(ResultsMixin, QueueMixin, DeviceCacheMixin):
-    """The results database. Thread-safe (a connection per thread) and picklable (by path)."""
+    """The results database. Thread-safe (a connection per thread) and picklable (by path). `timeout` is
+    how long a statement waits for another connection's write lock before sqlite3 raises 'database is
+    locked' (is_busy): a minute for batch writers, seconds for the web server, which answers 503."""
 
     def __init__(self, path: Path | str | None = None, *, timeout: float = 60.0):
         self.path = Path(path).expanduser() if path is not None else resolve_db_path(None)
         self.timeout = timeout
+        self.owner = new_owner("store")        # the lease owner of claim_next() called without one
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -74,6 +86,12 @@ class Store(ResultsMixin, QueueMixin, DeviceCacheMixin):
 
     def __setstate__(self, state):
         self.__init__(state["path"], timeout=state["timeout"])
+
+    def with_timeout(self, timeout: float) -> "Store":
+        """The same database opened again with another lock wait (its own connections)."""
+        if str(self.path) == ":memory:" or timeout == self.timeout:
+            return self
+        return Store(self.path, timeout=timeout)
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r})"

@@ -12,9 +12,11 @@ from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.store.cache_key import CacheKey, key_from_record, source_bytes
 from kernelgym_gap.store.devcache import put_device_cache
+from kernelgym_gap.store.names import require_nonempty
 from kernelgym_gap.store.schema import dumps, now_iso
 
 NOT_CACHED_STATUSES = frozenset({"timeout", "crash", "protocol_error", "unstable_timing"})
+MAX_ROWID = 2 ** 63 - 1          # SQLite's integers are 64-bit: a larger id names no row
 
 
 def _row_values(record: EvalRecord) -> dict:
@@ -73,8 +75,7 @@ class ResultsMixin:
         so that a later identical evaluation is served from the cache."""
         if not isinstance(record, EvalRecord):
             raise TypeError(f"add_record takes an EvalRecord, not {type(record).__name__}")
-        if not isinstance(submitter, str) or not submitter.strip():
-            raise ValueError("submitter must be a non-empty name (agent or checkpoint)")
+        require_nonempty(submitter)
         key = key or key_from_record(record, source, config)
 
         def write(conn):
@@ -86,6 +87,7 @@ class ResultsMixin:
         return self._write(write)
 
     def add_cache_hit(self, evaluation_id: int, submitter: str, origin: str = "api") -> int:
+        require_nonempty(submitter)
         def write(conn):
             e = conn.execute("SELECT task_id, dsl, backend, source_sha256 FROM evaluations WHERE id = ?",
                              (evaluation_id,)).fetchone()
@@ -111,7 +113,9 @@ class ResultsMixin:
     # -- reads --
 
     def submission(self, submission_id: int) -> dict | None:
-        """One submission with its state, source and (when done) record."""
+        """One submission with its state, source and (when done) record; None for an id no row can have."""
+        if not isinstance(submission_id, int) or not 0 < submission_id <= MAX_ROWID:
+            return None
         row = self.conn.execute(
             "SELECT s.*, e.record_json, e.device, e.reward, e.e, e.u, e.verdict, e.status, e.correct, "
             "src.content FROM submissions s JOIN sources src ON src.sha256 = s.source_sha256 "

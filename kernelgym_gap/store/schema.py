@@ -8,6 +8,7 @@ Tables (schema version in `schema_version`, upgraded on open by `migrate`):
                 (queued -> running -> done | error); a cache hit is a submission that points at an older
                 evaluation instead of a new one
   cache         generic (kind, key) -> JSON value, for library baselines and device calibrations
+A running submission carries its worker's lease (owner, expiry; v3).
 """
 from __future__ import annotations
 
@@ -103,10 +104,19 @@ CREATE TABLE cache (kind TEXT NOT NULL, key TEXT NOT NULL, value_json TEXT NOT N
                     PRIMARY KEY (kind, key));
 """
 
+# Worker leases: a running submission belongs to the worker that claimed it (lease_owner) until its lease
+# runs out (lease_expires_at, unix seconds); the worker renews it while it evaluates (a heartbeat), and only
+# a submission whose lease ran out goes back to the queue. Rows left running by v2 have no lease: expired.
+_V3 = """
+ALTER TABLE submissions ADD COLUMN lease_owner TEXT;
+ALTER TABLE submissions ADD COLUMN lease_expires_at REAL;
+"""
+
 # (version, description, SQL script). Append only: a released step is never edited.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "sources and evaluations", _V1),
     (2, "submissions (queue, submitters, cache hits), generic cache table, software hash", _V2),
+    (3, "worker leases on running submissions (owner, expiry)", _V3),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -144,6 +154,14 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
         conn.execute("ROLLBACK")
         raise
     return current_version(conn)
+
+
+def is_busy(error: BaseException) -> bool:
+    """Whether an sqlite3 error means another connection holds the lock (waited busy_timeout in vain)."""
+    if not isinstance(error, sqlite3.OperationalError):
+        return False
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
 
 
 def connect(path: Path | str, timeout: float = 60.0) -> sqlite3.Connection:

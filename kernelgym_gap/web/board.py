@@ -10,8 +10,10 @@ from typing import Any
 from kernelgym_gap.core import ids
 from kernelgym_gap.store import leaderboard as q
 from kernelgym_gap.store.db import Store
+from kernelgym_gap.store.results import MAX_ROWID
 
 MAX_PER_PAGE = 200
+MAX_ID = MAX_ROWID               # ids are SQLite integers: a larger one names nothing (404, not 500)
 
 task_slug = ids.short            # kernelgym_gap/LayerNorm-v0 <-> LayerNorm-v0 in URLs
 task_from_slug = ids.full
@@ -46,7 +48,13 @@ class Page:
                 "pages": self.pages}
 
 
+class PageOutOfRange(ValueError):
+    """A page whose first row is past any offset SQLite can take (the web answers 400)."""
+
+
 def clamp_page(page: Any, per_page: Any, default_per_page: int = 25) -> tuple[int, int]:
+    """(page, per_page) within bounds: unreadable values fall back to the defaults, per_page to 1..200;
+    a page beyond SQLite's 64-bit offsets raises PageOutOfRange."""
     try:
         page = max(1, int(page))
     except (TypeError, ValueError):
@@ -55,6 +63,8 @@ def clamp_page(page: Any, per_page: Any, default_per_page: int = 25) -> tuple[in
         per_page = min(MAX_PER_PAGE, max(1, int(per_page)))
     except (TypeError, ValueError):
         per_page = default_per_page
+    if page * per_page > MAX_ID:
+        raise PageOutOfRange(f"page {page} is out of range")
     return page, per_page
 
 

@@ -4,13 +4,15 @@
 
 `kernelgym-gap leaderboard serve` starts one beside the web server (the web process only validates and
 queues; it never evaluates, imports submitted code or starts a child). The queue lives in the store
-(submissions in state 'queued'), so it survives a restart: submissions a stopped worker left 'running' go
-back to the queue when the next one starts. Each thread claims one submission at a time (an IMMEDIATE
-transaction, so two threads or two workers never claim the same one), serves it from the cache when it
-can, and otherwise calls engine.evaluate, which runs the submission in its own sandboxed child process.
-With --parent-pid the worker exits when that process is gone (a server killed without cleaning up):
-at once on Linux (PR_SET_PDEATHSIG), within a second elsewhere. A submission it was evaluating stays
-'running' until the next worker starts and queues it again.
+(submissions in state 'queued'), so it survives a restart. Each thread claims one submission at a time
+under this worker's lease (an IMMEDIATE transaction, so two threads or two workers never claim the same
+one), serves it from the cache when it can, and otherwise calls engine.evaluate, which runs the submission
+in its own sandboxed child process. A heartbeat thread renews the leases of the submissions being
+evaluated every lease/4 seconds; a submission whose lease ran out (its worker was killed) goes back to the
+queue when any worker next looks for work, and one whose lease is alive is never taken, so a second server
+on the same database leaves this worker's submissions alone. With --parent-pid the worker exits when that
+process is gone (a server killed without cleaning up): at once on Linux (PR_SET_PDEATHSIG), within a
+second elsewhere.
 """
 from __future__ import annotations
 
@@ -22,16 +24,18 @@ import signal
 import sys
 import threading
 
-from kernelgym_gap.store.db import Store, cache_key_for, resolve_db_path
+from kernelgym_gap.store.db import LEASE_S, Store, cache_key_for, new_owner, resolve_db_path
 
 log = logging.getLogger(__name__)
 
 
 class Worker:
     def __init__(self, store: Store, registry, config, threads: int = 1, poll_s: float = 0.5,
-                 gpu_count: int = 1):
+                 gpu_count: int = 1, lease_s: float = LEASE_S, owner: str | None = None):
         self.store, self.registry, self.config = store, registry, config
         self.n_threads, self.poll_s, self.gpu_count = max(1, threads), poll_s, max(1, gpu_count)
+        self.lease_s = max(1.0, float(lease_s))
+        self.owner = owner or new_owner("worker")
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.busy: dict[int, int] = {}          # thread index -> submission id being evaluated
@@ -39,11 +43,29 @@ class Worker:
     def start(self) -> None:
         requeued = self.store.requeue_interrupted()
         if requeued:
-            log.warning("requeued %d submission(s) left running by a previous worker", requeued)
+            log.warning("requeued %d submission(s) whose worker's lease ran out", requeued)
         for i in range(self.n_threads):
             t = threading.Thread(target=self._loop, args=(i,), name=f"kgg-worker-{i}", daemon=True)
             t.start()
             self._threads.append(t)
+        t = threading.Thread(target=self._heartbeat, name="kgg-worker-heartbeat", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _heartbeat(self) -> None:
+        """Renews this worker's leases every lease/4 s while it evaluates (evaluations take minutes on
+        cuda; the lease is seconds, so a killed worker's submissions are requeued soon)."""
+        while not self._stop.wait(self.lease_s / 4):
+            ids = set(self.busy.values())
+            if not ids:
+                continue
+            try:
+                held = self.store.heartbeat(self.owner, ids, self.lease_s)
+            except Exception:            # a locked database: the next beat tries again, well within the lease
+                log.exception("worker %s: cannot renew its leases", self.owner)
+                continue
+            for sid in ids - held:
+                log.warning("submission %d: this worker's lease was lost; its result will not be stored", sid)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -60,7 +82,7 @@ class Worker:
     def _loop(self, index: int) -> None:
         while not self._stop.is_set():
             try:
-                job = self.store.claim_next()
+                job = self.store.claim_next(self.owner, self.lease_s)
             except Exception:
                 log.exception("worker %d: cannot read the queue", index)
                 job = None
@@ -83,17 +105,20 @@ class Worker:
                 config = dataclasses.replace(config, gpu_index=index % self.gpu_count)
             source = bytes(job["content"])
             key = cache_key_for(task, source, job["dsl"], job["backend"], config)
+            owner = job.get("lease_owner") or self.owner
             hit = None if job["remeasure"] else self.store.lookup(key)
             if hit is not None:
-                self.store.finish(sid, evaluation_id=hit[0])
-                log.info("submission %d: served from the cache (evaluation %d)", sid, hit[0])
+                if self.store.finish(sid, evaluation_id=hit[0], owner=owner):
+                    log.info("submission %d: served from the cache (evaluation %d)", sid, hit[0])
                 return
             record = engine.evaluate(task, source, job["dsl"], job["backend"], config)
-            self.store.finish(sid, record=record, key=key)
-            log.info("submission %d: %s, reward %.4f", sid, record.status.value, record.reward)
+            if self.store.finish(sid, record=record, key=key, owner=owner):
+                log.info("submission %d: %s, reward %.4f", sid, record.status.value, record.reward)
+            else:
+                log.warning("submission %d: evaluated after this worker's lease ran out; result dropped", sid)
         except Exception as e:   # the harness failed (not the submission): keep the worker alive
             log.exception("submission %d could not be evaluated", sid)
-            self.store.fail(sid, f"{type(e).__name__}: {e}")
+            self.store.fail(sid, f"{type(e).__name__}: {e}", owner=job.get("lease_owner") or self.owner)
 
 
 def _gpu_count() -> int:
@@ -132,6 +157,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="evaluations at once (cuda: one per GPU)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs to spread cuda evaluations over (0: all visible)")
     p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    p.add_argument("--lease-s", type=float, default=LEASE_S,
+                   help="seconds a claimed submission stays this worker's without a heartbeat")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="worker %(levelname)s %(name)s: %(message)s")
     from kernelgym_gap.core.config import EvalConfig
@@ -143,7 +170,7 @@ def main(argv=None) -> int:
         if threads > gpus:       # two evaluations timing on one GPU would disturb each other's numbers
             log.warning("%d threads for %d GPU(s): using %d (one evaluation per GPU)", threads, gpus, gpus)
             threads = gpus
-    worker = Worker(store, default_registry(), EvalConfig(), threads=threads, gpu_count=gpus)
+    worker = Worker(store, default_registry(), EvalConfig(), threads=threads, gpu_count=gpus, lease_s=args.lease_s)
 
     def _terminate(signum, frame):
         worker._stop.set()
