@@ -260,7 +260,7 @@ class ChildRun:
 
     def time_calls(self) -> int | None:
         """Times the entry point (child/timing.py), a share of the calls watched (`timing_entry`)."""
-        watched_entry, timing_ops = timing_entry(self.entry, self.integ)
+        watched_entry, timing_ops = timing_entry(self.entry, integ)
         t = time.perf_counter()
         try:
             self.timings = time_submission(self.task, self.job, watched_entry, self.adapter, self.outputs)
