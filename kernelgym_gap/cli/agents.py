@@ -16,6 +16,7 @@ import os
 import sys
 import time
 
+from kernelgym_gap.cli import options
 from kernelgym_gap.core.errors import HarnessError, KernelGymError
 
 ENV_DB = "KERNELGYM_GAP_DB"
@@ -25,12 +26,13 @@ def add_commands(subparsers) -> None:
     s = subparsers.add_parser("episode", help="run one episode of an agent (agents/NAME.py) on a task")
     s.add_argument("--agent", required=True, help="agent name: a file agents/NAME.py (replay, search, chat, ...)")
     s.add_argument("--task", required=True, help="task id (kernelgym_gap/LayerNorm-v0) or name (LayerNorm)")
-    s.add_argument("--dsl", default="triton", choices=["triton", "tilelang"])
-    s.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"])
+    options.add_dsl(s)
+    options.add_backend(s)
     s.add_argument("--steps", type=int, default=4, help="the episode's step budget (default 4)")
-    s.add_argument("--seed", type=int, help="fixes the trial seeds and the agent's own randomness")
-    s.add_argument("--reward-mode", choices=["full", "correctness"])
-    s.add_argument("--gpu", type=int, help="GPU index for the cuda backend")
+    s.add_argument("--seed", type=int, help="seeds the trial seeds and the agent's own randomness "
+                                            "(default: fresh random seeds)")
+    s.add_argument("--reward-mode", choices=["full", "correctness"], help=options.REWARD_MODE_HELP)
+    s.add_argument("--gpu", type=int, help=options.GPU_HELP)
     stop = s.add_mutually_exclusive_group()
     stop.add_argument("--keep-going", dest="stop_when_correct", action="store_false", default=None,
                       help="use the whole budget even after a correct kernel (the default where speed is scored)")
@@ -41,8 +43,8 @@ def add_commands(subparsers) -> None:
     c.add_argument("--model", help="model name sent to the endpoint (default $OPENAI_MODEL)")
     c.add_argument("--api-key-env", default="OPENAI_API_KEY",
                    help="environment variable holding the API key (default OPENAI_API_KEY; unset: no key sent)")
-    c.add_argument("--temperature", type=float)
-    c.add_argument("--max-tokens", type=int)
+    c.add_argument("--temperature", type=float, help="sampling temperature (default 0: greedy)")
+    c.add_argument("--max-tokens", type=int, help="completion token limit (default: none sent, the endpoint decides)")
     c.add_argument("--request-timeout", type=float, help="seconds per HTTP request (default 120)")
     c.add_argument("--max-retries", type=int, help="retries on 429/5xx/timeouts (default 4)")
     s.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE",
