@@ -327,7 +327,7 @@ def test_timing_calls_are_watched_for_library_compute():
 
     import torch
     from kernelgym_gap.child import integrity as integ
-    from kernelgym_gap.child.runner import timing_entry
+    from kernelgym_gap.child.run import timing_entry
 
     calls = []
 

@@ -223,7 +223,7 @@ def test_bytes_handed_to_the_kernels_are_evidence(registry, config):
 
 def test_tensor_bytes_counts_distinct_tensors_once():
     import torch
-    from kernelgym_gap.dsl.adapters import _tensor_bytes
+    from kernelgym_gap.dsl.base import tensor_bytes as _tensor_bytes
     x = torch.zeros(100, dtype=torch.float16)
     y = torch.zeros(10, dtype=torch.float32)
     assert _tensor_bytes((x, x, 3, "s"), {"y": y}) == 200 + 40

@@ -9,18 +9,11 @@ import subprocess
 import sys
 
 from kernelgym_gap.core.status import Status
+from kernelgym_gap.dsl import ADAPTERS, adapter_class
 
 log = logging.getLogger(__name__)
 
 MAX_SOURCE_BYTES = 256 * 1024
-
-# Decorators that make a function a kernel of each DSL, matched on the dotted name's last parts.
-_KERNEL_DECORATORS = {
-    "triton": {("triton", "jit"), ("jit",), ("triton", "autotune"), ("triton", "heuristics")},
-    "tilelang": {("T", "prim_func"), ("prim_func",), ("tilelang", "jit"), ("tilelang", "language", "prim_func"),
-                 ("tl", "jit"), ("jit",)},
-}
-_DSL_MODULE = {"triton": "triton", "tilelang": "tilelang"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,37 +25,6 @@ class GateResult:
     @property
     def passed(self) -> bool:
         return self.status is Status.OK
-
-
-def _dotted(node: ast.AST) -> tuple[str, ...]:
-    if isinstance(node, ast.Call):
-        return _dotted(node.func)
-    if isinstance(node, ast.Attribute):
-        return _dotted(node.value) + (node.attr,)
-    if isinstance(node, ast.Name):
-        return (node.id,)
-    return ()
-
-
-def _imported_roots(tree: ast.Module) -> set[str]:
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
-
-
-def _has_kernel(tree: ast.Module, dsl: str) -> bool:
-    wanted = _KERNEL_DECORATORS[dsl]
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for dec in node.decorator_list:
-                name = _dotted(dec)
-                if any(name[-len(w):] == w for w in wanted if len(name) >= len(w)):
-                    return True
-    return False
 
 
 def _defines(tree: ast.Module, name: str) -> bool:
@@ -127,9 +89,9 @@ def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = 
     if not _defines(tree, entry_point):
         return GateResult(Status.ENTRY_POINT_MISSING,
                           f"the module defines no top-level {entry_point!r} (the task's entry point)")
-    if _DSL_MODULE[dsl] not in _imported_roots(tree) or not _has_kernel(tree, dsl):
-        other = [d for d in _KERNEL_DECORATORS if d != dsl and _has_kernel(tree, d)
-                 and _DSL_MODULE[d] in _imported_roots(tree)]
+    # each DSL's rule ("imports the DSL and defines a kernel with one of its decorators") is its adapter's
+    if not adapter_class(dsl).looks_like(tree):
+        other = [d for d, adapter in ADAPTERS.items() if d != dsl and adapter.looks_like(tree)]
         hint = f" (it looks like {other[0]}: pass dsl={other[0]!r}?)" if other else ""
         return GateResult(Status.WRONG_DSL, f"no {dsl} kernel is defined in the source{hint}")
     return GateResult(Status.OK, source=text)

@@ -17,16 +17,11 @@ from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import ChildReport, Job
 from kernelgym_gap.core.status import Status
+from kernelgym_gap.dsl import needs_compile_probe
 from kernelgym_gap.sandbox.child_io import backend_env, cold_child, read_report
 from kernelgym_gap.sandbox.prestart import ChildSpec
 from kernelgym_gap.sandbox.probe import CompileProbe, probe_env, probe_trials
 from kernelgym_gap.sandbox.process import ChildOutcome
-
-def needs_compile_probe(dsl: str, backend: str) -> bool:
-    """The interpreter accepts Triton kernels that cannot compile for a GPU: on the cpu backend a probe
-    compiles them for sm_90 (probe.py)."""
-    return dsl == "triton" and backend == "cpu"
-
 
 def child_spec(task, dsl: str, backend: str, config: EvalConfig) -> ChildSpec:
     """What the submission's child is started with (prestart.ChildSpec): its sandbox and environment. The
@@ -37,6 +32,8 @@ def child_spec(task, dsl: str, backend: str, config: EvalConfig) -> ChildSpec:
         sandbox = dataclasses.replace(sandbox, extra_ro_paths=(*sandbox.extra_ro_paths, tasks_dir))
     if backend == "cuda":
         sandbox = dataclasses.replace(sandbox, gpu_devices=(config.gpu_index,), address_space_bytes=None)
+    # the interpreter accepts Triton kernels that cannot compile for a GPU: on the cpu backend a probe
+    # compiles them for sm_90 (probe.py); the DSL's adapter says whether it needs one
     probe = tuple(sorted(probe_env().items())) if needs_compile_probe(dsl, backend) else None
     return ChildSpec(dsl=dsl, backend=backend, sandbox=sandbox, env=tuple(sorted(backend_env(backend).items())),
                      scratch_root=config.scratch_root, probe_env=probe)

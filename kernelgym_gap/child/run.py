@@ -1,0 +1,328 @@
+"""One job inside the child (runner.py is the process's entry point): `ChildRun(job).run()` imports the
+submission, runs it on fresh inputs per trial, saves each output for the trusted checker, times it on the cuda
+backend, and watches for tampering (integrity.py: guards, op recorders, snapshots). Nothing here decides
+correctness: the parent's checker does, from the saved outputs and inputs it regenerates itself. This process
+is assumed compromised once the submission is imported; what it reports is cross-checked by the parent
+wherever it can be.
+
+This module, not runner.py, holds the work: a real child runs runner.py as __main__, which the integrity
+snapshots cannot name; this module is among snapshots.HARNESS_MODULES."""
+from __future__ import annotations
+
+import collections
+import gc
+import importlib.util
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from kernelgym_gap.child import compile_modes
+from kernelgym_gap.child import integrity as integ
+from kernelgym_gap.child.failure import Failure, classify
+from kernelgym_gap.child.timing import time_submission
+from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.core.record import ChildReport, Job, TrialOutcome
+from kernelgym_gap.core.status import Status
+
+# Everything used once the submission is loaded is bound here, before it: a name looked up in sys.modules
+# later could be the submission's replacement.
+
+
+def _write_report(path: Path, report) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(report.to_json())
+    os.replace(tmp, path)
+
+
+def _device_info(backend: str) -> dict:
+    if backend != "cuda":
+        return {"kind": "cpu", "name": "cpu (Triton interpreter / TileLang C target)"}
+    from kernelgym_gap.judge.calibrate import device_identity
+    return device_identity()[0]
+
+
+def _versions(adapter) -> dict:
+    v = {"python": sys.version.split()[0], "torch": torch.__version__}
+    v.update(type(adapter).versions())
+    if torch.version.cuda:
+        v["cuda"] = torch.version.cuda
+    return v
+
+
+def _aliases(out, inputs) -> bool:
+    ptr = out.untyped_storage().data_ptr()
+    size = out.untyped_storage().nbytes()
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.device == out.device:
+            p, n = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
+            if ptr < p + n and p < ptr + size:
+                return True
+    return False
+
+
+def _output_type(out) -> str:
+    if type(out) is torch.Tensor:
+        return "torch.Tensor"
+    cls = type(out)
+    name = f"{type.__getattribute__(cls, '__module__')}.{type.__getattribute__(cls, '__qualname__')}"
+    return name if name != "torch.Tensor" else "torch.Tensor (a different class under the same name)"
+
+
+class ChildRun:
+    """One job: its task, DSL adapter, integrity snapshots, phase times and the report fields every report
+    carries (versions, device). Each step returns the process's exit code once it wrote the final report, or
+    None to go on."""
+
+    def __init__(self, job, preimport_s: float | None = None):
+        self.job = job
+        self.report_path = Path(job.report_file)
+        self.outputs = Path(job.outputs_dir)
+        self.phases: dict[str, float] = {} if preimport_s is None else {"preimport": preimport_s}
+        self.t0 = time.perf_counter()
+        self.device = "cuda" if job.backend == "cuda" else "cpu"
+        self.outcomes: list = []         # TrialOutcome per correctness trial run so far
+        self.buffers: dict = {}          # (shape, dtype) -> the input buffers its trials refill
+        self.timings: tuple = ()
+        self.common: dict = {}           # fields every report carries: versions, device
+
+    @classmethod
+    def from_file(cls, job_path: Path, preimport_s: float | None = None) -> ChildRun:
+        job = Job.from_json(job_path.read_text())
+        try:
+            job_path.unlink()       # the seeds are not left lying about for the submission to read
+        except OSError:
+            pass
+        return cls(job, preimport_s)
+
+    def run(self) -> int:
+        self.setup()
+        done = self.import_submission()
+        if done is not None:
+            return done
+        if self.job.mode == "compile_probe":
+            return compile_modes.compile_probe(self, self.entry)
+        if self.job.mode == "compile_specs":
+            return compile_modes.compile_specs(self)
+        done = self.run_trials()
+        if done is None and self.job.timing is not None:
+            done = self.time_calls()
+        return self.wrap_up() if done is None else done
+
+    def setup(self) -> None:
+        """The adapter installed, the guards on, the snapshots taken: all before the submission loads."""
+        from kernelgym_gap.core.registry import find_task
+        from kernelgym_gap.dsl import make_adapter
+        job = self.job
+        self.task = find_task(job.task_id, job.tasks_dir)
+        # both probe modes run without the interpreter (probe.probe_env) and compile instead of launching
+        self.adapter = make_adapter(job.dsl, job.backend, compile_only=job.mode in ("compile_probe", "compile_specs"))
+        self.adapter.install()
+        self.common = dict(versions=_versions(self.adapter), device=_device_info(job.backend))
+        if job.backend == "cuda":
+            torch.cuda.init()
+            self.adapter.streams.expected = torch.cuda.current_stream().cuda_stream
+        # Automatic collection would run the submission's finalizers in the harness's code: collect only
+        # inside watched stretches (see `wrap_up`).
+        gc.disable()
+        integ.install_guards(job.backend)
+        integ.watching()            # builds the recorder classes, so that they are in the snapshot
+        self.integrity = integ.Integrity(self.adapter, task=self.task)
+        self.phases["setup"] = time.perf_counter() - self.t0
+
+    # -- reports ---------------------------------------------------------------------------------------------
+    def finish(self, status: Status, message: str, **kw) -> int:
+        """Writes the one report of this child (with the common fields); the process's exit code."""
+        self.phases["total"] = time.perf_counter() - self.t0
+        _write_report(self.report_path, ChildReport(status=status, message=message, phases=self.phases,
+                                                    **kw, **self.common))
+        return 0
+
+    def fail(self, failure: Failure, **kw) -> int:
+        return self.finish(failure.status, failure.message, traceback=failure.traceback, **kw)
+
+    def classify(self, exc: BaseException, where: str) -> Failure:
+        return classify(exc, where, self.adapter, self.integrity, integ.WATCH)
+
+    def verdict(self, where: str, watch=None, **kw) -> int | None:
+        """The first integrity or library-compute problem after a stretch of submission code, as a report."""
+        adapter = self.adapter
+        violations = self.integrity.violations()
+        if adapter.log.side_stream:
+            violations.append(f"{adapter.log.side_stream} kernel launch(es) went to a side stream, not the "
+                              "harness's current stream")
+        if violations:
+            return self.finish(Status.INTEGRITY_VIOLATION, f"{where}: " + "; ".join(violations),
+                               integrity=tuple(violations), **kw)
+        if watch is not None and watch.ops:
+            failed = f" after {adapter.log.failed} failed kernel launch(es)" if adapter.log.failed else ""
+            return self.finish(Status.LIBRARY_COMPUTE,
+                               f"{where}: the submission computed with torch outside its {self.job.dsl} kernel"
+                               f"{failed}: {integ.describe_ops(watch.ops)}; the kernel must do the work "
+                               "(allocation, views and copies are allowed)", **kw)
+        return None
+
+    def failed_stretch(self, exc: BaseException, where: str, watch, **kw) -> int:
+        """The report after submission code raised: a violation it left first, else what it raised."""
+        done = self.verdict(where, watch, **kw)
+        if done is not None:
+            return done
+        return self.fail(self.classify(exc, where), integrity=tuple(self.integrity.violations()), **kw)
+
+    # -- the submission's code -------------------------------------------------------------------------------
+    def import_submission(self) -> int | None:
+        """Imports the submission (a real file: @triton.jit and @T.prim_func read their source) under watch;
+        sets `module` and `entry`."""
+        where = "while importing the submission"
+        t = time.perf_counter()
+        watch = integ.watching()
+        try:
+            spec = importlib.util.spec_from_file_location("submission", self.job.source_file)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["submission"] = module
+            with watch:
+                spec.loader.exec_module(module)
+        except SyntaxError as e:
+            return self.finish(Status.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}")
+        except BaseException as e:  # noqa: BLE001 - SystemExit from the submission is a runtime error too
+            return self.fail(self.classify(e, where))
+        self.phases["import"] = time.perf_counter() - t
+        done = self.verdict(where, watch)
+        if done is not None:
+            return done
+        self.module = module
+        self.entry = getattr(module, self.task.entry_point, None)
+        if not callable(self.entry):
+            return self.finish(Status.ENTRY_POINT_MISSING, f"{self.task.entry_point!r} is not a callable of the module")
+        return None
+
+    def run_trials(self) -> int | None:
+        """The correctness trials: fresh inputs each, outputs saved for the checker.
+
+        Trials of one (shape, dtype) reuse the same input buffers, refilled in place: a cache keyed by
+        data_ptr (or by shape) then returns the previous seed's output, and the checker sees a mismatch."""
+        t = time.perf_counter()
+        for trial in self.job.trials:
+            fresh = inputs_mod.make_trial_inputs(self.task, trial, self.device)
+            key = (tuple(trial.shape), trial.dtype)
+            if key in self.buffers:
+                ins = tuple(b.copy_(f) if _is_tensor(b) else f for b, f in zip(self.buffers[key], fresh))
+            else:
+                self.buffers[key] = ins = fresh
+            del fresh
+            done = self._trial(trial, ins)
+            if done is not None:
+                return done
+        self.phases["correctness"] = time.perf_counter() - t
+        return None
+
+    def _trial(self, trial, ins) -> int | None:
+        adapter = self.adapter
+        before = inputs_mod.digest(ins)
+        adapter.log.reset()
+        watch = integ.watching()
+        where = f"trial {trial.index} (shape {list(trial.shape)}, {trial.dtype})"
+        kw = dict(trials=tuple(self.outcomes), failed_trial=trial.index)
+        start = time.perf_counter()
+        try:
+            with torch.no_grad(), watch:
+                out = self.entry(*ins)
+            if self.job.backend == "cuda":
+                torch.cuda.synchronize()
+        except BaseException as e:  # noqa: BLE001
+            return self.failed_stretch(e, where, watch, **kw)
+        seconds = time.perf_counter() - start
+        done = self.verdict(where, watch, **kw)
+        if done is not None:
+            return done
+        launches, programs = adapter.log.launches, adapter.log.max_programs
+        out_file, aliases = None, False
+        if type(out) is torch.Tensor:
+            aliases = _aliases(out, ins)
+            out_file = f"trial_{trial.index}.pt"
+            torch.save(out.detach().to("cpu").contiguous().clone(), self.outputs / out_file)
+        with integ.submission_code():
+            output_type = _output_type(out)
+            out = None          # the submission's finalizers, if any, run watched
+        self.outcomes.append(TrialOutcome(
+            index=trial.index, output_file=out_file, launches=launches, programs=programs, seconds=seconds,
+            input_digest_before=before, input_digest_after=inputs_mod.digest(ins), output_aliases_input=aliases,
+            output_type=output_type))
+        if launches == 0:
+            return self.finish(Status.NO_KERNEL_LAUNCHED,
+                               f"the entry point returned without launching a {self.job.dsl} kernel (trial "
+                               f"{trial.index}); the kernel must do the work", trials=tuple(self.outcomes),
+                               failed_trial=trial.index)
+        return None
+
+    def time_calls(self) -> int | None:
+        """Times the entry point (child/timing.py), a share of the calls watched (`timing_entry`)."""
+        watched_entry, timing_ops = timing_entry(self.entry, self.integ)
+        t = time.perf_counter()
+        try:
+            self.timings = time_submission(self.task, self.job, watched_entry, self.adapter, self.outputs)
+        except BaseException as e:  # noqa: BLE001
+            return self.failed_stretch(e, "while timing", timing_ops, trials=tuple(self.outcomes))
+        self.phases["timing"] = time.perf_counter() - t
+        return self.verdict("while timing", timing_ops, trials=tuple(self.outcomes), timings=self.timings)
+
+    def wrap_up(self) -> int:
+        """The submission's leftovers collected under watch, a last check, and the ok report."""
+        timings = self.timings
+        self.buffers.clear()
+        with integ.submission_code():
+            gc.collect()
+        done = self.verdict("after the last call", None, trials=tuple(self.outcomes), timings=timings)
+        if done is not None:
+            return done
+        notes = "; ".join(sorted(self.adapter.log.notes))
+        return self.finish(Status.OK, notes, trials=tuple(self.outcomes), timings=timings,
+                           launched=compile_modes.launched_specs(self.adapter))
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+TIMING_WATCH_FRACTION = 0.1     # share of the timed calls run under the op recorders, at random
+
+
+class _Ops:
+    def __init__(self):
+        self.ops = collections.Counter()
+
+
+def timing_entry(entry, integ, fraction: float = TIMING_WATCH_FRACTION, rng=None):
+    """The entry point as the timing code calls it, and what it recorded.
+
+    Every call runs under the guards (no threads, processes, files, signals). The op recorders cost host
+    time per torch op, so they do not run on every timed call: they run on the first call of each input
+    shape (the untimed call before warm-up) and on a random `fraction` of the others, so a submission
+    that launches its kernel while it is checked and calls torch once the harness starts timing is
+    caught (and a timed call that is watched only adds host time, which the spin kernel of timing.py
+    hides). A submission that looks for the recorder on torch's mode stack and behaves only while it is
+    there is not caught by this: docs/security.md says so."""
+    rng = rng or random.SystemRandom()
+    seen: set = set()
+    recorded = _Ops()
+
+    def key_of(args):
+        first = args[0] if args else None
+        return (tuple(getattr(first, "shape", ())), str(getattr(first, "dtype", "")))
+
+    def watched(*args, **kwargs):
+        key = key_of(args)
+        if key not in seen or rng.random() < fraction:
+            seen.add(key)
+            w = integ.watching()
+            with w:
+                result = entry(*args, **kwargs)
+            recorded.ops.update(w.ops)
+            return result
+        with integ.submission_code():
+            return entry(*args, **kwargs)
+
+    return watched, recorded
