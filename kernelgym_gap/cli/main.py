@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -214,6 +215,9 @@ def main(argv=None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
+    except BrokenPipeError:             # `kernelgym-gap tasks --json | head`: the reader has gone, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (BackendUnavailableError, HarnessError) as e:
         print(f"kernelgym-gap: {e}", file=sys.stderr)
         return 3

@@ -49,7 +49,7 @@ class Progress:
             self.tty = False
             return self
         self._bar = tqdm(total=self.total, unit=self.unit, file=self.stream, dynamic_ncols=True, leave=True,
-                         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
+                         bar_format="{n_fmt}/{total_fmt} {unit}s |{bar:24}| elapsed {elapsed}, ETA {remaining}{postfix}")
         self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
         self._ticker.start()
         return self
