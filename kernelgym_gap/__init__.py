@@ -30,6 +30,7 @@ _LAZY = {
     "Status": ("kernelgym_gap.core.status", "Status"),
     "TaskSpec": ("kernelgym_gap.core.task", "TaskSpec"),
     "get_task": ("kernelgym_gap.core.registry", "get_task"),
+    "reproduce": ("kernelgym_gap.core.inputs", "reproduce"),
     "register_envs": ("kernelgym_gap.api.registration", "register_envs"),
 }
 __all__ = ["__version__", *_LAZY]

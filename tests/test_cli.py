@@ -122,7 +122,12 @@ def test_run_prints_a_table(registry):
         assert f" {sol.cpu_status} " in row and sol.dsl in row
     assert f"{len(task.solutions)} reference solutions evaluated" in p.stdout
     assert "0 failed" in p.stdout
-    assert "[" in p.stderr                        # progress goes to stderr, not into the table
+    assert "cpu backend: correctness only" in p.stdout and "E, U and the verdict need --backend cuda" in p.stdout
+    if any(s.cpu_status == "unverified" for s in task.solutions):
+        assert "unverified: a TileLang kernel" in p.stdout and "not a failure" in p.stdout
+    # progress goes to stderr, not into the table: one line per solution (stderr is a pipe), from 1, not 0
+    assert f"[1/{len(task.solutions)}] LayerNorm " in p.stderr and "[0/" not in p.stderr
+    assert "elapsed" in p.stderr and "ETA" in p.stderr
 
 
 def test_suite_runs_episodes_in_parallel_and_keeps_plan_order(registry):
@@ -145,3 +150,122 @@ def test_suite_runs_episodes_in_parallel_and_keeps_plan_order(registry):
     assert [(r.task.removeprefix("kernelgym_gap/").removesuffix("-v0"), r.solution) for r in rows] == expected
     assert all(r.status == "syntax_error" for r in rows)
     assert len(seen) == 2
+
+
+def _options(parser, path="kernelgym-gap"):
+    import argparse
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, f"{path} {name}")
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield path, parser, action
+
+
+def test_help_documents_every_option_and_its_default():
+    """Every option and positional of every command has a help text, and one with a default says it."""
+    import argparse
+    from kernelgym_gap.cli.main import build_parser
+    seen = 0
+    for path, parser, action in _options(build_parser()):
+        name = "/".join(action.option_strings) or action.dest
+        assert action.help, f"{path} {name}: no help"
+        text = parser.formatter_class(prog="x")._get_help_string(action) % {"default": action.default}
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            assert "default" in text, f"{path} {name}: the help does not name the default {action.default!r}"
+        seen += 1
+    assert seen > 40
+
+
+def test_top_level_help_is_for_users_and_version():
+    from kernelgym_gap import __version__
+    p = cli("--help")
+    assert p.returncode == 0
+    assert "Triton or TileLang" in p.stdout and "cpu backend checks correctness only" in p.stdout
+    for command in ("tasks", "eval", "run", "episode", "submit", "results", "leaderboard", "calibrate"):
+        assert f"\n    {command} " in p.stdout, command          # one line each under `commands`
+    v = cli("--version")
+    assert v.returncode == 0 and v.stdout.strip() == f"kernelgym-gap {__version__}"
+
+
+def test_tasks_table_shows_level_and_statement(registry):
+    p = cli("tasks")
+    task = registry.get("LayerNorm")
+    row = next(ln for ln in p.stdout.splitlines() if ln.startswith(task.id + " "))
+    assert row.split()[1:3] == [task.category, str(task.level)]
+    assert task.summary() in row and task.summary().startswith("Normalize each row of x")
+
+
+def test_tasks_json_is_the_whole_contract(registry):
+    data = {obj["id"]: obj for obj in json.loads(cli("tasks", "--json").stdout)}
+    task = registry.get("LayerNorm")
+    obj = data[task.id]
+    for key in ("statement", "signature", "entry_point", "workloads", "tolerances", "distributions",
+                "timed_distribution", "level", "tags", "motivation", "version", "changelog", "solutions",
+                "output_dtypes"):
+        assert key in obj, key
+    cpu = obj["workloads"]["cpu"]
+    assert cpu["dtypes"] == list(task.workload("cpu").dtypes)
+    first = cpu["shapes"][0]
+    assert first["shape"] == list(task.workload("cpu").public[0]) and first["split"] == "public"
+    assert first["flops"] == task.flops(task.workload("cpu").public[0])
+    assert first["min_bytes"]["float32"] == task.min_bytes(task.workload("cpu").public[0], "float32")
+    assert obj["tolerances"]["float32"] == {"atol": 1e-4, "rtol": 1e-4}
+
+
+def test_seed_reaches_the_trials_and_the_message_prints_the_trials_own(registry):
+    """--seed N seeds the trial seeds (EvalConfig.trial_seed): the failing trial is the one
+    make_trials derives from N, and its seed is the one the message prints."""
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.engine.trials import make_trials, trial_rng
+    task = registry.get("LayerNorm")
+    p = cli("eval", "--task", "layernorm", "--backend", "cpu", "--seed", "3", FIXTURES / "failures" / "mismatch.py",
+            "--json")
+    obj = one_json_object(p.stdout)
+    cfg = EvalConfig(trial_seed=3)
+    first = make_trials(task, "cpu", cfg, trial_rng(cfg))[0]
+    assert obj["failure"]["trial"]["seed"] == first.seed
+    assert f"seed {first.seed}" in obj["message"] and f"seed={first.seed}" in obj["message"]
+
+
+def test_run_skips_a_dsl_that_is_not_installed(monkeypatch, capsys):
+    """A minimal install has no tilelang: `run` replays the rest and says what it skipped and why."""
+    import importlib.util
+    from kernelgym_gap.cli import main as cli_main
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tilelang" else real(name, *a))
+    assert cli_main.missing_dsls(("triton", "tilelang")).keys() == {"tilelang"}
+    monkeypatch.setattr("kernelgym_gap.api.suite.run_suite", lambda **kw: [])
+    assert cli_main.main(["run", "--backend", "cpu", "--task", "LayerNorm"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: 3 tilelang solutions: tilelang is not installed" in out
+    assert cli_main.main(["run", "--backend", "cpu", "--dsl", "tilelang"]) == 3
+
+
+def test_progress_lines_when_stderr_is_not_a_terminal():
+    import io
+    from kernelgym_gap.cli.progress import Progress
+    out = io.StringIO()
+    with Progress(2, unit="solution", stream=out, tty=False) as bar:
+        bar.start("LayerNorm a.py")
+        bar.done("ok")
+        bar.start("LayerNorm b.py")
+        bar.done("ok")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[1/2] LayerNorm a.py  (elapsed 0:00)")
+    assert lines[1].startswith("[2/2] LayerNorm b.py  (elapsed 0:00, ETA 0:00)")
+    assert lines[2].startswith("done: 2/2 solutions")
+    quiet = io.StringIO()
+    with Progress(2, stream=quiet, tty=False, quiet=True) as bar:
+        bar.start("x")
+        bar.done()
+    assert quiet.getvalue() == ""
+
+
+def test_episode_on_cpu_says_why_it_ended_early():
+    p = cli("episode", "--agent", "replay", "--task", "LayerNorm", "--backend", "cpu", "--steps", "3", "--seed", "0")
+    assert p.returncode == 0, p.stderr
+    assert "1/3 steps" in p.stdout
+    assert "the episode ended at step 1 of 3: the kernel is correct, and the cpu backend measures correctness only" \
+        in p.stdout
+    assert "[1/3] step 1" in p.stderr                  # progress, one line per step (stderr is a pipe here)

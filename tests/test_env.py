@@ -201,3 +201,18 @@ def test_a_failing_child_keeps_the_episode_going(registry):
     _, reward, terminated, truncated, info = env.step((FIXTURES / "failures" / "mismatch.py").read_text())
     assert info["status"] == "mismatch" and reward == 0.0 and not terminated and not truncated
     assert info["record"]["failure"]["max_abs_err"] > 0
+
+
+def test_readme_python_snippet_prints_status_reward_and_terms_on_cpu(registry, tmp_path, monkeypatch, capsys):
+    """The README's Python block, run as written with a reference solution as my_kernel.py: on the cpu
+    backend it prints the status and the reward, and E/U as None (the cpu backend measures no time)."""
+    import re
+    from conftest import ROOT
+    block = re.search(r"```python\n(import gymnasium.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    task = registry.get("LayerNorm")
+    sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
+    (tmp_path / "my_kernel.py").write_text(task.solution_path(sol).read_text())
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "README.md", "exec"), {})               # noqa: S102 - the README's own code
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "ok 1.0" and lines[-1] == "E None U None"

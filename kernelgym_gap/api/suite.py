@@ -41,7 +41,9 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
               workers: int | None = None, gpus: list[int] | None = None, warm: bool = False) -> list[SuiteRow]:
     """One episode per (task, dsl) with the replay agent. Episodes run in parallel: on the cuda backend one
     at a time per GPU (every visible GPU by default, each episode's evaluations pinned to its worker's GPU),
-    on the cpu backend `workers` at a time (default 1). Rows come back in plan order. warm: each worker holds
+    on the cpu backend `workers` at a time (default 1). Rows come back in plan order. progress(finished,
+    total, label) is called as each solution starts (label: task and file) and as it ends (`label: status
+    reward`, finished one higher). warm: each worker holds
     one warm.WarmPool (its GPU's on cuda: a warm checker and pre-started children) that its episodes share.
     (One function of ~70 lines: the worker closure shares the plan's queue, results and first error.)"""
     from kernelgym_gap.api.agent import load_agent
@@ -65,14 +67,17 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
     results: dict[int, list[SuiteRow]] = {}
     errors: list[BaseException] = []
     lock = threading.Lock()
-    counter = [0]
+    finished = [0]
 
-    def tick(label: str) -> None:
+    def tick(label: str, outcome: str | None = None) -> None:
+        """progress(finished, total, label) as an item starts, and again with `label: outcome` (and one more
+        finished) as it ends."""
         with lock:
-            n = counter[0]
-            counter[0] += 1
+            if outcome is not None:
+                finished[0] += 1
+            n = finished[0]
         if progress:
-            progress(n, total, label)
+            progress(n, total, label if outcome is None else f"{label}: {outcome}")
 
     def work(gpu: int | None) -> None:
         cfg = config if gpu is None else config.replace(gpu_index=gpu)
@@ -101,8 +106,6 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
         th.join()
     if errors:
         raise errors[0]
-    if progress:
-        progress(total, total, "done")
     return [row for i in sorted(results) for row in results[i]]
 
 
@@ -120,9 +123,11 @@ def _episode(task, dsl, backend, config, registry, evaluator, tick, gpu, warm=No
         for _ in range(n):
             source = agent.act(obs, info)
             sol = agent.last
-            tick(f"{task.name} {sol.file}" + (f" (GPU {gpu})" if gpu is not None else ""))
+            label = f"{task.name} {sol.file}" + (f" (GPU {gpu})" if gpu is not None else "")
+            tick(label)
             t0 = time.perf_counter()
             obs, reward, terminated, truncated, info = env.step(source)
+            tick(label, f"{info['status']} {reward:.3f}")
             terms = info["terms"]
             rows.append(SuiteRow(task=task.id, category=task.category, dsl=dsl, solution=sol.file, kind=sol.kind,
                                  defect=sol.defect, status=info["status"], correct=info["correct"],

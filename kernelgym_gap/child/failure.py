@@ -11,6 +11,7 @@ from kernelgym_gap.core.status import Status
 from kernelgym_gap.dsl.base import KernelUnverified
 
 TRACEBACK_LINES = 12        # the tail of the submission's traceback a report carries
+SUBMISSION_FILE = "submission.py"   # the name the submission's source has in every child's directory
 
 # Only for exceptions that carry no type to look at: torch's CPU allocator (c10's "DefaultCPUAllocator: can't
 # allocate memory"), the Triton driver ("out of memory") and TVM ("failed to allocate") raise plain
@@ -25,8 +26,18 @@ class Failure:
     traceback: str | None = None     # the submission's traceback, trimmed to its last TRACEBACK_LINES lines
 
 
-def traceback_tail(exc: BaseException, lines: int = TRACEBACK_LINES) -> str:
-    text = "".join(traceback_mod.format_exception(type(exc), exc, exc.__traceback__))
+def traceback_tail(exc: BaseException, lines: int = TRACEBACK_LINES) -> str | None:
+    """The submission's own traceback: its frames only (the harness's and the libraries' left out), the file
+    named as `submission.py`, then the exception; its last `lines` lines. None when no frame of the
+    submission is on the stack (the harness or a DSL raised it on its own: the message says what)."""
+    frames = [f for f in traceback_mod.extract_tb(exc.__traceback__)
+              if f.filename.rsplit("/", 1)[-1] == SUBMISSION_FILE]
+    if not frames:
+        return None
+    for f in frames:
+        f.filename = SUBMISSION_FILE
+    text = "Traceback (the submission's frames):\n" + "".join(traceback_mod.format_list(frames))
+    text += "".join(traceback_mod.format_exception_only(type(exc), exc))
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
@@ -55,8 +66,8 @@ def classify(exc: BaseException, where: str, adapter, integrity, watch) -> Failu
     tb = traceback_tail(exc)
     if watch.events or isinstance(exc, SandboxDenied):
         return Failure(Status.INTEGRITY_VIOLATION, f"{where}: " + "; ".join(integrity.violations()), tb)
-    if isinstance(exc, KernelUnverified):
-        return Failure(Status.UNVERIFIED, str(exc), tb)
+    if isinstance(exc, KernelUnverified):        # not the submission's fault: no traceback
+        return Failure(Status.UNVERIFIED, str(exc))
     if adapter.is_compile_error(exc):
         return Failure(Status.COMPILE_ERROR, f"{where}: {exc}", tb)
     if isinstance(exc, OSError) and exc.errno == errno.EFBIG:

@@ -224,7 +224,8 @@ class ChildRun:
         before = inputs_mod.digest(ins)
         adapter.log.reset()
         watch = integ.watching()
-        where = f"trial {trial.index} (shape {list(trial.shape)}, {trial.dtype})"
+        where = (f"trial {trial.index} ({trial.split} shape {list(trial.shape)}, {trial.dtype}, "
+                 f"{trial.distribution} inputs, seed {trial.seed})")
         kw = dict(trials=tuple(self.outcomes), failed_trial=trial.index)
         start = time.perf_counter()
         try:

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 
+from kernelgym_gap.cli import options
 from kernelgym_gap.core.errors import HarnessError, KernelGymError
 
 ENV_DB = "KERNELGYM_GAP_DB"
@@ -25,12 +26,13 @@ def add_commands(subparsers) -> None:
     s = subparsers.add_parser("episode", help="run one episode of an agent (agents/NAME.py) on a task")
     s.add_argument("--agent", required=True, help="agent name: a file agents/NAME.py (replay, search, chat, ...)")
     s.add_argument("--task", required=True, help="task id (kernelgym_gap/LayerNorm-v0) or name (LayerNorm)")
-    s.add_argument("--dsl", default="triton", choices=["triton", "tilelang"])
-    s.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"])
+    options.add_dsl(s)
+    options.add_backend(s)
     s.add_argument("--steps", type=int, default=4, help="the episode's step budget (default 4)")
-    s.add_argument("--seed", type=int, help="fixes the trial seeds and the agent's own randomness")
-    s.add_argument("--reward-mode", choices=["full", "correctness"])
-    s.add_argument("--gpu", type=int, help="GPU index for the cuda backend")
+    s.add_argument("--seed", type=int, help="seeds the trial seeds and the agent's own randomness "
+                                            "(default: fresh random seeds)")
+    s.add_argument("--reward-mode", choices=["full", "correctness"], help=options.REWARD_MODE_HELP)
+    s.add_argument("--gpu", type=int, help=options.GPU_HELP)
     stop = s.add_mutually_exclusive_group()
     stop.add_argument("--keep-going", dest="stop_when_correct", action="store_false", default=None,
                       help="use the whole budget even after a correct kernel (the default where speed is scored)")
@@ -41,8 +43,8 @@ def add_commands(subparsers) -> None:
     c.add_argument("--model", help="model name sent to the endpoint (default $OPENAI_MODEL)")
     c.add_argument("--api-key-env", default="OPENAI_API_KEY",
                    help="environment variable holding the API key (default OPENAI_API_KEY; unset: no key sent)")
-    c.add_argument("--temperature", type=float)
-    c.add_argument("--max-tokens", type=int)
+    c.add_argument("--temperature", type=float, help="sampling temperature (default 0: greedy)")
+    c.add_argument("--max-tokens", type=int, help="completion token limit (default: none sent, the endpoint decides)")
     c.add_argument("--request-timeout", type=float, help="seconds per HTTP request (default 120)")
     c.add_argument("--max-retries", type=int, help="retries on 429/5xx/timeouts (default 4)")
     s.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -170,40 +172,48 @@ def cmd_episode(args) -> int:
 
 
 def run_episode(env, agent, seed: int | None = None, progress: bool = False) -> dict:
-    """Runs one episode; returns a JSON-able summary (every step's headline, the best step's source)."""
+    """Runs one episode; returns a JSON-able summary (every step's headline, the best step's source, and
+    `stopped`: why it ended before its step budget, when it did). progress: a bar (or one line per step)
+    on stderr."""
+    from kernelgym_gap.cli.progress import Progress
     obs, info = env.reset(seed=seed)
     agent.reset(obs, info)
     steps, best = [], None
     t_start = time.perf_counter()
-    error = finished = None
-    for i in range(env.max_steps):
-        try:
-            source = agent.act(obs, info)
-        except HarnessError as e:      # e.g. the chat endpoint kept failing: not the model's fault
-            error = f"{type(e).__name__}: {e}"
-            break
-        except (RuntimeError, StopIteration) as e:   # the agent has nothing left to submit (replay)
-            finished = str(e) or type(e).__name__
-            break
-        t0 = time.perf_counter()
-        obs, reward, terminated, truncated, info = env.step(source)
-        rec = info["record"]
-        step = {"step": i + 1, "status": info["status"], "correct": info["correct"], "reward": reward,
-                "E": info["terms"].get("E"), "U": info["terms"].get("U"),
-                "verdict": (info["diagnosis"] or {}).get("verdict"), "source_sha256": rec.get("source_sha256"),
-                "seconds": round(time.perf_counter() - t0, 3),
-                "message": (info["message"] or "").splitlines()[0][:200] if info["message"] else ""}
-        note = getattr(agent, "last_note", None) or getattr(getattr(agent, "last", None), "file", None)
-        if note:
-            step["change"] = note
-        steps.append(step)
-        if best is None or reward > best["reward"]:
-            best = {"step": i + 1, "reward": reward, "status": info["status"], "source": source}
-        if progress:
-            print(f"[step {i + 1}/{env.max_steps}] {info['status']}  correct={info['correct']}  "
-                  f"reward={reward:.4f}  ({step['seconds']:.1f} s)", file=sys.stderr, flush=True)
-        if terminated or truncated:
-            break
+    error = finished = stopped = None
+    with Progress(env.max_steps, unit="step", quiet=not progress) as bar:
+        for i in range(env.max_steps):
+            bar.start(f"step {i + 1}: the agent writes a kernel")
+            try:
+                source = agent.act(obs, info)
+            except HarnessError as e:      # e.g. the chat endpoint kept failing: not the model's fault
+                error = f"{type(e).__name__}: {e}"
+                break
+            except (RuntimeError, StopIteration) as e:   # the agent has nothing left to submit (replay)
+                finished = str(e) or type(e).__name__
+                break
+            bar.start(f"step {i + 1}: evaluating" + (f" ({agent.last_note})" if getattr(agent, "last_note", None)
+                                                     else ""))
+            t0 = time.perf_counter()
+            obs, reward, terminated, truncated, info = env.step(source)
+            rec = info["record"]
+            step = {"step": i + 1, "status": info["status"], "correct": info["correct"], "reward": reward,
+                    "E": info["terms"].get("E"), "U": info["terms"].get("U"),
+                    "verdict": (info["diagnosis"] or {}).get("verdict"),
+                    "source_sha256": rec.get("source_sha256"),
+                    "seconds": round(time.perf_counter() - t0, 3),
+                    "message": (info["message"] or "").splitlines()[0][:200] if info["message"] else ""}
+            note = getattr(agent, "last_note", None) or getattr(getattr(agent, "last", None), "file", None)
+            if note:
+                step["change"] = note
+            steps.append(step)
+            if best is None or reward > best["reward"]:
+                best = {"step": i + 1, "reward": reward, "status": info["status"], "source": source}
+            bar.done(f"{info['status']} reward={reward:.4f} ({step['seconds']:.1f} s)")
+            if terminated and i + 1 < env.max_steps:
+                stopped = stop_reason(i + 1, env.max_steps, info.get("backend"), rec.get("reward_mode"))
+            if terminated or truncated:
+                break
     env.close()
     out = {"task": info.get("task"), "dsl": info.get("dsl"), "backend": info.get("backend"),
            "max_steps": env.max_steps, "steps": steps, "best": best,
@@ -212,7 +222,18 @@ def run_episode(env, agent, seed: int | None = None, progress: bool = False) -> 
         out["error"] = error
     if finished:
         out["finished"] = finished
+    if stopped:
+        out["stopped"] = stopped
     return out
+
+
+def stop_reason(step: int, max_steps: int, backend: str | None, reward_mode: str | None) -> str:
+    """Why an episode ended at a correct kernel before its budget (the env's stop_when_correct rule)."""
+    where = ("the cpu backend measures correctness only" if backend == "cpu"
+             else f"the reward is in {reward_mode or 'correctness'} mode")
+    return (f"the episode ended at step {step} of {max_steps}: the kernel is correct, and {where}, so no "
+            f"later step can score higher (reward 1 is the maximum); --keep-going uses every step"
+            + (", and --backend cuda scores speed" if backend == "cpu" else ""))
 
 
 def format_episode(ep: dict) -> str:
@@ -229,6 +250,8 @@ def format_episode(ep: dict) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
     if ep.get("finished"):
         lines.append(f"the agent stopped: {ep['finished']}")
+    if ep.get("stopped"):
+        lines.append(ep["stopped"])
     b = ep["best"]
     if b:
         lines.append(f"best: step {b['step']}  reward {b['reward']:.4f}  ({b['status']})")

@@ -16,6 +16,8 @@ import secrets
 import subprocess
 import sys
 
+from kernelgym_gap.cli.options import BACKEND_HELP, DSL_HELP, REWARD_MODE_HELP, SEED_HELP
+
 TOKEN_ENV = "KERNELGYM_GAP_TOKEN"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -30,22 +32,22 @@ def add_commands(sub) -> None:
                                       "when this source was measured before with the same settings)")
     s.add_argument("--task", required=True, help="task id or name")
     s.add_argument("--name", required=True, help="who submits: agent or checkpoint name")
-    s.add_argument("--dsl", default="triton", choices=["triton", "tilelang"])
-    s.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"])
-    s.add_argument("--reward-mode", choices=["full", "correctness"])
-    s.add_argument("--seed", type=int, help="fix the trial seeds (part of the cache key)")
+    s.add_argument("--dsl", default="triton", choices=["triton", "tilelang"], help=DSL_HELP)
+    s.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"], help=BACKEND_HELP)
+    s.add_argument("--reward-mode", choices=["full", "correctness"], help=REWARD_MODE_HELP)
+    s.add_argument("--seed", type=int, help=SEED_HELP + "; part of the cache key")
     s.add_argument("--gpu", type=int, help="GPU index for the cuda backend")
     s.add_argument("--remeasure", action="store_true", help="evaluate again even if the cache has a result")
     s.add_argument("--json", action="store_true", help="print one JSON object: submission id, cache hit, record")
     _db_arg(s)
-    s.add_argument("file")
+    s.add_argument("file", help="the kernel source file")
     s.set_defaults(func=cmd_submit)
 
     s = sub.add_parser("results", help="list stored submissions, newest first")
-    s.add_argument("--task")
+    s.add_argument("--task", help="only this task (id or name; default: every task)")
     s.add_argument("--name", help="only this submitter")
-    s.add_argument("--limit", type=int, default=20)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--limit", type=int, default=20, help="at most this many submissions")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     _db_arg(s)
     s.set_defaults(func=cmd_results)
 
@@ -53,7 +55,7 @@ def add_commands(sub) -> None:
     lsub = lb.add_subparsers(dest="leaderboard_command", required=True)
     s = lsub.add_parser("serve", help="serve the leaderboard web app (and start its evaluation worker)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--port", type=int, default=8000, help="port to listen on")
     s.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"],
                    help="what web submissions are evaluated on")
     s.add_argument("--token", help=f"write token (default: ${TOKEN_ENV}, else a random one, printed)")
@@ -64,15 +66,15 @@ def add_commands(sub) -> None:
     s.set_defaults(func=cmd_serve)
 
     s = lsub.add_parser("worker", help="evaluate queued web submissions (in the foreground)")
-    s.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"])
-    s.add_argument("--workers", type=int, default=1)
+    s.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"], help=BACKEND_HELP)
+    s.add_argument("--workers", type=int, default=1, help="evaluations at once")
     _db_arg(s)
     s.set_defaults(func=cmd_worker)
 
     s = lsub.add_parser("show", help="print the overall ranking, or one task's ranking")
-    s.add_argument("--task")
+    s.add_argument("--task", help="one task's ranking (id or name; default: the overall ranking)")
     s.add_argument("--backend", choices=["cpu", "cuda"], help="default: cuda if it has results, else cpu")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of the ranking")
     _db_arg(s)
     s.set_defaults(func=cmd_show)
 

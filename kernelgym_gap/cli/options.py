@@ -1,10 +1,50 @@
-"""Flags shared by several commands, mapped onto the package's types in one place."""
+"""Flags shared by several commands, mapped onto the package's types in one place; the help formatter and
+parser class every command uses (each option's help ends with its default)."""
 from __future__ import annotations
 
+import argparse
 import stat
 from pathlib import Path
 
 from kernelgym_gap.core.errors import KernelGymError
+
+BACKEND_HELP = ("where to evaluate: cpu (Triton interpreter, TileLang C target: correctness only), cuda (a GPU: "
+                "correctness, E, U and the verdict), auto (cuda when a GPU is visible, else cpu)")
+DSL_HELP = "the kernel language of the source file"
+REWARD_MODE_HELP = ("full: 0 unless correct, then 0.2 + 0.8 x a score of E and U where the backend measures "
+                    "them; correctness: 1 for a correct kernel, 0 otherwise (default: full; the cpu backend "
+                    "measures no time, so it is always correctness there)")
+SEED_HELP = ("seed the generator of the trial seeds, so the same trials (and inputs) come back; each trial's "
+             "own seed is derived from it and printed with a failure (default: fresh random seeds)")
+GPU_HELP = "GPU index for the cuda backend (default: the first visible GPU)"
+JSON_HELP = "print one JSON document on stdout instead of text (no progress on stderr)"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps descriptions as written and appends `(default: X)` to an option's help unless the help already
+    names its default, or the default is None or False (the help then says what leaving it out means)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse.ArgumentParser with HelpFormatter; subcommand parsers made from one inherit it."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def add_backend(p, default: str = "auto") -> None:
+    p.add_argument("--backend", default=default, choices=["cpu", "cuda", "auto"], help=BACKEND_HELP)
+
+
+def add_dsl(p) -> None:
+    p.add_argument("--dsl", default="triton", choices=["triton", "tilelang"], help=DSL_HELP)
 
 
 def eval_config(args):

@@ -74,3 +74,35 @@ def make_trial_inputs(task, trial, device: str) -> tuple:
     """The inputs of one trial, regenerated identically wherever it is called."""
     return tuple(task.make_inputs(tuple(trial.shape), trial.dtype, generator(trial.seed, device),
                                   trial.distribution, device))
+
+
+def reproduce(task, trial=None, *, shape=None, dtype: str | None = None, seed: int | None = None,
+              distribution: str | None = None, device: str = "cpu") -> tuple:
+    """The inputs of a trial, as the harness made them: for a failing trial, pass the record's
+    `failure.trial` (a Trial or its dict from the JSON record), or the shape, dtype, seed and distribution a
+    failure's message prints. `task`: a TaskSpec, an id or a name. Inputs of cuda trials come from the
+    device's own generator: pass device="cuda" to get those.
+
+        ins = kernelgym_gap.reproduce("LayerNorm", shape=(16, 128), dtype="float32", seed=123, distribution="normal")
+        expected = task.reference(*ins); got = layernorm(*ins)
+    """
+    from kernelgym_gap.core.record import Trial
+    if isinstance(task, str):
+        from kernelgym_gap.core.registry import get_task
+        task = get_task(task)
+    if trial is None:
+        if shape is None or dtype is None or seed is None:
+            raise TypeError("reproduce needs a trial, or shape, dtype and seed")
+        trial = Trial(index=0, shape=tuple(shape), dtype=dtype, seed=int(seed),
+                      distribution=distribution or task.distributions[0], split="public")
+    elif isinstance(trial, dict):
+        trial = Trial(index=trial.get("index", 0), shape=tuple(trial["shape"]), dtype=trial["dtype"],
+                      seed=int(trial["seed"]), distribution=trial["distribution"], split=trial.get("split", "public"))
+    return make_trial_inputs(task, trial, device)
+
+
+def reproduce_call(task_id: str, trial, device: str = "cpu") -> str:
+    """The one-line call that regenerates a trial's inputs, as a failure's message prints it."""
+    dev = "" if device == "cpu" else f", device={device!r}"
+    return (f"kernelgym_gap.reproduce({task_id!r}, shape={tuple(trial.shape)!r}, dtype={trial.dtype!r}, "
+            f"seed={trial.seed}, distribution={trial.distribution!r}{dev})")

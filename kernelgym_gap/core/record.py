@@ -240,12 +240,28 @@ class ChildReport(_Record):
 # ---- what callers get ------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
+class BadElement:
+    """One output element the checker rejected: where, what the reference gives, what the kernel gave
+    (non-finite values as the strings "inf", "-inf", "nan": JSON has no such numbers)."""
+    index: tuple[int, ...]
+    expected: float | str
+    got: float | str
+
+
+@dataclasses.dataclass(frozen=True)
 class FailureDetail:
+    """What a failure's message says, as data. The trial (shape, dtype, seed, distribution) regenerates its
+    inputs: kernelgym_gap.reproduce(task, trial). Fields after traceback_tail are newer (defaults: older
+    records still parse)."""
     trial: Trial | None = None
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     mismatched_fraction: float | None = None
     traceback_tail: str | None = None
+    first_bad: tuple[BadElement, ...] = ()      # the first few rejected elements, in index order
+    atol: float | None = None                   # the tolerance the output was judged with
+    rtol: float | None = None
+    bad_elements: int | None = None             # how many elements were rejected
 
 
 @dataclasses.dataclass(frozen=True)

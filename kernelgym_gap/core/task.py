@@ -114,6 +114,41 @@ class TaskSpec:
     def workload(self, backend: str) -> Workload:
         return self.workloads[backend]
 
+    def summary(self) -> str:
+        """The statement's first sentence (what `kernelgym-gap tasks` shows)."""
+        first = self.statement.split(". ", 1)[0].strip()
+        return first if first.endswith(".") else first + "."
+
+    def contract(self) -> dict[str, Any]:
+        """The whole contract as JSON-able data (`kernelgym-gap tasks --json`): what a submission must do,
+        on which shapes and dtypes, within which tolerances, and what it is measured against."""
+        def shapes(w: Workload) -> list[dict[str, Any]]:
+            return [{"shape": list(s), "split": split, "flops": int(self.flops(s)),
+                     "min_bytes": {d: int(self.min_bytes(s, d)) for d in w.dtypes}}
+                    for split, group in (("public", w.public), ("heldout", w.heldout)) for s in group]
+        return {
+            "id": self.id, "name": self.name, "version": self.version, "category": self.category,
+            "level": self.level, "tags": list(self.tags), "statement": self.statement,
+            "motivation": self.motivation, "entry_point": self.entry_point, "signature": self.signature,
+            "dsls": list(self.dsls),
+            "workloads": {b: {"dtypes": list(w.dtypes), "shapes": shapes(w)} for b, w in self.workloads.items()},
+            "output_dtypes": {d: self.output_dtype(d) for d in sorted({d for w in self.workloads.values()
+                                                                     for d in w.dtypes})},
+            "tolerances": {d: {"atol": t.atol, "rtol": t.rtol} for d, t in self.tolerances.items()},
+            "distributions": list(self.distributions), "timed_distribution": self.timed_distribution,
+            "reference_in_float64": self.reference_in_float64, "baselines": list(self.baselines),
+            "changelog": list(self.changelog),
+            "solutions": [{"file": s.file, "dsl": s.dsl, "kind": s.kind, "defect": s.defect, "note": s.note,
+                           "cpu_status": s.cpu_status} for s in self.solutions],
+            "reference": self._reference_text(),
+        }
+
+    def _reference_text(self) -> str | None:
+        try:
+            return self.reference_source()
+        except (OSError, TypeError):        # defined where its source cannot be read (e.g. a REPL)
+            return None
+
     def validate(self) -> list[str]:
         """Every way this spec breaks the contract (empty when it is sound)."""
         problems = []

@@ -14,6 +14,25 @@ _TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "f
                     "int32": "i32", "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
 
 
+def compile_error_summary(e: BaseException) -> str:
+    """Triton's own words for why a kernel does not compile, on one line: the compiler's message (the
+    innermost one, for an error inside a called @jit function) and the kernel line it points at, instead
+    of the 12-line source excerpt CompilationError prints."""
+    node, src = getattr(e, "node", None), getattr(e, "src", None)
+    message = getattr(e, "error_message", None)
+    if message is None or not hasattr(e, "src"):
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        return (lines[-1] if lines else type(e).__name__)[:300]
+    lines = [ln.strip() for ln in str(message).strip().splitlines() if ln.strip()]
+    text = (lines[-1] if lines else type(e).__name__)[:300]
+    lineno = getattr(node, "lineno", None)
+    if src and lineno:
+        src_lines = src.split("\n")
+        if 0 < lineno <= len(src_lines):
+            text += f" (line {lineno} of the kernel: {' '.join(src_lines[lineno - 1].split())[:120]})"
+    return text
+
+
 def _grid_programs(grid) -> int:
     if isinstance(grid, int):
         return grid
@@ -255,7 +274,7 @@ class TritonAdapter(DSLAdapter):
         except Exception as e:  # noqa: BLE001 - anything triton.compile raises means it does not compile
             # CompilationError mostly; triton 3.x raises RuntimeError for a non-jit function it cannot follow
             raise DSLCompileError(f"{fn_self.fn.__name__} does not compile for sm_90: "
-                                  f"{type(e).__name__}: {e}") from e
+                                  f"{type(e).__name__}: {compile_error_summary(e)}") from e
         self._compiled.add(key)
 
     @staticmethod

@@ -163,8 +163,8 @@ def calibrate(gpu_index: int = 0, cache_path: Path | None = None, force: bool = 
 
 def add_commands(sub) -> None:
     s = sub.add_parser("calibrate", help="measure the GPU's copy bandwidth and matmul peaks (cached per device)")
-    s.add_argument("--gpu", type=int, default=0)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--gpu", type=int, default=0, help="index of the GPU to measure")
+    s.add_argument("--json", action="store_true", help="print the calibration as one JSON object")
     s.add_argument("--cache", help=f"cache file (default {default_cache_path()})")
     s.set_defaults(func=_cmd_calibrate)
 

@@ -18,11 +18,12 @@ from pathlib import Path
 import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
-from kernelgym_gap.core.record import CheckResult, ChildReport, FailureDetail, Job, Trial
+from kernelgym_gap.core.record import BadElement, CheckResult, ChildReport, FailureDetail, Job, Trial
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec, itemsize, numel
 
 KERNELBENCH_TOL = 1e-2
+SAMPLES = 3          # rejected elements a message shows (expected vs got)
 
 
 class _Fail(Exception):
@@ -53,7 +54,27 @@ def _reference(task: TaskSpec, ins: tuple) -> torch.Tensor:
         return task.reference(*ins)
 
 
-def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str) -> bool:
+def _value(x: float) -> float | str:
+    return x if x == x and abs(x) != float("inf") else str(x)
+
+
+def _samples(bad: torch.Tensor, o: torch.Tensor, r: torch.Tensor) -> tuple[BadElement, ...]:
+    """The first SAMPLES rejected elements in index order."""
+    idx = bad.nonzero()[:SAMPLES].tolist()
+    return tuple(BadElement(index=tuple(int(i) for i in ix), expected=_value(float(r[tuple(ix)])),
+                            got=_value(float(o[tuple(ix)]))) for ix in idx)
+
+
+def _fmt(v: float | str) -> str:
+    return v if isinstance(v, str) else f"{v:.6g}"
+
+
+def samples_text(first_bad) -> str:
+    """`at (0, 0): expected 0.81, got -0.4; ...` for a failure's first rejected elements."""
+    return "; ".join(f"{tuple(b.index)}: expected {_fmt(b.expected)}, got {_fmt(b.got)}" for b in first_bad)
+
+
+def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, device: str) -> bool:
     """Raises _Fail on the first problem; returns whether a KernelBench-style allclose would pass."""
     where = dict(trial=trial)
     expected_dtype = getattr(torch, task.output_dtype(trial.dtype))
@@ -61,34 +82,51 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str) -> b
     out = _load_output(path, max_bytes=2 * numel(ref.shape) * itemsize("float64") + (1 << 16))
     out = out.to(ref.device)
     if out.dtype != expected_dtype:
-        raise _Fail(Status.WRONG_DTYPE, f"{what}: output dtype {out.dtype}, expected {expected_dtype}", **where)
+        raise _Fail(Status.WRONG_DTYPE, f"{what}: the output is {out.dtype}, expected {expected_dtype} (the "
+                                        f"task's output dtype for {trial.dtype} inputs)", **where)
     if tuple(out.shape) != tuple(ref.shape):
-        raise _Fail(Status.WRONG_SHAPE, f"{what}: output shape {list(out.shape)}, expected {list(ref.shape)}",
-                    **where)
+        hint = " (the same number of elements, another shape)" if out.numel() == ref.numel() else ""
+        raise _Fail(Status.WRONG_SHAPE, f"{what}: the output has shape {list(out.shape)}, expected "
+                                        f"{list(ref.shape)}{hint}", **where)
     o, r = out.double(), ref.double()
     ref_finite = torch.isfinite(r)
-    if bool((~torch.isfinite(o) & ref_finite).any()):
-        n = int((~torch.isfinite(o) & ref_finite).sum())
-        raise _Fail(Status.NON_FINITE, f"{what}: {n} non-finite output values where the reference is finite",
-                    **where)
-    if o.numel() and bool((o == 0).all()) and not bool((r == 0).all()):
-        raise _Fail(Status.ALL_ZERO, f"{what}: the output is all zeros and the reference is not", **where)
+    reproduce = inputs_mod.reproduce_call(task.id, trial, device)
     tol = task.tolerances[trial.dtype]
+    nonfinite = ~torch.isfinite(o) & ref_finite
+    if bool(nonfinite.any()):
+        n = int(nonfinite.sum())
+        first = _samples(nonfinite, o, r)
+        raise _Fail(Status.NON_FINITE,
+                    f"{what}: {n} of {o.numel()} output values are inf or nan where the reference is finite\n"
+                    f"first bad elements: {samples_text(first)}\ninputs: {reproduce}",
+                    trial=trial, first_bad=first, bad_elements=n)
+    if o.numel() and bool((o == 0).all()) and not bool((r == 0).all()):
+        raise _Fail(Status.ALL_ZERO, f"{what}: the output is all zeros and the reference is not (was the output "
+                                     f"written?)\ninputs: {reproduce}", **where)
     diff = (o - r).abs().where(ref_finite, torch.zeros_like(o))
     bad = diff > tol.atol + tol.rtol * r.abs().where(ref_finite, torch.zeros_like(r))
     if bool(bad.any()):
         denom = r.abs().clamp_min(tol.atol)
         max_abs = float(diff.max())
         max_rel = float((diff / denom).max())
-        frac = float(bad.double().mean())
+        n = int(bad.sum())
+        frac = n / bad.numel()
+        first = _samples(bad, o, r)
         raise _Fail(Status.MISMATCH,
-                    f"{what}: {frac:.2%} of the elements differ from the reference beyond atol={tol.atol}, "
-                    f"rtol={tol.rtol} (max abs err {max_abs:.3g}, max rel err {max_rel:.3g}) "
-                    f"at shape {list(trial.shape)}, {trial.dtype}, seed {trial.seed}, {trial.distribution} inputs",
-                    trial=trial, max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac)
+                    f"{what}: {n} of {bad.numel()} elements ({frac:.2%}) differ from the reference beyond "
+                    f"atol={tol.atol} + rtol={tol.rtol} x |expected| (max abs err {max_abs:.3g}, max rel err "
+                    f"{max_rel:.3g})\nfirst bad elements: {samples_text(first)}\ninputs: {reproduce}",
+                    trial=trial, max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac,
+                    first_bad=first, atol=tol.atol, rtol=tol.rtol, bad_elements=n)
     with torch.no_grad():
         same_dtype_ref = task.reference(*ins)
     return bool(torch.allclose(out.float(), same_dtype_ref.float(), atol=KERNELBENCH_TOL, rtol=KERNELBENCH_TOL))
+
+
+def trial_label(trial: Trial) -> str:
+    """How a message names a trial: its split, shape, dtype, input distribution and seed."""
+    return (f"{trial.split} shape {list(trial.shape)}, {trial.dtype}, {trial.distribution} inputs, "
+            f"seed {trial.seed}")
 
 
 def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckResult:
@@ -102,7 +140,7 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckRe
             if outcome is None:
                 raise _Fail(Status.PROTOCOL_ERROR, f"the child's report has no outcome for trial {trial.index}")
             ins = inputs_mod.make_trial_inputs(task, trial, device)
-            what = f"trial {trial.index} ({trial.split} shape {list(trial.shape)}, {trial.dtype})"
+            what = f"trial {trial.index} ({trial_label(trial)})"
             if outcome.input_digest_before != inputs_mod.digest(ins):
                 raise _Fail(Status.PROTOCOL_ERROR, f"{what}: the child's inputs were not the ones generated")
             if outcome.input_digest_after != outcome.input_digest_before:
@@ -113,7 +151,7 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckRe
             if outcome.output_aliases_input:
                 raise _Fail(Status.OUTPUT_ALIASES_INPUT, f"{what}: the output shares memory with an input",
                             trial=trial)
-            kb &= _judge(task, trial, outputs / outcome.output_file, ins, what)
+            kb &= _judge(task, trial, outputs / outcome.output_file, ins, what, device)
             checked += 1
         for timing in report.timings:
             if timing.recheck_output_file is None or timing.recheck_trial is None:
@@ -121,7 +159,7 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckRe
             trial = timing.recheck_trial
             ins = inputs_mod.make_trial_inputs(task, trial, device)
             _judge(task, trial, outputs / timing.recheck_output_file, ins,
-                   f"after timing, shape {list(trial.shape)} {trial.dtype}")
+                   f"the output of a call after timing ({trial_label(trial)})", device)
             checked += 1
     except _Fail as f:
         return CheckResult(status=f.status, message=f.message, trials_checked=checked,

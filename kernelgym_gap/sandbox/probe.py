@@ -105,8 +105,9 @@ def _verdict(job: Job, outcome: ChildOutcome):
         why = str(e).strip().splitlines() or [type(e).__name__]
         return None, None, f"it gave no report ({'; '.join([why[0]] + why[1:][-2:])})"
     if report.status is Status.COMPILE_ERROR:
-        return report, ("the kernel runs in the interpreter but does not compile for the GPU (sm_90): "
-                        + report.message), None
+        # Only what the probe knows: the kernel does not compile for sm_90 (whether the interpreter runs it
+        # is the main child's business, which may not have got that far).
+        return report, f"compile probe (Triton for the GPU, sm_90): {report.message}", None
     if report.status is not Status.OK:
         return report, None, f"it ended in {report.status.value}: {report.message[:300]}"
     if report.inconclusive is not None:

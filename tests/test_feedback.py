@@ -1,0 +1,136 @@
+"""The feedback an agent reads, tested like an API: one golden message per failure kind, from a real fixture
+(tests/fixtures/failures/, LayerNorm, cpu backend) through the real engine.
+
+The volatile parts are normalised before the comparison (seeds, measured values and percentages, the
+scratch paths), nothing else: a change of wording, of what a message says or of its length shows here.
+To accept a deliberate change, run with KGG_PRINT_GOLDEN=1 and paste the printed text.
+"""
+import os
+import re
+
+import pytest
+
+import kernelgym_gap
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.record import EvalRecord, FailureDetail
+from kernelgym_gap.core.status import Status
+from kernelgym_gap.engine.pipeline import evaluate
+
+from conftest import FIXTURES
+
+CONFIG = EvalConfig(trial_seed=1234, seeds_per_shape=1)
+NUM = r"-?(?:\d+\.?\d*(?:e[+-]?\d+)?|inf|nan)"
+
+GOLDEN = {
+    "mismatch": """\
+trial 0 (public shape [16, 128], float32, normal inputs, seed <SEED>): 2048 of 2048 elements (<P>) differ from \
+the reference beyond atol=0.0001 + rtol=0.0001 x |expected| (max abs err <N>, max rel err <N>)
+first bad elements: (0, 0): expected <N>, got <N>; (0, 1): expected <N>, got <N>; (0, 2): expected <N>, got <N>
+inputs: kernelgym_gap.reproduce('kernelgym_gap/LayerNorm-v0', shape=(16, 128), dtype='float32', seed=<SEED>, \
+distribution='normal')""",
+    "non_finite": """\
+trial 0 (public shape [16, 128], float32, normal inputs, seed <SEED>): 2048 of 2048 output values are inf or \
+nan where the reference is finite
+first bad elements: (0, 0): expected <N>, got <N>; (0, 1): expected <N>, got <N>; (0, 2): expected <N>, got <N>
+inputs: kernelgym_gap.reproduce('kernelgym_gap/LayerNorm-v0', shape=(16, 128), dtype='float32', seed=<SEED>, \
+distribution='normal')""",
+    "all_zero": """\
+trial 0 (public shape [16, 128], float32, normal inputs, seed <SEED>): the output is all zeros and the \
+reference is not (was the output written?)
+inputs: kernelgym_gap.reproduce('kernelgym_gap/LayerNorm-v0', shape=(16, 128), dtype='float32', seed=<SEED>, \
+distribution='normal')""",
+    "wrong_shape": """\
+trial 0 (public shape [16, 128], float32, normal inputs, seed <SEED>): the output has shape [2048], expected \
+[16, 128] (the same number of elements, another shape)""",
+    "wrong_dtype": """\
+trial 0 (public shape [16, 128], float32, normal inputs, seed <SEED>): the output is torch.float64, expected \
+torch.float32 (the task's output dtype for float32 inputs)""",
+    # the submission's own frames only: no harness frame, no scratch path
+    "runtime_error": """\
+trial 0 (public shape [16, 128], float32, normal inputs, seed <SEED>): ValueError: kgg-fixture: deliberate \
+failure after the kernel ran
+Traceback (the submission's frames):
+  File "submission.py", line 34, in layernorm
+    _check_layout(x)
+  File "submission.py", line 27, in _check_layout
+    raise ValueError("kgg-fixture: deliberate failure after the kernel ran")
+ValueError: kgg-fixture: deliberate failure after the kernel ran""",
+    # the probe says only what it knows (not "runs in the interpreter"), with the compiler's own line
+    "compile_error": """\
+compile probe (Triton for the GPU, sm_90): shape [16, 128], float32: _layernorm_row does not compile for \
+sm_90: CompilationError: arange's range must be a power of 2 (line 3 of the kernel: cols = tl.arange(0, 100) \
+# the bug: tl.arange needs a power-of-two range)""",
+    "unverified": """\
+the TileLang kernel compiles for the GPU (CUDA sm_90a) but not for the cpu backend's C target, so it was not \
+run: correctness unverified here, not a failure (--backend cuda checks it)
+C target: InternalError: CPU reduce only supports local src and local/local.var dst buffers, got src scope \
+`local.fragment` and dst scope `local.fragment`.""",
+}
+
+
+def normalise(message: str) -> str:
+    text = re.sub(r"seed[ =]\d+", lambda m: m.group(0)[:5] + "<SEED>", message)
+    text = re.sub(rf"\b(expected|got|err) {NUM}", r"\1 <N>", text)
+    text = re.sub(r"\(\d+\.\d+%\)", "(<P>)", text)
+    return re.sub(r"/\S*/kgg-[\w-]+/", "", text)
+
+
+_RECORDS: dict[str, EvalRecord] = {}
+
+
+def record_of(registry, name: str) -> EvalRecord:
+    if name not in _RECORDS:
+        path = FIXTURES / "failures" / f"{name}.py"
+        dsl = "tilelang" if b"import tilelang" in path.read_bytes() else "triton"
+        _RECORDS[name] = evaluate(registry.get("LayerNorm"), path.read_bytes(), dsl, "cpu", CONFIG)
+    return _RECORDS[name]
+
+
+@pytest.mark.parametrize("kind", sorted(GOLDEN))
+def test_golden_message(registry, kind):
+    record = record_of(registry, kind)
+    assert record.status is Status(kind), record.message
+    got = normalise(record.message)
+    if os.environ.get("KGG_PRINT_GOLDEN"):
+        print(f"\n---- {kind}\n{got}")
+    assert got == GOLDEN[kind]
+
+
+def test_messages_are_short(registry):
+    """One to three lines, except a runtime error's traceback (the submission's frames, at most 12 lines)."""
+    for kind in GOLDEN:
+        lines = record_of(registry, kind).message.splitlines()
+        assert len(lines) <= (13 if kind == "runtime_error" else 3), (kind, lines)
+        assert not any("kernelgym_gap/" in ln and "reproduce" not in ln for ln in lines), (kind, lines)
+
+
+def test_mismatch_detail_and_the_reproduce_call(registry):
+    """The record carries the samples, the tolerance and the real seed; the printed call regenerates the
+    very inputs the checker judged (the reference at a first bad index is the expected value printed)."""
+    import torch
+    record = record_of(registry, "mismatch")
+    f = record.failure
+    assert f.atol == 1e-4 and f.rtol == 1e-4 and f.bad_elements == 2048 and len(f.first_bad) == 3
+    assert [b.index for b in f.first_bad] == [(0, 0), (0, 1), (0, 2)]
+    call = record.message.splitlines()[-1].removeprefix("inputs: ")
+    ins = eval(call, {"kernelgym_gap": kernelgym_gap})               # noqa: S307 - our own message
+    task = registry.get("LayerNorm")
+    expected = task.reference(*[x.double() for x in ins])
+    for b in f.first_bad:
+        assert expected[b.index].item() == pytest.approx(b.expected, rel=1e-9)
+    # the same from the record's JSON (what a remote caller holds)
+    ins2 = kernelgym_gap.reproduce(task.id, record.to_dict()["failure"]["trial"])
+    assert all(torch.equal(a, b) for a, b in zip(ins, ins2))
+
+
+def test_non_finite_values_survive_json(registry):
+    record = record_of(registry, "non_finite")
+    assert {b.got for b in record.failure.first_bad} <= {"inf", "-inf", "nan"}
+    assert EvalRecord.from_json(record.to_json()) == record
+
+
+def test_records_without_the_new_fields_still_parse(registry):
+    old = record_of(registry, "wrong_shape").to_dict()
+    for key in ("first_bad", "atol", "rtol", "bad_elements"):
+        del old["failure"][key]
+    assert EvalRecord.from_dict(old).failure == FailureDetail(trial=record_of(registry, "wrong_shape").failure.trial)
