@@ -171,7 +171,15 @@ def run_job(job_path: Path, preimport_s: float | None = None) -> int:
     done = verdict("while importing the submission", watch)
     if done is not None:
         return done
-    entry = getattr(module, task.entry_point, None)
+    from kernelgym_gap.child.module_entry import resolve_entry
+    try:                        # a function, or a task's module class (ModelNew) built into one
+        entry = resolve_entry(module, task, job, device, integ)
+    except BaseException as e:  # noqa: BLE001
+        status, msg = classify(e, f"while building {task.module_entry_point}")
+        return finish(status, msg, traceback=_traceback_tail(e), **common)
+    done = verdict("while building the submission's entry point")
+    if done is not None:
+        return done
     if not callable(entry):
         return finish(Status.ENTRY_POINT_MISSING, f"{task.entry_point!r} is not a callable of the module", **common)
 

@@ -106,7 +106,10 @@ def _parse(text: str) -> ast.Module:
     return value
 
 
-def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = MAX_SOURCE_BYTES) -> GateResult:
+def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = MAX_SOURCE_BYTES,
+                 module_entry_point: str | None = None) -> GateResult:
+    """module_entry_point: a class name accepted in place of the entry point (an imported KernelBench task's
+    `ModelNew`)."""
     # surrogatepass: a str with lone surrogates becomes bytes that fail the UTF-8 decode below
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if len(data) > max_bytes:
@@ -124,9 +127,10 @@ def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = 
     except (RecursionError, MemoryError):
         return GateResult(Status.SYNTAX_ERROR, "the source nests too deeply for the parser (e.g. a chain of "
                                                "thousands of operators)")
-    if not _defines(tree, entry_point):
+    if not _defines(tree, entry_point) and not (module_entry_point and _defines(tree, module_entry_point)):
+        also = f" or class {module_entry_point!r}" if module_entry_point else ""
         return GateResult(Status.ENTRY_POINT_MISSING,
-                          f"the module defines no top-level {entry_point!r} (the task's entry point)")
+                          f"the module defines no top-level {entry_point!r}{also} (the task's entry point)")
     if _DSL_MODULE[dsl] not in _imported_roots(tree) or not _has_kernel(tree, dsl):
         other = [d for d in _KERNEL_DECORATORS if d != dsl and _has_kernel(tree, d)
                  and _DSL_MODULE[d] in _imported_roots(tree)]
