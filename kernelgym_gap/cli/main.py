@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from kernelgym_gap.cli.options import eval_config
+from kernelgym_gap.cli.options import add_tasks_dir, eval_config, task_registry
 from kernelgym_gap.core.errors import BackendUnavailableError, HarnessError, KernelGymError
 
 log = logging.getLogger("kernelgym_gap")
@@ -22,14 +22,16 @@ def _progress(done: int, total: int, what: str) -> None:
 
 
 def cmd_tasks(args) -> int:
-    from kernelgym_gap.core.registry import default_registry
-    tasks = list(default_registry())
+    tasks = list(task_registry(args))
     if args.json:
+        from kernelgym_gap.importers.runtime import per_shape
         print(json.dumps([{"id": t.id, "name": t.name, "version": t.version, "category": t.category,
                            "dsls": list(t.dsls), "entry_point": t.entry_point, "signature": t.signature,
                            "baselines": list(t.baselines),
                            "solutions": [{"file": s.file, "dsl": s.dsl, "kind": s.kind, "defect": s.defect}
-                                         for s in t.solutions]} for t in tasks], indent=2))
+                                         for s in t.solutions],
+                           **({"origin": t.origin, "module_entry_point": t.module_entry_point,
+                               "per_shape": per_shape(t)} if t.origin else {})} for t in tasks], indent=2))
         return 0
     for t in tasks:
         print(f"{t.id:40s} {t.category:14s} dsls={','.join(t.dsls):16s} {t.signature}")
@@ -38,8 +40,7 @@ def cmd_tasks(args) -> int:
 
 def cmd_eval(args) -> int:
     from kernelgym_gap.engine.pipeline import evaluate
-    from kernelgym_gap.core.registry import get_task
-    task = get_task(args.task)
+    task = task_registry(args).get(args.task)
     source = Path(args.file).read_bytes()
     record = evaluate(task, source, args.dsl, args.backend, eval_config(args))
     if args.json:
@@ -64,7 +65,7 @@ def cmd_run(args) -> int:
     from kernelgym_gap.api.suite import format_table, run_suite
     dsls = ("triton", "tilelang") if args.dsl == "all" else (args.dsl,)
     rows = run_suite(backend=args.backend, dsls=dsls, task_ids=args.task or None, config=eval_config(args),
-                     progress=_progress, workers=args.workers, warm=args.warm)
+                     registry=task_registry(args), progress=_progress, workers=args.workers, warm=args.warm)
     if args.json:
         print(json.dumps([{k: v for k, v in r.__dict__.items() if k != "record"} for r in rows], indent=2))
     else:
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("tasks", help="list the registered tasks")
     s.add_argument("--json", action="store_true")
+    add_tasks_dir(s)
     s.set_defaults(func=cmd_tasks)
 
     s = sub.add_parser("eval", help="evaluate one kernel source file")
@@ -93,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpu", type=int, help="GPU index for the cuda backend")
     s.add_argument("--json", action="store_true", help="print exactly one JSON object (the record)")
     s.add_argument("file")
+    add_tasks_dir(s)
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("run", help="the main job: replay every reference solution through the environment")
@@ -107,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "kept alive, and each submission's fresh child started "
                                                         "(imports done) before its step")
     s.add_argument("--json", action="store_true")
+    add_tasks_dir(s)
     s.set_defaults(func=cmd_run)
 
     import importlib
@@ -123,6 +127,7 @@ _COMMAND_MODULES = [
     "kernelgym_gap.judge.calibrate",      # calibrate
     "kernelgym_gap.cli.leaderboard",      # submit, leaderboard serve, results
     "kernelgym_gap.cli.agents",     # episode --agent NAME
+    "kernelgym_gap.cli.importer",   # import kernelbench PATH... --out DIR
 ]
 
 

@@ -15,3 +15,15 @@ def eval_config(args):
     if getattr(args, "gpu", None) is not None:
         changes["gpu_index"] = args.gpu
     return cfg.replace(**changes) if changes else cfg
+
+
+def add_tasks_dir(parser) -> None:
+    parser.add_argument("--tasks-dir", help="load tasks from this directory (<category>/<name>/task.py, e.g. "
+                                            "the output of `import kernelbench`) instead of tasks/")
+
+
+def task_registry(args):
+    """The registry `--tasks-dir` names (the default tasks/ without it)."""
+    from kernelgym_gap.core.registry import TaskRegistry, default_registry
+    tasks_dir = getattr(args, "tasks_dir", None)
+    return TaskRegistry(tasks_dir) if tasks_dir else default_registry()

@@ -18,6 +18,12 @@ from kernelgym_gap.importers.problem import (build_model, cuda_calls_to, load_mo
 META_FALLBACK_ELEMENTS = 1 << 26    # a shape the meta device cannot run is run for real only under this
 
 
+def _typename(x) -> str:
+    cls = type(x)
+    kind = " (a tuple)" if isinstance(x, tuple) else ""
+    return f"{cls.__module__}.{cls.__qualname__}{kind}" if cls.__module__ != "builtins" else cls.__qualname__ + kind
+
+
 def _refused(message: str):
     from kernelgym_gap.importers.kernelbench import ImportRefused
     return ImportRefused(message)
@@ -80,7 +86,7 @@ def _meta_facts(path: str, sizes: tuple) -> dict:
         with torch.no_grad(), FlopCounterMode(display=False) as fc:
             out = model(*ins)
         if not isinstance(out, torch.Tensor):
-            raise _refused(f"forward returns {type(out).__name__}, not a torch.Tensor")
+            raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor")
         return _facts(model, ins, fc.get_total_flops(), out)
     except Exception as meta_error:  # noqa: BLE001 - data-dependent ops cannot run on meta: run for real
         from kernelgym_gap.importers.kernelbench import ImportRefused
@@ -94,7 +100,7 @@ def _meta_facts(path: str, sizes: tuple) -> dict:
         with torch.no_grad(), FlopCounterMode(display=False) as fc:
             out = model(*ins)
         if not isinstance(out, torch.Tensor):
-            raise _refused(f"forward returns {type(out).__name__}, not a torch.Tensor") from None
+            raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor") from None
         return _facts(model, ins, fc.get_total_flops(), out)
 
 
@@ -165,7 +171,7 @@ def real_run(path: Path, sizes: dict[str, int]) -> dict:
             raise _refused(f"forward does not run on get_inputs(): {type(e).__name__}: {e}") from None
     out = outs[0]
     if type(out) is not torch.Tensor:
-        raise _refused(f"forward returns {type(out).__name__}, not a torch.Tensor (one output tensor is "
+        raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor (one output tensor is "
                        "supported)")
     if log.random:
         raise _refused(f"randomness inside forward ({', '.join(sorted(log.random))}): outputs cannot be "

@@ -111,7 +111,8 @@ def transform(x: torch.Tensor, distribution: str, seed: int) -> torch.Tensor:
 
 
 def bind(model, names: list[str], tensors, _bound={}) -> None:   # noqa: B006 - the cache is the point
-    """Makes `tensors` the model's parameters and buffers of those names (sharing their storage: no copy).
+    """Makes `tensors` the model's parameters and buffers of those names (sharing their storage: no copy), as
+    plain tensors (the DSL adapters refuse tensor subclasses such as nn.Parameter as kernel arguments).
     Skipped when the same tensors are bound already (timing calls the model on the same inputs)."""
     key = tuple((t.data_ptr(), t.dtype, tuple(t.shape), t.device) for t in tensors)
     if _bound.get(id(model), (None, None))[0] is model and _bound[id(model)][1] == key:
@@ -120,7 +121,7 @@ def bind(model, names: list[str], tensors, _bound={}) -> None:   # noqa: B006 - 
         path, _, leaf = name.rpartition(".")
         sub = model.get_submodule(path) if path else model
         if leaf in sub._parameters:
-            sub._parameters[leaf] = torch.nn.Parameter(t, requires_grad=False) if t.is_floating_point() else t
+            sub._parameters[leaf] = t
         elif leaf in sub._buffers:
             sub._buffers[leaf] = t
         else:
@@ -202,6 +203,10 @@ class Problem:
             with seeded(MODEL_SEED, "cpu"), cuda_calls_to(device):
                 inst = cls(*self.module(shape).get_init_inputs())
             inst = inst.to(device=device, dtype=want)
+            for mod in inst.modules():          # plain tensors: a Parameter is a subclass, refused by the DSLs
+                for leaf, p in list(mod._parameters.items()):
+                    if p is not None:
+                        mod._parameters[leaf] = p.detach()
             own = {n: t for n, t in state_tensors(inst)}
             ref = dict(zip(self.names, self.meta["shapes"][",".join(map(str, shape))]["signature"][self.n_data:]))
             picked = [i for i, n in enumerate(self.names) if n in own and list(own[n].shape) == ref[n]]
