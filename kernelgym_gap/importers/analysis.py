@@ -24,8 +24,11 @@ def _typename(x) -> str:
     return f"{cls.__module__}.{cls.__qualname__}{kind}" if cls.__module__ != "builtins" else cls.__qualname__ + kind
 
 
-def _refused(message: str):
-    from kernelgym_gap.importers.kernelbench import ImportRefused
+class ImportRefused(Exception):
+    """A problem the importer cannot take; the message says why (kernelbench.py re-exports it)."""
+
+
+def _refused(message: str) -> ImportRefused:
     return ImportRefused(message)
 
 
@@ -89,7 +92,6 @@ def _meta_facts(path: str, sizes: tuple) -> dict:
             raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor")
         return _facts(model, ins, fc.get_total_flops(), out)
     except Exception as meta_error:  # noqa: BLE001 - data-dependent ops cannot run on meta: run for real
-        from kernelgym_gap.importers.kernelbench import ImportRefused
         if isinstance(meta_error, ImportRefused):
             raise
         ins = raw_inputs(module, 1, "cpu")

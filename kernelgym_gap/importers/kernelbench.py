@@ -24,8 +24,11 @@ from pathlib import Path
 import torch
 
 from kernelgym_gap.importers import analysis
+from kernelgym_gap.importers.analysis import ImportRefused
 from kernelgym_gap.importers.problem import DISTRIBUTIONS, Problem, load_module
 from kernelgym_gap.importers.runtime import FORMAT, shape_key
+
+__all__ = ["ImportRefused", "ImportResult", "discover", "import_file", "import_paths", "build_meta"]
 
 CPU_ELEMENTS = 1 << 14      # inputs + state + output of a cpu shape: the Triton interpreter runs it in seconds
 MIN_HALVED = 8              # sizes at or under this are never halved (kernel sizes, strides, axes, groups)
@@ -41,10 +44,6 @@ _TOL_DOT = {"float32": (4e-3, 4e-3), "float16": (1e-3, 2e-3), "bfloat16": (8e-3,
 # torch's own same-dtype result must sit within this share of the tolerance for a dtype or distribution to
 # be kept: a correct kernel then passes with room.
 _MARGIN = 0.5
-
-
-class ImportRefused(Exception):
-    """A problem the importer cannot take; the message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
