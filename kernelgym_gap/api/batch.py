@@ -53,7 +53,8 @@ def _resolve(requests: Sequence[EvalRequest], registry) -> tuple[list[TaskSpec],
 def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *,
                   config: EvalConfig | None = None, gpus: Sequence[int] | None = None, ray: Any = None,
                   registry=None, evaluator: Evaluator | None = None,
-                  progress: Progress | None = None, warm: bool = False) -> list[EvalRecord]:
+                  progress: Progress | None = None, warm: bool = False,
+                  tasks_dir: str | None = None) -> list[EvalRecord]:
     """Evaluates every request; returns the records in request order.
 
     workers: parallel evaluations on the cpu backend (default os.cpu_count()); on the cuda backend at most
@@ -68,6 +69,8 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         worker's GPU; cpu: a cpu one) and passes its parts to the evaluator as `checker=` and `children=`
         (engine.evaluate takes them; a custom evaluator must too). Each submission still runs in a fresh,
         single-use child (pre-started by the pool or not).
+    tasks_dir: look the requests' tasks up in this directory (e.g. `import kernelbench`'s output) instead of
+        tasks/ (or pass registry=).
     Raises for misuse (unknown task, dsl or backend) before evaluating anything, and HarnessError if an
     evaluation itself raised (the remaining requests are not started)."""
     from kernelgym_gap.core.registry import default_registry
@@ -76,6 +79,11 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         return []
     if workers is not None and workers < 1:
         raise ValueError("workers must be at least 1")
+    if tasks_dir is not None:
+        if registry is not None:
+            raise ValueError("pass registry= or tasks_dir=, not both")
+        from kernelgym_gap.core.registry import TaskRegistry
+        registry = TaskRegistry(tasks_dir)
     registry = registry or default_registry()
     default_config = config or EvalConfig()
     if ray is not None:

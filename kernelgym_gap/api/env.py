@@ -84,14 +84,17 @@ class KernelEnv(gym.Env):
     def __init__(self, task_id: str | None = None, task_ids: list[str] | None = None, dsl: str = "triton",
                  backend: str = "auto", max_steps: int = 4, config: EvalConfig | None = None,
                  stop_when_correct: bool | None = None, evaluator: Evaluator | None = None,
-                 registry: TaskRegistry | None = None, render_mode: str | None = None, warm: Any = False):
+                 registry: TaskRegistry | None = None, render_mode: str | None = None, warm: Any = False,
+                 tasks_dir: str | None = None):
         if dsl not in DSLS:
             raise UnknownChoiceError("dsl", dsl, DSLS)
         if max_steps < 1:
             raise ValueError("max_steps must be at least 1")
         if render_mode not in (None, "ansi"):
             raise UnknownChoiceError("render mode", str(render_mode), ["ansi"])
-        self.registry = registry or default_registry()
+        if registry is not None and tasks_dir is not None:
+            raise ValueError("pass registry= or tasks_dir=, not both")
+        self.registry = registry or (TaskRegistry(tasks_dir) if tasks_dir else default_registry())
         if task_id is not None:
             self.tasks = [self.registry.get(task_id)]
         else:
@@ -180,10 +183,18 @@ class KernelEnv(gym.Env):
         return None
 
 
-def make(task: str = "Suite", **kwargs) -> gym.Env:
+def make(task: str = "Suite", tasks_dir: str | None = None, **kwargs) -> gym.Env:
     """`gymnasium.make` for a task named by id or bare name (`"LayerNorm"`, `"layernorm"`,
     `"kernelgym_gap/LayerNorm-v0"`); "Suite" makes the suite env. kwargs go to KernelEnv (backend, dsl,
-    max_steps, config, ...)."""
+    max_steps, config, ...). tasks_dir: a task directory other than tasks/ (e.g. `import kernelbench`'s
+    output): its tasks are registered with Gymnasium (bound to that directory) and looked up there."""
+    if tasks_dir is not None:
+        from kernelgym_gap.api.registration import register_envs
+        registry = TaskRegistry(tasks_dir)
+        register_envs(registry)
+        if task in ("Suite", SUITE_ID):
+            return gym.make(SUITE_ID, tasks_dir=str(tasks_dir), **kwargs)
+        return gym.make(registry.get(task).id, **kwargs)
     if task in ("Suite", SUITE_ID):
         return gym.make(SUITE_ID, **kwargs)
     return gym.make(default_registry().get(task).id, **kwargs)

@@ -23,6 +23,7 @@ import torch
 from kernelgym_gap.child import compile_modes
 from kernelgym_gap.child import integrity as integ
 from kernelgym_gap.child.failure import Failure, classify
+from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.record import ChildReport, Job, TrialOutcome
@@ -194,7 +195,13 @@ class ChildRun:
         if done is not None:
             return done
         self.module = module
-        self.entry = getattr(module, self.task.entry_point, None)
+        try:                        # a function, or a task's module class (ModelNew) built into one
+            self.entry = resolve_entry(module, self.task, self.job, self.device, integ)
+        except BaseException as e:  # noqa: BLE001
+            return self.fail(self.classify(e, f"while building {self.task.module_entry_point}"))
+        done = self.verdict("while building the submission's entry point")
+        if done is not None:
+            return done
         if not callable(self.entry):
             return self.finish(Status.ENTRY_POINT_MISSING, f"{self.task.entry_point!r} is not a callable of the module")
         return None

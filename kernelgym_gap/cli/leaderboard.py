@@ -41,6 +41,8 @@ def add_commands(sub) -> None:
     s.add_argument("--json", action="store_true", help="print one JSON object: submission id, cache hit, record")
     _db_arg(s)
     s.add_argument("file", help="the kernel source file")
+    from kernelgym_gap.cli.options import add_tasks_dir
+    add_tasks_dir(s)
     s.set_defaults(func=cmd_submit)
 
     s = sub.add_parser("results", help="list stored submissions, newest first")
@@ -85,13 +87,12 @@ def _store(args):
 
 
 def cmd_submit(args) -> int:
-    from kernelgym_gap.cli.options import eval_config, read_source
-    from kernelgym_gap.core.registry import get_task
+    from kernelgym_gap.cli.options import eval_config, read_source, task_registry
     from kernelgym_gap.store.db import cached_evaluate_full
     from kernelgym_gap.store.names import submitter_name
     name = submitter_name(args.name)             # the web's rule, checked before anything is evaluated
     source = read_source(args.file)
-    task = get_task(args.task)
+    task = task_registry(args).get(args.task)
     store = _store(args)
     res = cached_evaluate_full(store, task, source, args.dsl, args.backend, eval_config(args), name,
                                remeasure=args.remeasure, origin="cli")

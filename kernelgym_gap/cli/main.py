@@ -18,7 +18,7 @@ import sys
 
 from kernelgym_gap import __version__
 from kernelgym_gap.cli import options
-from kernelgym_gap.cli.options import eval_config, read_source
+from kernelgym_gap.cli.options import add_tasks_dir, eval_config, read_source, task_registry
 from kernelgym_gap.core.errors import BackendUnavailableError, HarnessError, KernelGymError
 
 log = logging.getLogger("kernelgym_gap")
@@ -51,10 +51,12 @@ UNVERIFIED_NOTE = ("unverified: a TileLang kernel that does not lower to the C t
 
 
 def cmd_tasks(args) -> int:
-    from kernelgym_gap.core.registry import default_registry
-    tasks = list(default_registry())
+    tasks = list(task_registry(args))
     if args.json:
-        print(json.dumps([t.contract() for t in tasks], indent=2))
+        from kernelgym_gap.importers.runtime import per_shape
+        print(json.dumps([dict(t.contract(), **({"origin": t.origin, "module_entry_point": t.module_entry_point,
+                                                  "per_shape": per_shape(t)} if t.origin else {}))
+                          for t in tasks], indent=2))
         return 0
     rows = [(t.id, t.category, str(t.level), t.summary()) for t in tasks]
     widths = [max(len(r[i]) for r in rows + [("id", "category", "level", "")]) for i in range(3)]
@@ -68,9 +70,8 @@ def cmd_tasks(args) -> int:
 
 def cmd_eval(args) -> int:
     from kernelgym_gap.engine.pipeline import evaluate
-    from kernelgym_gap.core.registry import get_task
     source = read_source(args.file)
-    task = get_task(args.task)
+    task = task_registry(args).get(args.task)
     record = evaluate(task, source, args.dsl, args.backend, eval_config(args))
     if args.json:
         out = record.to_dict()
@@ -115,21 +116,21 @@ def cmd_run(args) -> int:
     from kernelgym_gap.api.suite import format_table, run_suite
     from kernelgym_gap.cli.progress import Progress
     from kernelgym_gap.core.backend import resolve_backend
-    from kernelgym_gap.core.registry import default_registry
     dsls = ("triton", "tilelang") if args.dsl == "all" else (args.dsl,)
     skipped = missing_dsls(dsls)
     if skipped and args.dsl != "all":
         raise BackendUnavailableError(f"--dsl {args.dsl}: {skipped[args.dsl]}")
     dsls = tuple(d for d in dsls if d not in skipped)
     backend = resolve_backend(args.backend)
-    registry = default_registry()
+    registry = task_registry(args)
     tasks = [registry.get(t) for t in args.task] if args.task else list(registry)
     replay = load_agent("replay", registry=registry)
     total = sum(len(replay.solutions(t.id, d)) for t in tasks for d in dsls)
     not_run = {d: sum(len(replay.solutions(t.id, d)) for t in tasks) for d in skipped}
     with Progress(total, unit="solution", quiet=args.json) as bar:
         rows = run_suite(backend=backend, dsls=dsls, task_ids=[t.id for t in tasks], config=eval_config(args),
-                         progress=suite_progress(bar), workers=args.workers, warm=args.warm)
+                         registry=registry, progress=suite_progress(bar), workers=args.workers,
+                         warm=args.warm)
     if args.json:
         print(json.dumps([{k: v for k, v in r.__dict__.items() if k != "record"} for r in rows], indent=2))
         return 0
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true",
                    help="print every task's whole contract as JSON (statement, signature, entry point, shapes "
                         "per backend with flops and min bytes, dtypes, tolerances, distributions, solutions)")
+    add_tasks_dir(s)
     s.set_defaults(func=cmd_tasks)
 
     s = sub.add_parser("eval", help="evaluate one kernel source file on one task and print the verdict",
@@ -172,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true",
                    help="print exactly one JSON object (the evaluation record) instead of text")
     s.add_argument("file", help="the kernel source file (Python defining the task's entry point)")
+    add_tasks_dir(s)
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("run", help="the main job: replay every reference solution through the environment",
@@ -190,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "kept alive, and each submission's fresh child started "
                                                         "(imports done) before its step (default: cold starts)")
     s.add_argument("--json", action="store_true", help=options.JSON_HELP)
+    add_tasks_dir(s)
     s.set_defaults(func=cmd_run)
 
     import importlib
@@ -206,6 +210,7 @@ _COMMAND_MODULES = [
     "kernelgym_gap.judge.calibrate",      # calibrate
     "kernelgym_gap.cli.leaderboard",      # submit, leaderboard serve, results
     "kernelgym_gap.cli.agents",     # episode --agent NAME
+    "kernelgym_gap.cli.importer",   # import kernelbench PATH... --out DIR
 ]
 
 

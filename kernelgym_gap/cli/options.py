@@ -86,3 +86,15 @@ def read_source(path: str) -> bytes:
         return p.read_bytes()
     except OSError as e:
         raise UsageError(f"{path}: cannot be read ({e.strerror or e})") from None
+
+
+def add_tasks_dir(parser) -> None:
+    parser.add_argument("--tasks-dir", help="load tasks from this directory (<category>/<name>/task.py, e.g. "
+                                            "the output of `import kernelbench`) instead of tasks/")
+
+
+def task_registry(args):
+    """The registry `--tasks-dir` names (the default tasks/ without it)."""
+    from kernelgym_gap.core.registry import TaskRegistry, default_registry
+    tasks_dir = getattr(args, "tasks_dir", None)
+    return TaskRegistry(tasks_dir) if tasks_dir else default_registry()

@@ -93,6 +93,16 @@ class TaskSpec:
     motivation: str = ""
     # One line per version after v0: what changed (tolerance, shapes, timed inputs, reward semantics).
     changelog: tuple[str, ...] = ()
+    # Set for tasks an importer made (kernelgym_gap/importers/: "kernelbench"). They ship no reference
+    # solutions, so validate() does not ask for any.
+    origin: str = ""
+    # A class of this name (KernelBench's `ModelNew`) is accepted in place of the entry-point function:
+    # the gate lets it through and the child calls adapt_module(cls, cases, device), cases being the
+    # job's (shape, dtype) pairs, for the callable it runs.
+    module_entry_point: str | None = None
+    adapt_module: Callable[..., Callable] | None = None
+    # The reference as shown to agents when it is not a function's own source (an imported problem file).
+    reference_text: str = ""
     directory: Path | None = None              # set by the registry
 
     @property
@@ -104,7 +114,7 @@ class TaskSpec:
         return tuple(d for d in DSLS if any(s.dsl == d for s in self.solutions))
 
     def reference_source(self) -> str:
-        return inspect.getsource(self.reference)
+        return self.reference_text or inspect.getsource(self.reference)
 
     def solution_path(self, solution: Solution) -> Path:
         if self.directory is None:
@@ -195,6 +205,11 @@ class TaskSpec:
                 problems.append(f"solution {sol.file}: cpu_status {sol.cpu_status!r}")
             if self.directory is not None and not self.solution_path(sol).is_file():
                 problems.append(f"solution file missing: {self.solution_path(sol)}")
+        if self.module_entry_point is not None and (not self.module_entry_point.isidentifier()
+                                                    or self.adapt_module is None):
+            problems.append("a module entry point needs an identifier and adapt_module")
+        if self.origin:             # an imported task: the user's problem, no shipped solutions
+            return problems
         if not any(s.dsl == "triton" and s.kind == "optimized" for s in self.solutions):
             problems.append("needs an optimized Triton solution")
         if not any(s.dsl == "triton" and s.kind == "slow" for s in self.solutions):

@@ -68,7 +68,10 @@ def _parse(text: str) -> ast.Module:
     return value
 
 
-def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = MAX_SOURCE_BYTES) -> GateResult:
+def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = MAX_SOURCE_BYTES,
+                 module_entry_point: str | None = None) -> GateResult:
+    """module_entry_point: a class name accepted in place of the entry point (an imported KernelBench task's
+    `ModelNew`)."""
     # surrogatepass: a str with lone surrogates becomes bytes that fail the UTF-8 decode below
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if len(data) > max_bytes:
@@ -86,9 +89,10 @@ def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = 
     except (RecursionError, MemoryError):
         return GateResult(Status.SYNTAX_ERROR, "the source nests too deeply for the parser (e.g. a chain of "
                                                "thousands of operators)")
-    if not _defines(tree, entry_point):
+    if not _defines(tree, entry_point) and not (module_entry_point and _defines(tree, module_entry_point)):
+        also = f" or class {module_entry_point!r}" if module_entry_point else ""
         return GateResult(Status.ENTRY_POINT_MISSING,
-                          f"the module defines no top-level {entry_point!r} (the task's entry point)")
+                          f"the module defines no top-level {entry_point!r}{also} (the task's entry point)")
     # each DSL's rule ("imports the DSL and defines a kernel with one of its decorators") is its adapter's
     if not adapter_class(dsl).looks_like(tree):
         other = [d for d, adapter in ADAPTERS.items() if d != dsl and adapter.looks_like(tree)]

@@ -57,7 +57,8 @@ class Gate(Stage):
                           Status.ENTRY_POINT_MISSING, Status.WRONG_DSL})
 
     def run(self, ev) -> Verdict | None:
-        gate = check_source(ev.raw_source, ev.task.entry_point, ev.dsl, ev.config.max_source_bytes)
+        gate = check_source(ev.raw_source, ev.task.entry_point, ev.dsl, ev.config.max_source_bytes,
+                            ev.task.module_entry_point)
         if not gate.passed:
             return self.stop(gate.status, gate.message)
         ev.source = gate.source

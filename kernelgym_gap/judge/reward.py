@@ -20,7 +20,6 @@ Monotone: a slower kernel lowers every per-shape E and U, so the aggregates and 
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 

@@ -1,0 +1,37 @@
+"""`kernelgym-gap import kernelbench PATH... --out DIR`: problem files become task folders (docs/importing.md)."""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def add_commands(sub) -> None:
+    s = sub.add_parser("import", help="import problems from another format as task folders (--tasks-dir DIR)")
+    kinds = s.add_subparsers(dest="format", required=True)
+    k = kinds.add_parser("kernelbench", help="KernelBench-style problem files (class Model, get_inputs, "
+                                             "get_init_inputs): each becomes DIR/<category>/<stem>/")
+    k.add_argument("paths", nargs="+", metavar="PATH", help="problem files, or folders of them (searched "
+                                                              "recursively)")
+    k.add_argument("--out", required=True, help="the task directory to write (load it with --tasks-dir)")
+    k.add_argument("--json", action="store_true", help="one JSON object per problem: source, task dir, message")
+    k.set_defaults(func=cmd_import_kernelbench)
+
+
+def cmd_import_kernelbench(args) -> int:
+    """Exit 0 when every problem was imported, 1 when some were refused (each refusal printed)."""
+    from kernelgym_gap.importers.kernelbench import import_paths
+    results = import_paths(args.paths, args.out)
+    if not results:
+        print("kernelgym-gap: no problem files found", file=sys.stderr)
+        return 2
+    for r in results:
+        if args.json:
+            print(json.dumps({"source": str(r.source), "task_dir": str(r.task_dir) if r.task_dir else None,
+                              "name": r.name, "ok": r.ok, "message": r.message}))
+        else:
+            print(f"{'imported' if r.ok else 'REFUSED '} {r.source}: {r.message}")
+    refused = sum(not r.ok for r in results)
+    if not args.json:
+        print(f"\n{len(results) - refused} imported into {args.out}, {refused} refused; evaluate with "
+              f"`kernelgym-gap eval --tasks-dir {args.out} --task NAME FILE`")
+    return 1 if refused else 0

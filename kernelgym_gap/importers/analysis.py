@@ -1,0 +1,252 @@
+"""What the importer learns from a problem file: its size globals, per-shape facts counted on the meta
+device (flops, elements, bytes, the input signature), one real run at the cpu shape (the refusals), the
+category, and the text an agent sees."""
+from __future__ import annotations
+
+import copy
+import functools
+import types
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from kernelgym_gap.importers.problem import (build_model, cuda_calls_to, load_module, raw_inputs, seeded,
+                                             state_tensors)
+
+META_FALLBACK_ELEMENTS = 1 << 26    # a shape the meta device cannot run is run for real only under this
+
+
+def _typename(x) -> str:
+    cls = type(x)
+    kind = " (a tuple)" if isinstance(x, tuple) else ""
+    return f"{cls.__module__}.{cls.__qualname__}{kind}" if cls.__module__ != "builtins" else cls.__qualname__ + kind
+
+
+class ImportRefused(Exception):
+    """A problem the importer cannot take; the message says why (kernelbench.py re-exports it)."""
+
+
+def _refused(message: str) -> ImportRefused:
+    return ImportRefused(message)
+
+
+def check_definitions(module) -> None:
+    model = getattr(module, "Model", None)
+    if not (isinstance(model, type) and issubclass(model, torch.nn.Module)):
+        raise _refused("no `class Model(nn.Module)` in the problem file")
+    if not callable(getattr(module, "get_inputs", None)):
+        raise _refused("no get_inputs() in the problem file: the harness cannot make the inputs")
+    if not hasattr(module, "get_init_inputs"):
+        module.get_init_inputs = lambda: []
+
+
+def _names_read(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _names_read(c)
+    return names
+
+
+def size_globals(module) -> dict[str, int]:
+    """Module-level ints that get_inputs() or get_init_inputs() read, in source order: the task's shape."""
+    read = set()
+    for fn in (module.get_inputs, module.get_init_inputs):
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            read |= _names_read(code)
+    sizes = {k: v for k, v in vars(module).items()
+             if k in read and type(v) is int and not k.startswith("__")}
+    if not sizes:
+        raise _refused("get_inputs() and get_init_inputs() read no module-level int sizes (write `batch_size "
+                       "= 16` and use it): without them the harness cannot derive cpu or held-out shapes")
+    return sizes
+
+
+def _facts(model, ins, flops: int, out) -> dict:
+    state = state_tensors(model)
+    tensors, seen = [], set()
+    for t in [x for x in ins if isinstance(x, torch.Tensor)] + [t for _, t in state] + [out]:
+        if id(t) not in seen:
+            seen.add(id(t))
+            tensors.append(t)
+    floats = sum(t.numel() for t in tensors if t.is_floating_point())
+    fixed = sum(t.numel() * t.element_size() for t in tensors if not t.is_floating_point())
+    sig = [list(x.shape) if isinstance(x, torch.Tensor) else None for x in ins] + [list(t.shape) for _, t in state]
+    return {"flops": int(flops), "n_data": len(ins), "elements": sum(t.numel() for t in tensors), "float_elements": int(floats),
+            "fixed_bytes": int(fixed), "signature": sig, "out_shape": list(out.shape)}
+
+
+@functools.lru_cache(maxsize=256)
+def _meta_facts(path: str, sizes: tuple) -> dict:
+    module = load_module(path, dict(sizes))
+    try:
+        model = build_model(module, "meta")
+        with torch.device("meta"), cuda_calls_to("meta"):
+            ins = list(module.get_inputs())
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            out = model(*ins)
+        if not isinstance(out, torch.Tensor):
+            raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor")
+        return _facts(model, ins, fc.get_total_flops(), out)
+    except Exception as meta_error:  # noqa: BLE001 - data-dependent ops cannot run on meta: run for real
+        if isinstance(meta_error, ImportRefused):
+            raise
+        ins = raw_inputs(module, 1, "cpu")
+        if sum(t.numel() for t in ins if isinstance(t, torch.Tensor)) > META_FALLBACK_ELEMENTS:
+            raise _refused(f"cannot count sizes {dict(sizes)} on the meta device ({type(meta_error).__name__}: "
+                           f"{meta_error}) and they are too large to run for real") from None
+        model = build_model(module)
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            out = model(*ins)
+        if not isinstance(out, torch.Tensor):
+            raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor") from None
+        return _facts(model, ins, fc.get_total_flops(), out)
+
+
+def meta_facts(path, sizes: dict[str, int]) -> dict:
+    return _meta_facts(str(path), tuple(sizes.items()))
+
+
+def batch_size_name(path: Path, sizes: dict[str, int], own: dict) -> str:
+    """The size held-out shapes scale: the first that moves only the first input's leading dimension (a
+    batch), else the first that moves only inputs (not the model's state), else the largest."""
+    data_only = []
+    n = own["n_data"]
+    for name in sizes:
+        try:
+            other = meta_facts(path, dict(sizes, **{name: sizes[name] * 2}))
+        except Exception:  # noqa: BLE001 - a size that cannot double is not scaled
+            continue
+        a, b = own["signature"], other["signature"]
+        if len(a) != len(b) or a[n:] != b[n:] or a == b:
+            continue
+        if a[0] and b[0] and a[0][0] != b[0][0] and a[0][1:] == b[0][1:]:
+            return name
+        data_only.append(name)
+    return data_only[0] if data_only else max(sizes, key=lambda k: sizes[k])
+
+
+class _OpLog(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops: set[str] = set()
+        self.random: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._overloadpacket.__name__
+        self.ops.add(name)
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            self.random.add(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def real_run(path: Path, sizes: dict[str, int]) -> dict:
+    """The problem run for real at the cpu sizes: the refusals (forward raising, randomness, a non-tensor
+    or non-finite output, mixed float dtypes) and what the task needs (ops, dtypes, output magnitude)."""
+    module = load_module(path, sizes)
+    try:
+        model = build_model(module)
+    except Exception as e:  # noqa: BLE001
+        raise _refused(f"building Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from None
+    try:
+        ins = raw_inputs(module, 1, "cpu")
+    except Exception as e:  # noqa: BLE001
+        raise _refused(f"get_inputs() failed: {type(e).__name__}: {e}") from None
+    for v in ins:
+        if not isinstance(v, (torch.Tensor, int, float, bool)):
+            raise _refused(f"get_inputs() returned a {type(v).__name__}: only tensors and numbers are supported")
+    state = state_tensors(model)
+    float_dtypes = {str(t.dtype).removeprefix("torch.") for t in [*ins, *(t for _, t in state)]
+                    if isinstance(t, torch.Tensor) and t.is_floating_point()}
+    if len(float_dtypes) > 1:
+        raise _refused(f"inputs and parameters mix float dtypes ({sorted(float_dtypes)}): the harness draws "
+                       "one dtype per trial")
+    outs, log = [], _OpLog()
+    for seed in (1, 2):
+        try:
+            with torch.no_grad(), seeded(seed, "cpu"), log:
+                outs.append(model(*ins))
+        except Exception as e:  # noqa: BLE001
+            raise _refused(f"forward does not run on get_inputs(): {type(e).__name__}: {e}") from None
+    out = outs[0]
+    if type(out) is not torch.Tensor:
+        raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor (one output tensor is "
+                       "supported)")
+    if log.random:
+        raise _refused(f"randomness inside forward ({', '.join(sorted(log.random))}): outputs cannot be "
+                       "checked against a reference")
+    if not torch.equal(torch.nan_to_num(outs[0]), torch.nan_to_num(outs[1])):
+        raise _refused("forward gives different outputs on the same inputs (randomness inside forward)")
+    if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+        raise _refused("forward gives non-finite outputs on get_inputs()'s own values")
+    float_dtype = next(iter(float_dtypes), None)
+    out_dtype = str(out.dtype).removeprefix("torch.")
+    rms = 1.0
+    if out.is_floating_point() and float_dtype is not None:
+        m64 = copy.deepcopy(model).double()
+        with torch.no_grad(), seeded(1, "cpu"):
+            o64 = m64(*[t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in ins])
+        rms = float(o64.double().pow(2).mean().sqrt()) if o64.numel() else 1.0
+    follows = out.is_floating_point() and out_dtype == float_dtype
+    return {"ops": sorted(log.ops), "float_dtype": float_dtype, "n_data": len(ins),
+            "state_names": [n for n, _ in state], "output_dtype": None if follows else out_dtype,
+            "output_float": out.is_floating_point(), "dtype_free": follows, "rms": rms,
+            "data_kinds": [str(v.dtype).removeprefix("torch.") if isinstance(v, torch.Tensor)
+                           else type(v).__name__ for v in ins],
+            "state_kinds": [str(t.dtype).removeprefix("torch.") for _, t in state]}
+
+
+# aten op names (overload packets) by category, checked in this order; the first category with an op wins
+_KINDS = (
+    ("attention", ("scaled_dot_product", "_flash_attention", "_efficient_attention")),
+    ("convolution", ("convolution", "conv", "_convolution", "cudnn_convolution", "mkldnn_convolution",
+                     "slow_conv", "thnn_conv", "conv_transpose")),
+    ("gemm", ("mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "linear", "mv", "addmv", "dot", "einsum",
+              "_int_mm")),
+    ("normalization", ("native_layer_norm", "native_batch_norm", "_native_batch_norm_legit",
+                       "_native_batch_norm_legit_no_training", "native_group_norm", "_fused_rms_norm",
+                       "rms_norm", "instance_norm", "layer_norm", "batch_norm", "group_norm")),
+    ("reduction", ("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "_softmax",
+                   "_log_softmax", "logsumexp", "cumsum", "cumprod", "prod", "var", "std", "var_mean",
+                   "std_mean", "norm", "linalg_vector_norm", "any", "all", "nll_loss_forward", "mse_loss",
+                   "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "cross_entropy_loss", "sort", "topk")),
+)
+
+
+def category(ops) -> str:
+    """The category of the heaviest kind of op the reference ran; "elementwise" when it ran only pointwise,
+    view and indexing ops (memory-bound, like the elementwise tasks)."""
+    ops = set(ops)
+    for cat, names in _KINDS:
+        if any(n in ops or any(o.startswith(n) for o in ops if n in ("slow_conv", "conv_transpose"))
+               for n in names):
+            return cat
+    return "elementwise"
+
+
+def describe(name: str, path: Path, meta: dict, run: dict) -> tuple[str, str]:
+    """(signature, statement) for the agent."""
+    ins = [f"in{i}" for i in range(run["n_data"])]
+    state = [n.replace(".", "_") for n in run["state_names"]]
+    entry = meta["entry_point"]
+    signature = f"{entry}({', '.join(ins + state)}) -> Tensor"
+    cuda = meta["workloads"]["cuda"]["public"][0]
+    sig = meta["shapes"][",".join(map(str, cuda))]["signature"]
+    parts = [f"{a}: {run['data_kinds'][i]} {sig[i] if sig[i] is not None else ''}".rstrip()
+             for i, a in enumerate(ins)]
+    parts += [f"{a} (state {run['state_names'][i]!r}): {run['state_kinds'][i]} {sig[run['n_data'] + i]}"
+              for i, a in enumerate(state)]
+    statement = (
+        f"KernelBench problem {path.name} (imported): compute Model.forward of the problem file (the reference "
+        f"below) with your own kernel. Submit either KernelBench's `class ModelNew(nn.Module)` (built with "
+        f"get_init_inputs() under the reference's seed, its parameters and buffers then set to the reference "
+        f"Model's by name, called with get_inputs()'s values) or a function `{signature}` taking get_inputs()'s "
+        f"values, then the Model's parameters and buffers in named_parameters(), named_buffers() order. The "
+        f"shape tuple is ({', '.join(meta['size_names'])}), the problem's size globals; floating point inputs "
+        f"and state come in the trial's dtype, and the output is "
+        f"{'in that dtype' if meta['output_dtype'] is None else meta['output_dtype']}. At the problem's own "
+        f"sizes {cuda}: " + "; ".join(parts) + ".")
+    return signature, statement

@@ -1,0 +1,265 @@
+"""`kernelgym-gap import kernelbench PATH... --out DIR`: KernelBench-style problem files become task folders
+DIR/<category>/<stem>/ (task.py and a copy of the problem file) that `--tasks-dir DIR` loads.
+
+What a problem gets (docs/importing.md says why):
+- shapes: the problem's own sizes on cuda; on cpu its size globals halved (largest first) until inputs,
+  state and output are under CPU_ELEMENTS elements; held-out shapes from the batch-like size scaled by 3/4.
+- flops from torch's FlopCounterMode over one reference call (on the meta device: nothing is allocated),
+  minimal bytes from the distinct input, state and output tensors, both per shape.
+- dtypes: the float dtype get_inputs() gives, plus float16/bfloat16 when it gives float32 and the model in
+  that dtype agrees with its float64 self within the dtype's tolerance at the cpu shape.
+- distributions: get_inputs()'s values as given (timed) and rescaled/shifted/sparsified variants the problem
+  is well-conditioned on; tolerances per dtype scaled by the output's magnitude.
+A problem it cannot take raises ImportRefused with the reason, and no folder is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import pprint
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+from kernelgym_gap.importers import analysis
+from kernelgym_gap.importers.analysis import ImportRefused
+from kernelgym_gap.importers.problem import DISTRIBUTIONS, Problem, load_module
+from kernelgym_gap.importers.runtime import FORMAT, shape_key
+
+__all__ = ["ImportRefused", "ImportResult", "discover", "import_file", "import_paths", "build_meta"]
+
+CPU_ELEMENTS = 1 << 14      # inputs + state + output of a cpu shape: the Triton interpreter runs it in seconds
+MIN_HALVED = 8              # sizes at or under this are never halved (kernel sizes, strides, axes, groups)
+ENTRY_POINT = "model_forward"
+
+# Tolerances (atol per unit of output magnitude R, rtol). Without counted matmul/conv flops the error of a
+# correct kernel is a few roundings of the output (fp32 accumulation): the built-in elementwise and
+# normalization tasks' values. With them, a dot product of depth K: float32 sums may use TF32 on cuda
+# (inputs rounded to 10 bits: error ~2^-11 |C| rms, 8 sigma ~4e-3 R); float16/bfloat16 with float32
+# accumulation err by one rounding of C (u = 2^-11, 2^-8) plus the float32 sum: the Matmul task's values.
+_TOL_POINTWISE = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}
+_TOL_DOT = {"float32": (4e-3, 4e-3), "float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2)}
+# torch's own same-dtype result must sit within this share of the tolerance for a dtype or distribution to
+# be kept: a correct kernel then passes with room.
+_MARGIN = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportResult:
+    source: Path
+    task_dir: Path | None
+    name: str
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.task_dir is not None
+
+
+def discover(paths) -> list[Path]:
+    """Problem files: each file given, and every *.py under each folder given (sorted)."""
+    found = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found.extend(f for f in sorted(p.rglob("*.py")) if f.name != "__init__.py")
+        else:
+            found.append(p)
+    return found
+
+
+def task_name(path: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", path.stem).strip("_") or "problem"
+    return name
+
+
+def _level(path: Path) -> int:
+    m = re.search(r"level([123])", str(path.resolve()).lower())
+    return int(m.group(1)) if m else 1
+
+
+def halve_for_cpu(path: Path, sizes: dict[str, int]) -> tuple[dict[str, int], list[str]]:
+    """The cpu rule: halve the largest size global above MIN_HALVED (the next largest when that breaks the
+    problem) until inputs, state and output hold at most CPU_ELEMENTS elements."""
+    sizes, steps = dict(sizes), []
+    while True:
+        facts = analysis.meta_facts(path, sizes)
+        if facts["elements"] <= CPU_ELEMENTS:
+            return sizes, steps
+        for name in sorted((n for n in sizes if sizes[n] > MIN_HALVED), key=lambda n: -sizes[n]):
+            trial = dict(sizes, **{name: sizes[name] // 2})
+            try:
+                analysis.meta_facts(path, trial)
+            except Exception:  # noqa: BLE001 - that halving breaks the problem: try the next size
+                continue
+            sizes = trial
+            steps.append(name)
+            break
+        else:
+            raise ImportRefused(
+                f"no cpu shape: halving the sizes above {MIN_HALVED} ({', '.join(f'{k}={v}' for k, v in sizes.items())})"
+                f" leaves {facts['elements']} elements, over the cpu budget of {CPU_ELEMENTS}")
+
+
+def heldout_of(path: Path, sizes: dict[str, int], batch: str) -> dict[str, int]:
+    """The held-out shape: the batch-like size scaled by 3/4 (a size that is no power of two, so edge masks
+    run), doubled when that leaves it unchanged or breaks the problem."""
+    v = sizes[batch]
+    for new in (v * 3 // 4, v * 2):
+        if new < 1 or new == v:
+            continue
+        cfg = dict(sizes, **{batch: new})
+        try:
+            analysis.meta_facts(path, cfg)
+        except Exception:  # noqa: BLE001 - that size breaks the problem: try the next
+            continue
+        return cfg
+    raise ImportRefused(f"no held-out shape: neither 3/4 nor twice {batch}={v} gives a problem that runs")
+
+
+def _tolerances(dtypes, dot: bool, magnitude: float) -> dict:
+    table = _TOL_DOT if dot else _TOL_POINTWISE
+    r = float(f"{max(1.0, magnitude):.2g}")
+    return {d: [float(f"{table[d][0] * r:.3g}"), table[d][1]] for d in dtypes}
+
+
+def _fits(problem: Problem, shape, dtype: str, distribution: str, tol, seeds=(11, 12)) -> str | None:
+    """None when torch's own result in `dtype` passes `tol` with room against the float64 reference on this
+    distribution (and the float64 output fits the dtype); else why not."""
+    from kernelgym_gap.core.inputs import generator
+    for seed in seeds:
+        try:
+            ins = problem.make_inputs(shape, dtype, generator(seed, "cpu"), distribution, "cpu")
+            with torch.no_grad():
+                ref = problem.reference(*(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point()
+                                          else t for t in ins))
+                out = problem.reference(*ins)
+        except Exception as e:  # noqa: BLE001 - a dtype the problem does not run in
+            return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+        if not ref.is_floating_point():
+            return None if torch.equal(out, ref) else "integer outputs differ across dtypes"
+        r = ref.double()
+        if not bool(torch.isfinite(r).all()):
+            return "the float64 reference is not finite"
+        if float(r.abs().max()) >= torch.finfo(getattr(torch, dtype)).max / 4:
+            return "outputs beyond the dtype's range"
+        err = (out.double() - r).abs() / (tol[0] + tol[1] * r.abs())
+        if not bool(torch.isfinite(err).all()) or float(err.max()) > _MARGIN:
+            return f"torch in {dtype} errs by {float(err.max()):.2g} of the tolerance"
+    return None
+
+
+def import_file(path: Path, out: Path, taken: set[str] | None = None) -> ImportResult:
+    path = Path(path)
+    name = task_name(path)
+    try:
+        if taken is not None and name in taken:
+            raise ImportRefused(f"another problem of this run is named {name!r} already")
+        meta = build_meta(path, name)
+    except ImportRefused as e:
+        return ImportResult(path, None, name, str(e))
+    task_dir = Path(out) / meta["category"] / name
+    for other in Path(out).glob(f"*/{name}"):
+        if other != task_dir:
+            shutil.rmtree(other)        # a re-import that lands in another category
+    task_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, task_dir / "problem.py")
+    (task_dir / "task.py").write_text(
+        f'"""Imported from {path.name} by `kernelgym-gap import kernelbench` (docs/importing.md). Generated: import '
+        f'the problem again rather than edit."""\nfrom kernelgym_gap.importers.runtime import build_task\n\n'
+        f"META = {pprint.pformat(meta, width=110, sort_dicts=False)}\n\nTASK = build_task(__file__, META)\n")
+    if taken is not None:
+        taken.add(name)
+    return ImportResult(path, task_dir, name, f"{meta['category']}/{name}: shapes cpu "
+                        f"{meta['workloads']['cpu']['public']}, cuda {meta['workloads']['cuda']['public']}; "
+                        f"dtypes {meta['workloads']['cuda']['dtypes']}")
+
+
+def import_paths(paths, out: str | Path) -> list[ImportResult]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    taken: set[str] = set()
+    return [import_file(p, out, taken) for p in discover(paths)]
+
+
+def build_meta(path: Path, name: str) -> dict:
+    """Every fact the generated task holds, or ImportRefused."""
+    if not path.is_file():
+        raise ImportRefused(f"{path} is not a file")
+    try:
+        module = load_module(path)
+    except Exception as e:  # noqa: BLE001 - anything the user's file raises on import
+        raise ImportRefused(f"importing the problem file failed: {type(e).__name__}: {e}") from None
+    analysis.check_definitions(module)
+    sizes = analysis.size_globals(module)
+    try:
+        own = analysis.meta_facts(path, sizes)      # the problem's own sizes, on the meta device
+    except ImportRefused:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ImportRefused(f"forward does not run at the problem's own sizes: {type(e).__name__}: "
+                            f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}") from None
+    batch = analysis.batch_size_name(path, sizes, own)
+    cpu_sizes, _ = halve_for_cpu(path, sizes)
+    run = analysis.real_run(path, cpu_sizes)        # refusals: randomness, non-tensor output, forward errors
+    configs = {"cuda": (sizes, heldout_of(path, sizes, batch)),
+               "cpu": (cpu_sizes, heldout_of(path, cpu_sizes, batch))}
+    names = list(sizes)
+    shapes: dict[str, dict] = {}
+    for pub, held in configs.values():
+        for cfg in (pub, held):
+            key = shape_key(cfg[n] for n in names)
+            if key not in shapes:
+                facts = own if cfg == sizes else analysis.meta_facts(path, cfg)
+                shapes[key] = {k: facts[k] for k in ("flops", "float_elements", "fixed_bytes", "signature",
+                                                      "out_shape")}
+    sigs = [str(e["signature"]) for e in shapes.values()]
+    if len(set(sigs)) != len(sigs):
+        raise ImportRefused("two of the derived shapes give inputs of the same shapes (the sizes changed only "
+                            "non-tensor arguments); the reference could not tell them apart")
+    dot = any(e["flops"] > 0 for e in shapes.values())
+    cpu_key = shape_key(cpu_sizes[n] for n in names)
+    magnitude = run["rms"]
+    if dot and shapes[cpu_key]["flops"] > 0:        # a dot product's output grows like sqrt(depth)
+        depth = lambda e: e["flops"] / (2 * max(1, math.prod(e["out_shape"])))   # noqa: E731
+        magnitude = max(run["rms"] * math.sqrt(depth(e) / depth(shapes[cpu_key])) for e in shapes.values())
+    given = run["float_dtype"] or "float32"
+    meta = {
+        "format": FORMAT, "name": name, "category": analysis.category(run["ops"]), "problem_file": "problem.py",
+        "source": str(path), "level": _level(path), "tags": ["imported", "kernelbench"],
+        "size_names": names, "n_data_inputs": run["n_data"], "state_names": run["state_names"],
+        "entry_point": ENTRY_POINT, "output_dtype": run["output_dtype"],
+        "reference_in_float64": run["output_dtype"] is None or run["output_float"],
+        "shapes": shapes, "distributions": list(DISTRIBUTIONS),
+        "workloads": {b: {"public": [[pub[n] for n in names]], "heldout": [[held[n] for n in names]],
+                          "dtypes": [given]} for b, (pub, held) in configs.items()},
+        "tolerances": _tolerances(("float32", "float16", "bfloat16"), dot, magnitude),
+        "rules": {"cpu": f"sizes above {MIN_HALVED} halved, largest first, to at most {CPU_ELEMENTS} elements",
+                  "heldout": f"{batch} scaled by 3/4 (doubled when that leaves it unchanged)",
+                  "tolerance_magnitude": round(magnitude, 4), "counted_dot_flops": dot},
+    }
+    problem = Problem(path, meta)
+    cpu_shape = [cpu_sizes[n] for n in names]
+    if run["float_dtype"] is not None:
+        base_tol = meta["tolerances"][given]
+        bad = _fits(problem, cpu_shape, given, "as_given", base_tol)
+        if bad:
+            raise ImportRefused(f"the problem's own dtype {given} does not pass its tolerance against float64 "
+                                f"at the cpu shape: {bad}")
+    if run["float_dtype"] == "float32" and run["dtype_free"]:
+        extra = [d for d in ("float16", "bfloat16")
+                 if _fits(problem, cpu_shape, d, "as_given", meta["tolerances"][d]) is None]
+        meta["workloads"]["cuda"]["dtypes"] += extra
+        # no bfloat16 on cpu: the Triton interpreter's bfloat16 tl.dot is silently wrong
+        meta["workloads"]["cpu"]["dtypes"] += [d for d in extra if d == "float16"]
+    if run["float_dtype"] is not None:
+        kept = set(meta["workloads"]["cuda"]["dtypes"])
+        meta["distributions"] = [dist for dist in DISTRIBUTIONS if dist == "as_given" or all(
+            _fits(problem, cpu_shape, d, dist, meta["tolerances"][d]) is None for d in kept)]
+    else:
+        meta["distributions"] = ["as_given"]
+    used = set(meta["workloads"]["cuda"]["dtypes"]) | set(meta["workloads"]["cpu"]["dtypes"])
+    meta["tolerances"] = {d: v for d, v in meta["tolerances"].items() if d in used}
+    meta["signature"], meta["statement"] = analysis.describe(name, path, meta, run)
+    return meta
