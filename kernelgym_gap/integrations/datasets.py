@@ -13,7 +13,7 @@ of the tasks chosen by a hash of their name, so it does not change when tasks ar
 
 `verl_rows(...)` gives the same rows in verl's RL dataset layout (data_source, prompt, ability,
 reward_model, extra_info with task, dsl, backend) and `verifiers_rows(...)` in verifiers' (prompt, answer,
-info).
+info with kernel_task, dsl, backend).
 """
 from __future__ import annotations
 
@@ -89,7 +89,8 @@ def verl_rows(tasks: Sequence[str] | None = None, dsls: Sequence[str] = DSLS, ba
 
 def verifiers_rows(tasks: Sequence[str] | None = None, dsls: Sequence[str] = DSLS, backend: str = "cpu",
                    split: str | None = None, **kwargs: Any) -> list[dict]:
-    """Rows in verifiers' layout: prompt (chat), answer (unused: the harness is the judge), info."""
+    """Rows in verifiers' layout: prompt (chat), answer (unused: the harness is the judge), info (the task
+    under "kernel_task": verifiers reserves info["task"] for its own task payloads)."""
     return [{"prompt": r["prompt"], "answer": "",
-             "info": {"task": r["task"], "dsl": r["dsl"], "backend": backend, "split": r["split"]}}
+             "info": {"kernel_task": r["task"], "dsl": r["dsl"], "backend": backend, "split": r["split"]}}
             for r in task_rows(tasks, dsls, backend, split, **kwargs)]

@@ -8,8 +8,8 @@ Written against verifiers' classic environment API (`vf.SingleTurnEnv`, `vf.Mult
 verifiers 0.1.x to 0.3.x, where 0.3 serves it from `verifiers.legacy`); verifiers 0.4 dropped that API for
 its v1 taskset/harness stack, which this module does not target (the `[verifiers]` extra pins `<0.4`).
 
-* Dataset: `datasets.verifiers_rows` (chat prompt: the environment's observation text; `info` with task,
-  dsl, backend).
+* Dataset: `datasets.verifiers_rows` (chat prompt: the environment's observation text; `info` with
+  kernel_task, dsl, backend: verifiers reserves info["task"]).
 * Rubric: `kernel_reward` (weight 1; the record's reward, `failure_reward` for a failed evaluation) and
   `kernel_correct` (a metric, weight 0). Individual reward functions of a group are awaited together
   (`asyncio.gather`), and each goes to one shared Scorer, which evaluates what arrives together as one
@@ -50,15 +50,15 @@ def _last_reply(messages: Any) -> str:
 
 
 async def _evaluate_reply(scorer: Scorer, info: dict, reply: str):
-    task = str(info["task"])
+    task = str(info["kernel_task"])
     code = extract_code(reply, scorer.registry.get(task).entry_point)
     return (await scorer.ascore([(task, code, str(info.get("dsl") or "triton"))]))[0]
 
 
 def _info(state) -> dict:
     info = state.get("info") or {}
-    if not isinstance(info, dict) or not info.get("task"):
-        raise ValueError("a kernelgym_gap rollout needs info['task'] (verifiers_rows makes it)")
+    if not isinstance(info, dict) or not info.get("kernel_task"):
+        raise ValueError("a kernelgym_gap rollout needs info['kernel_task'] (verifiers_rows makes it)")
     return info
 
 
