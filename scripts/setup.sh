@@ -24,6 +24,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.kernelgym_gap-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/pip install -q --disable-pip-version-check "torch==2.13.0" "triton==3.7.1" -e ".[test,tilelang,web,scale]"
+  .venv/bin/pip install -q --disable-pip-version-check "torch==2.13.0" "triton==3.7.1" -e ".[test,tilelang,web,scale,trl,verl,verifiers]"
   touch "$stamp"
 fi

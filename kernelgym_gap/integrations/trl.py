@@ -145,10 +145,12 @@ class KernelToolEnv:
         return reward_of(self._records[-1], self._failure) if self._records else self._failure
 
 
-def environment_factory(**settings: Any) -> Callable[[], KernelToolEnv]:
+def environment_factory(backend: str = "auto", scorer: Scorer | None = None,
+                        **settings: Any) -> Callable[[], KernelToolEnv]:
     """`GRPOTrainer(environment_factory=environment_factory(backend="cuda", max_submissions=4))`: a factory
-    whose environments share one Scorer (cache, warm pool)."""
-    settings.setdefault("scorer", shared_scorer(settings.pop("backend", "auto"),
-                                                **{k: settings.pop(k) for k in list(settings)
-                                                   if k in ("config", "workers", "warm", "store", "ray")}))
-    return functools.partial(KernelToolEnv, **settings)
+    whose environments share one Scorer (cache, warm pool). Settings: KernelToolEnv's (dsl, failure_reward,
+    tasks, max_submissions) and the Scorer's (config, workers, warm, store, ray)."""
+    if scorer is None:
+        scorer = shared_scorer(backend, **{k: settings.pop(k) for k in ("config", "workers", "warm", "store", "ray")
+                                           if k in settings})
+    return functools.partial(KernelToolEnv, scorer=scorer, **settings)
