@@ -76,13 +76,14 @@ def _solutions(registry):
 
 def test_reward_function_contract_strings_chat_and_none(registry):
     """The callable TRL calls: strings or chat messages, a task column, None for a row without a task,
-    and a whole call evaluated as one batch (identical completions once)."""
+    and a whole call evaluated as one batch (identical completions once), on the warm path."""
     good, bad = _solutions(registry)
-    f = reward_function(backend="cpu", workers=2)
+    f = reward_function(backend="cpu", workers=2, warm=True)     # a warm pool per worker, kept across calls
     chat = [[{"role": "assistant", "content": good}], [{"role": "assistant", "content": bad}]]
     rewards = f(prompts=["p"] * 4, completions=[good, bad] + chat, task=["AddReLU"] * 4)
     assert rewards == [1.0, 0.0, 1.0, 0.0]
     assert f.scorer.stats["evaluated"] == 2 and f.scorer.stats["batches"] == 1
+    assert [r.status.value for r in f.last_records] == ["ok", "mismatch", "ok", "mismatch"]
     assert f(prompts=["p"], completions=[good], task=[None]) == [None]
     failing = reward_function(backend="cpu", failure_reward=-1.0, scorer=f.scorer)
     assert failing(prompts=["p", "p"], completions=[good, "no code at all"], task="AddReLU") == [1.0, -1.0]
