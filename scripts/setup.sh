@@ -25,7 +25,7 @@ if [ "$MODE" = minimal ]; then
   EXTRAS=""
 else
   APT_PACKAGES="bubblewrap chromium chromium-driver"
-  EXTRAS="[test,tilelang,web,scale]"
+  EXTRAS="[test,tilelang,web,scale,trl,verl,verifiers]"
 fi
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   missing=""

@@ -1,0 +1,90 @@
+"""verl: `compute_score` for `reward.custom_reward_function`, loadable by path.
+
+    reward.custom_reward_function.path=$(python -c "import kernelgym_gap.integrations.verl as m; print(m.__file__)")
+    reward.custom_reward_function.name=compute_score          # or compute_score_batch with the batch manager
+    +reward.custom_reward_function.reward_kwargs.backend=cuda
+
+`compute_score(data_source, solution_str, ground_truth, extra_info=None, **reward_kwargs)` returns a dict:
+"score" (the record's reward; a failed evaluation scores `failure_reward`, 0 by default) and the record's
+terms (scorer.record_terms: acc, correct, correctness, performance, E, U, status, reward_mode), which verl
+logs as reward_extra_info. The task is `extra_info["task"]` when given, else `data_source` (a task id or
+name); the backend `extra_info["backend"]`, else the `backend` reward kwarg, else "auto"; the DSL
+`extra_info["dsl"]`, else the `dsl` kwarg, else "triton". The code is the reply's fenced block
+(`extract_code`).
+
+verl's reward managers call compute_score once per sample, from several executor threads at once; every
+call goes to one process-wide Scorer per settings (`scorer.shared_scorer`), which coalesces the calls that
+arrive together into one `evaluate_many` batch and caches results. `compute_score_async` is the same for
+managers that await an async function; `compute_score_batch` takes verl's batch manager's lists
+(`reward.reward_manager.name=batch`).
+
+This file imports only kernelgym_gap (verl loads it with `importlib` by path, as a module of its own).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kernelgym_gap.api.completions import extract_code
+from kernelgym_gap.integrations.scorer import record_terms, shared_scorer
+
+SCORER_SETTINGS = ("config", "workers", "warm", "store", "ray", "window_s")
+
+
+def _request(data_source: Any, solution_str: Any, extra_info: Any, backend: str | None, dsl: str | None):
+    info = extra_info if isinstance(extra_info, dict) else {}
+    task = info.get("task") or data_source
+    if not task:
+        raise ValueError("compute_score needs the task: extra_info['task'] or data_source")
+    return (str(task), str(info.get("backend") or backend or "auto"), str(info.get("dsl") or dsl or "triton"),
+            solution_str if isinstance(solution_str, str) else str(solution_str or ""))
+
+
+def _scorer(backend: str, kwargs: dict):
+    return shared_scorer(backend, **{k: kwargs[k] for k in SCORER_SETTINGS if k in kwargs})
+
+
+def _submit(requests: list[tuple], kwargs: dict) -> list:
+    """Futures in request order; requests of different backends go to their own Scorer."""
+    futures: list = [None] * len(requests)
+    by_backend: dict[str, list[int]] = {}
+    for i, r in enumerate(requests):
+        by_backend.setdefault(r[1], []).append(i)
+    for backend, idx in by_backend.items():
+        scorer = _scorer(backend, kwargs)
+        items = []
+        for i in idx:
+            task, _, dsl, text = requests[i]
+            items.append((task, extract_code(text, scorer.registry.get(task).entry_point), dsl))
+        for i, f in zip(idx, scorer.submit_many(items)):
+            futures[i] = f
+    return futures
+
+
+def compute_score(data_source: Any, solution_str: str, ground_truth: Any = None, extra_info: dict | None = None,
+                  *, backend: str | None = None, dsl: str | None = None, failure_reward: float = 0.0,
+                  **kwargs: Any) -> dict[str, Any]:
+    """One sample's score and terms (module docstring). Other keyword arguments (verl passes some of its
+    own) are ignored, except the Scorer settings config, workers, warm, store, ray, window_s."""
+    f = _submit([_request(data_source, solution_str, extra_info, backend, dsl)], kwargs)[0]
+    return record_terms(f.result(), failure_reward)
+
+
+async def compute_score_async(data_source: Any, solution_str: str, ground_truth: Any = None,
+                              extra_info: dict | None = None, *, backend: str | None = None,
+                              dsl: str | None = None, failure_reward: float = 0.0, **kwargs: Any) -> dict[str, Any]:
+    """compute_score for reward managers that await an async function."""
+    import asyncio
+    f = _submit([_request(data_source, solution_str, extra_info, backend, dsl)], kwargs)[0]
+    return record_terms(await asyncio.wrap_future(f), failure_reward)
+
+
+def compute_score_batch(data_sources: Sequence[Any], solution_strs: Sequence[str],
+                        ground_truths: Sequence[Any] | None = None, extra_infos: Sequence[dict] | None = None,
+                        *, backend: str | None = None, dsl: str | None = None, failure_reward: float = 0.0,
+                        **kwargs: Any) -> list[dict[str, Any]]:
+    """verl's batch reward manager's shape: lists in, one dict per sample out, all evaluated as one batch."""
+    n = len(solution_strs)
+    infos = list(extra_infos) if extra_infos is not None else [None] * n
+    requests = [_request(ds, s, info, backend, dsl) for ds, s, info in zip(list(data_sources), solution_strs, infos)]
+    return [record_terms(f.result(), failure_reward) for f in _submit(requests, kwargs)]

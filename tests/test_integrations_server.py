@@ -1,0 +1,135 @@
+"""The reward server over loopback (a real uvicorn on 127.0.0.1): a batch answered with records, the token
+required, a malformed batch refused with 400 while the server stays up, a full queue refused with 429; and
+the datasets rows the trainers read."""
+import socket
+import threading
+import time
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+
+from kernelgym_gap.core.record import EvalRecord  # noqa: E402
+from kernelgym_gap.core.status import Status  # noqa: E402
+from kernelgym_gap.integrations.reward_server import RewardClient, create_app  # noqa: E402
+from kernelgym_gap.integrations.scorer import Scorer, shared_scorer  # noqa: E402
+
+TOKEN = "s3cret-token"
+
+
+class Served:
+    def __init__(self, app):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        for _ in range(200):
+            if self.server.started:
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("the server did not start")
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+def _sources(registry):
+    task = registry.get("AddReLU")
+    good = task.solution_path(task.solutions[0]).read_text()
+    return good, good.replace("tl.maximum(s, 0.0)", "s")
+
+
+def test_batch_over_loopback_token_and_malformed(registry):
+    good, bad = _sources(registry)
+    app = create_app(shared_scorer("cpu", workers=2), TOKEN, max_pending=16, max_items=8)
+    with Served(app) as srv:
+        items = [{"task": "AddReLU", "source": good}, {"task": "AddReLU", "completion": f"```python\n{bad}```"},
+                 {"task": "kernelgym_gap/AddReLU-v0", "dsl": "triton", "source": good}]
+        # no token, a wrong token: refused, nothing evaluated
+        r = httpx.post(srv.url + "/score", json={"items": items})
+        assert r.status_code == 401 and "token" in r.json()["error"]
+        r = httpx.post(srv.url + "/score", json={"items": items}, headers={"Authorization": "Bearer nope"})
+        assert r.status_code == 403
+        # malformed batches: 400 and a reason
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for body, why in [(b"{not json", "not JSON"), (b'{"items": []}', "empty"), (b'[1, 2]', "items"),
+                          (b'{"items": [{"task": "NoSuchTask", "source": "x"}]}', "item 0"),
+                          (b'{"items": [{"task": "GELU", "dsl": "cuda-c", "source": "x"}]}', "dsl"),
+                          (b'{"items": [{"task": "GELU", "source": "x", "completion": "y"}]}', "exactly one"),
+                          (b'{"items": [{"task": "GELU", "source": 5}]}', "string"),
+                          (b'{"items": [' + b'{"task": "GELU", "source": "x"},' * 8 + b'{"task": "GELU", "source": "x"}]}',
+                           "at most")]:
+            r = httpx.post(srv.url + "/score", content=body, headers=auth)
+            assert r.status_code == 400 and why in r.json()["error"], (body[:40], r.text)
+        # the server is still up: a real batch, answered in order, with records
+        out = RewardClient(srv.url, TOKEN, timeout=600).score(items)
+        assert out["rewards"] == [1.0, 0.0, 1.0]
+        recs = [EvalRecord.from_dict(r) for r in out["records"]]
+        assert [r.status for r in recs] == [Status.OK, Status.MISMATCH, Status.OK]
+        assert out["terms"][1]["status"] == "mismatch"
+        # OpenRLHF's request shape: the label is the task, the reply is the query less its prompt
+        r = httpx.post(srv.url + f"/openrlhf?token={TOKEN}", json={
+            "query": ["PROMPT```python\n" + good + "```", "PROMPT" + bad], "prompts": ["PROMPT", "PROMPT"],
+            "labels": ["AddReLU", "AddReLU"]}, timeout=600)
+        assert r.status_code == 200 and r.json()["rewards"] == [1.0, 0.0]
+        health = httpx.get(srv.url + "/health").json()
+        assert health["ok"] and health["pending"] == 0 and health["served"] >= 5
+
+
+def _slow_record(task, source, dsl, backend, config):
+    time.sleep(1.5)
+    return EvalRecord(task=task.id, task_version=task.version, dsl=dsl, backend=backend, status=Status.OK,
+                      correct=True, reward=1.0, reward_mode="correctness", terms={}, message="", device={})
+
+
+def test_full_queue_is_refused_with_429(registry):
+    scorer = Scorer("cpu", workers=1, evaluator=_slow_record)
+    app = create_app(scorer, TOKEN, max_pending=2, max_items=8)
+    auth = {"X-Token": TOKEN}
+    with Served(app) as srv:
+        first = {}
+
+        def occupy():
+            first["r"] = httpx.post(srv.url + "/score", headers=auth, timeout=60,
+                                    json={"items": [{"task": "GELU", "source": "a"}, {"task": "GELU", "source": "b"}]})
+        t = threading.Thread(target=occupy)
+        t.start()
+        for _ in range(100):
+            if httpx.get(srv.url + "/health").json()["pending"] == 2:
+                break
+            time.sleep(0.02)
+        r = httpx.post(srv.url + "/score", headers=auth, json={"items": [{"task": "GELU", "source": "c"}]})
+        assert r.status_code == 429 and r.headers["retry-after"]
+        t.join(60)
+        assert first["r"].status_code == 200 and first["r"].json()["rewards"] == [1.0, 1.0]
+        r = httpx.post(srv.url + "/score", headers=auth, json={"items": [{"task": "GELU", "source": "c"}]}, timeout=60)
+        assert r.status_code == 200
+    scorer.close()
+
+
+def test_dataset_rows_for_each_trainer():
+    datasets = pytest.importorskip("datasets")
+    from kernelgym_gap.integrations.datasets import task_dataset, task_dataset_dict, task_rows, verl_rows
+    rows = task_rows(backend="cpu")
+    assert {r["dsl"] for r in rows} == {"triton", "tilelang"} and {r["split"] for r in rows} == {"train", "test"}
+    assert len({(r["task"], r["dsl"]) for r in rows}) == len(rows)
+    by_task = {}
+    for r in rows:                                             # a task's split is the same for every DSL
+        by_task.setdefault(r["task"], set()).add(r["split"])
+    assert all(len(s) == 1 for s in by_task.values())
+    gelu = next(r for r in rows if r["task"] == "GELU" and r["dsl"] == "triton")
+    assert [m["role"] for m in gelu["prompt"]] == ["system", "user"] and "`gelu(x" in gelu["prompt"][1]["content"]
+    ds = task_dataset(tasks=["GELU", "AddReLU"], dsls=["triton"], backend="cpu")
+    assert isinstance(ds, datasets.Dataset) and sorted(ds["task"]) == ["AddReLU", "GELU"]
+    dd = task_dataset_dict(backend="cpu", test_tasks=["GELU"])
+    assert set(dd["test"]["task"]) == {"GELU"} and "GELU" not in dd["train"]["task"]
+    v = verl_rows(tasks=["GELU"], dsls=["triton"], backend="cpu")[0]
+    assert v["extra_info"]["task"] == "GELU" and v["data_source"] == "kernelgym_gap/GELU-v0"
