@@ -1,42 +1,22 @@
 """The E-vs-U screening chart, drawn server-side as inline SVG (no script, testable as text).
 
 x: library-relative efficiency E = t_library / t_kernel; y: roofline utilization U = t_floor / t_kernel;
-both on log scales, one grid line per decade. The screening thresholds are dashed lines; they come from
-`kernelgym_gap.judge.diagnosis` when that module defines them, else from DEFAULT_THRESHOLDS here (the one
-place they are defined for the web pages).
+both on log scales, one grid line per decade. The screening thresholds are dashed lines, from
+kernelgym_gap.core.config.DiagnosisConfig (the values the judge's diagnosis uses).
 """
 from __future__ import annotations
 
 import math
 from html import escape
 
-DEFAULT_THRESHOLDS = {"E": 0.5, "U": 0.3}
-
 VERDICT_CLASSES = {"efficient": "v-efficient", "repairable": "v-repairable", "structural": "v-structural"}
 
 
 def screening_thresholds() -> dict[str, float]:
-    """E and U thresholds of the diagnosis (module constants or a config dataclass), else the defaults."""
-    try:
-        from kernelgym_gap.judge import diagnosis as d
-    except Exception:
-        return dict(DEFAULT_THRESHOLDS)
-    for e_name, u_name in (("E_THRESHOLD", "U_THRESHOLD"), ("E_EFFICIENT", "U_EFFICIENT"),
-                           ("DEFAULT_E_THRESHOLD", "DEFAULT_U_THRESHOLD")):
-        e, u = getattr(d, e_name, None), getattr(d, u_name, None)
-        if isinstance(e, (int, float)) and isinstance(u, (int, float)):
-            return {"E": float(e), "U": float(u)}
-    for cls_name in ("DiagnosisConfig", "ScreeningThresholds", "Thresholds"):
-        cls = getattr(d, cls_name, None)
-        try:
-            obj = cls() if callable(cls) else None
-        except Exception:
-            obj = None
-        for e_name, u_name in (("e_threshold", "u_threshold"), ("e_min", "u_min"), ("e", "u"), ("E", "U")):
-            e, u = getattr(obj, e_name, None), getattr(obj, u_name, None)
-            if isinstance(e, (int, float)) and isinstance(u, (int, float)):
-                return {"E": float(e), "U": float(u)}
-    return dict(DEFAULT_THRESHOLDS)
+    """E and U thresholds of the diagnosis (core.config.DiagnosisConfig's defaults: what the judge uses)."""
+    from kernelgym_gap.core.config import DiagnosisConfig
+    d = DiagnosisConfig()
+    return {"E": d.e_threshold, "U": d.u_threshold}
 
 
 def verdict_class(verdict: str | None) -> str:
