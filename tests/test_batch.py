@@ -85,6 +85,20 @@ def test_misuse_fails_before_anything_runs():
     assert ev.calls == []
 
 
+def test_identical_submissions_in_a_batch_are_evaluated_once():
+    """A GRPO group often holds the same completion several times: one evaluation, every caller its record."""
+    ev = Recorder()
+    sources = ["a", "b", "a", "c", "b", "a"]
+    recs = evaluate_many([EvalRequest("AddReLU", s, backend="cpu") for s in sources], workers=2, evaluator=ev)
+    assert [r.message for r in recs] == sources
+    assert sorted(c[0] for c in ev.calls) == ["a", "b", "c"]
+    # another task, dsl or setting is another evaluation
+    recs = evaluate_many([EvalRequest("AddReLU", "a", backend="cpu"), EvalRequest("GELU", "a", backend="cpu"),
+                          EvalRequest("AddReLU", "a", backend="cpu", config=EvalConfig(seeds_per_shape=1))],
+                         workers=1, evaluator=ev)
+    assert len(ev.calls) == 3 + 3
+
+
 def test_a_harness_failure_is_raised_after_the_pool_drains():
     ev = Recorder(fail_on="bad")
     reqs = [EvalRequest("AddReLU", s, backend="cpu") for s in ("a", "bad", "c")]

@@ -6,6 +6,7 @@ new fixture is picked up without touching this file.
 """
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,15 @@ def test_honest_evaluation_after_crash_and_timeout(registry, tmp_path):
     after = evaluate(task, honest, "triton", "cpu", cfg)
     assert after.status is Status.OK and after.correct is True and after.reward == 1.0
     assert after.trials_checked == before.trials_checked > 0
+
+
+def test_a_hang_at_import_ends_as_timeout_within_90_s_with_the_default_settings(registry):
+    """Issue 15: a submission that busy-loops at import held its slot (and its compile probe's) for the whole
+    300 s deadline; the import's stage deadline (60 s by default) ends both."""
+    source = (Path(__file__).resolve().parent / "fixtures" / "hostile" / "import_busy_loop.py").read_bytes()
+    start = time.monotonic()
+    record = evaluate(registry.get("LayerNorm"), source, "triton", "cpu", EvalConfig(trial_seed=1))
+    elapsed = time.monotonic() - start
+    assert record.status is Status.TIMEOUT and record.stage == "sandbox", record.message
+    assert "import" in record.message and "60 s stage deadline" in record.message
+    assert elapsed < 90, elapsed

@@ -171,6 +171,7 @@ MACHINE_ATTACKS = {
     "fork_bomb.py": (10, {}),
     "memory_hog.py": (60, {}),
     "busy_loop.py": (6, {}),
+    "import_busy_loop.py": (120, {"import_s": 6}),    # the import's stage deadline, well before wall_s
     "sleep_forever.py": (6, {}),
     "read_secrets.py": (60, {}),
     "kill_parent.py": (60, {}),
@@ -237,6 +238,8 @@ def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monk
     if name == "daemon.py":
         time.sleep(4)     # the daemon would write its markers 3 s after it started
         assert not list(scratch_root.rglob("daemon_marker.txt"))
+    if name == "import_busy_loop.py":
+        assert "stage deadline" in record.message and elapsed < 6 + 30, (elapsed, record.message)
     if name == "fork_bomb.py" and "cgroup_pids" in record.sandbox_layers:
         assert "pids limit refused" in record.message
     assert not any(marker_dir.iterdir()), list(marker_dir.iterdir())

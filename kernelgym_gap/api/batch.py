@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 import queue
 import threading
@@ -99,11 +100,26 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
     tasks, backends = _resolve(requests, registry)
     if evaluator is None:
         from kernelgym_gap.engine.pipeline import evaluate as evaluator
-    pool = _LocalPool(evaluator, worker_slots(backends, workers, gpus), progress, len(requests), warm=warm,
-                      scratch_root=default_config.scratch_root)
-    for i, (r, task, backend) in enumerate(zip(requests, tasks, backends)):
-        pool.put(i, backend, task, r.source, r.dsl, r.config or default_config)
-    return pool.join()
+    # identical submissions (same task, source, dsl, backend and settings) are evaluated once; each caller
+    # gets the record (a GRPO group often holds the same completion several times)
+    first: dict[tuple, int] = {}
+    owner = [first.setdefault(_identity(r, t, b, default_config), i)
+             for i, (r, t, b) in enumerate(zip(requests, tasks, backends))]
+    unique = sorted(set(owner))
+    pool = _LocalPool(evaluator, worker_slots([backends[i] for i in unique], workers, gpus), progress,
+                      len(unique), warm=warm, scratch_root=default_config.scratch_root)
+    for k, i in enumerate(unique):
+        r = requests[i]
+        pool.put(k, backends[i], tasks[i], r.source, r.dsl, r.config or default_config)
+    records = dict(zip(unique, pool.join()))
+    if len(unique) < len(requests):
+        log.info("%d of %d requests were duplicates, evaluated once", len(requests) - len(unique), len(requests))
+    return [records[i] for i in owner]
+
+
+def _identity(r: EvalRequest, task: TaskSpec, backend: str, default: EvalConfig) -> tuple:
+    raw = r.source.encode("utf-8", "surrogatepass") if isinstance(r.source, str) else r.source
+    return (task.id, hashlib.sha256(raw).hexdigest(), r.dsl, backend, r.config or default)
 
 
 class _LocalPool:

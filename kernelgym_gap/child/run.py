@@ -26,7 +26,7 @@ from kernelgym_gap.child.failure import Failure, classify
 from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
-from kernelgym_gap.core.record import ChildReport, Job, TrialOutcome
+from kernelgym_gap.core.record import IMPORT_MARKER, ChildReport, Job, TrialOutcome
 from kernelgym_gap.core.status import Status
 
 # Everything used once the submission is loaded is bound here, before it: a name looked up in sys.modules
@@ -204,6 +204,7 @@ class ChildRun:
             return done
         if not callable(self.entry):
             return self.finish(Status.ENTRY_POINT_MISSING, f"{self.task.entry_point!r} is not a callable of the module")
+        (self.report_path.parent / IMPORT_MARKER).touch()      # the parent's import deadline ends here
         return None
 
     def run_trials(self) -> int | None:

@@ -15,6 +15,10 @@ COMPILE_BASELINE_MODES = ("measure", "cached", "off")
 @dataclasses.dataclass(frozen=True)
 class SandboxConfig:
     wall_s: float = 300.0
+    # the stage deadline of the submission's import (its module's top level and the entry point's
+    # construction), from the job's handoff: a child that has not reported its import done by then is
+    # killed (timeout), instead of holding its slot for the whole wall_s. None: wall_s alone.
+    import_s: float | None = 60.0
     cpu_s: int = 600
     fsize_bytes: int = 1 << 30          # largest file the child may write
     nofile: int = 1024

@@ -183,6 +183,11 @@ class Job(_Record):
 
 # ---- child -> parent -------------------------------------------------------------------------------
 
+# The file a child creates beside its report once the submission's import is done (SandboxConfig.import_s):
+# the parent's stage deadline for the import ends there. A child that creates it early only gets the whole
+# wall-clock deadline back, which every child had before.
+IMPORT_MARKER = "import.done"
+
 @dataclasses.dataclass(frozen=True)
 class TrialOutcome:
     index: int

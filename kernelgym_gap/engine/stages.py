@@ -107,6 +107,10 @@ class Sandbox(Stage):
         if "memory" in hit:
             peak = f" (peak {out.memory_peak_bytes / 2**20:.0f} MiB)" if out.memory_peak_bytes else ""
             return self.stop(Status.OUT_OF_MEMORY, f"the child went over its memory limit and was killed{peak}")
+        if out.timed_out and out.stage_timeout == "import":
+            return self.stop(Status.TIMEOUT, f"the submission's import (its module's top level and the entry "
+                                             f"point's construction) did not finish within its "
+                                             f"{cfg.sandbox.import_s:.0f} s stage deadline and the child was killed")
         if out.timed_out:
             forks = (f"; the pids limit refused {out.forks_refused} process/thread creations"
                      if out.forks_refused else "")

@@ -40,6 +40,7 @@ from pathlib import Path
 from kernelgym_gap.sandbox.cgroup import ChildCgroups
 from kernelgym_gap.sandbox.isolation import bwrap_argv, choose_isolation, unshare_argv
 from kernelgym_gap.core.config import SandboxConfig
+from kernelgym_gap.core.record import IMPORT_MARKER
 from kernelgym_gap.core.registry import PROJECT_ROOT
 
 
@@ -58,6 +59,7 @@ class ChildOutcome:
     pids_peak: int | None = None
     forks_refused: int = 0
     removed_from_scratch: int = 0       # symlinks / special files the sanitizer removed
+    stage_timeout: str | None = None    # "import": killed at the import's stage deadline (SandboxConfig.import_s)
 
 
 class _TailReader(threading.Thread):
@@ -296,6 +298,8 @@ class SandboxedChild:
         limits_hit: list[str] = []
         timed_out = False
         deadline = start + config.wall_s
+        import_deadline = start + config.import_s if config.import_s is not None else None
+        stage_timeout = None
         next_quota = time.monotonic() + 1.0
         try:
             while True:
@@ -303,6 +307,11 @@ class SandboxedChild:
                 if now >= deadline:
                     timed_out = True
                     break
+                if import_deadline is not None and now >= import_deadline:
+                    if not (scratch / IMPORT_MARKER).exists():
+                        timed_out, stage_timeout = True, "import"
+                        break
+                    import_deadline = None
                 try:
                     proc.wait(timeout=min(0.1, deadline - now))
                     break
@@ -342,7 +351,7 @@ class SandboxedChild:
                             stderr_tail=r_err.text(), output_bytes=self._total[0], layers=self.layers,
                             limits_hit=tuple(limits_hit), memory_peak_bytes=stats.get("memory_peak_bytes"),
                             pids_peak=stats.get("pids_peak"), forks_refused=int(stats.get("forks_refused") or 0),
-                            removed_from_scratch=removed)
+                            removed_from_scratch=removed, stage_timeout=stage_timeout)
 
 
 def run_sandboxed(argv: Sequence[str], scratch: Path, env: dict[str, str], config: SandboxConfig) -> ChildOutcome:
