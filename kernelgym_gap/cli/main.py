@@ -85,7 +85,8 @@ def cmd_eval(args) -> int:
             print(record.message)
         t = record.terms
         if t.get("E") is not None:
-            print(f"E={t['E']:.4g}  U={t['U']:.4g}  performance={t['performance']:.4f}")
+            compiled = f"  E_compile={t['E_compile']:.4g}" if t.get("E_compile") is not None else ""
+            print(f"E={t['E']:.4g}{compiled}  U={t['U']:.4g}  performance={t['performance']:.4f}")
         elif record.backend == "cpu":
             print(CPU_NOTE)
         if record.diagnosis:
