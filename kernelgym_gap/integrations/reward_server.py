@@ -229,18 +229,20 @@ def compute_score(data_source: Any, solution_str: str, ground_truth: Any = None,
 
 def add_commands(sub) -> None:
     s = sub.add_parser("serve-reward", help="a batch reward endpoint for RL trainers on other machines")
-    s.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"])
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8100)
+    s.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"],
+                   help="where the submissions are evaluated (cpu: correctness only; cuda: E, U, the full reward)")
+    s.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    s.add_argument("--port", type=int, default=8100, help="the port to listen on")
     s.add_argument("--token", help=f"write token (default: ${TOKEN_ENV}, else a random one, printed)")
     s.add_argument("--max-pending", type=int, default=256, help="items queued or running at most (429 past it)")
     s.add_argument("--max-items", type=int, default=1024, help="items per request at most")
     s.add_argument("--workers", type=int, help="evaluations at once (cpu: default the core count; cuda: one per GPU)")
     s.add_argument("--warm", action="store_true", help="keep a warm pool (checker, pre-started children) per worker")
     s.add_argument("--db", help="also look results up in, and keep them in, this results database")
-    s.add_argument("--reward-mode", choices=["full", "correctness"])
-    s.add_argument("--seed", type=int)
-    s.add_argument("--gpu", type=int)
+    s.add_argument("--reward-mode", choices=["full", "correctness"],
+                   help="full: correctness then speed; correctness: 1 for a correct kernel (default: full)")
+    s.add_argument("--seed", type=int, help="seed the generator of the trial seeds (default: fresh random seeds)")
+    s.add_argument("--gpu", type=int, help="GPU index for the cuda backend (default: the first visible GPU)")
     s.set_defaults(func=cmd_serve_reward)
 
 
