@@ -49,8 +49,8 @@ def changes(a: dict, b: dict) -> list[str]:
 def compare(reports: list[dict]) -> dict:
     """{"labels", "runs": [{label, agent, backend, ...}], "overall": {label: headline}, "by_category",
     "tasks": [{task, category, runs: {label: headline}, changes: {label: [...]}}]} (changes against the first)."""
-    if len(reports) < 2:
-        raise ValueError("compare needs at least two runs")
+    if not reports:
+        raise ValueError("compare needs at least one run (two to see changes)")
     labels = [r["label"] for r in reports]
     kmax = {r["label"]: str(r["ks"][-1]) for r in reports}
     base = labels[0]
