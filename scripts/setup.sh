@@ -4,7 +4,7 @@
 # editable mode (tasks/ and agents/ are read from the checkout), and the extras.
 #
 #   bash scripts/setup.sh             everything: bubblewrap and chromium (the web tests' browser), the
-#                                     tilelang, web, scale (ray) and test extras
+#                                     tilelang, web, scale (ray), plots (matplotlib) and test extras
 #   bash scripts/setup.sh --minimal   the environment only: bubblewrap, torch (CPU build, pinned), triton,
 #                                     gymnasium; no chromium, no tilelang/web/ray/test extras (`run` then
 #                                     skips the TileLang solutions and says why). A later plain run adds
@@ -25,7 +25,7 @@ if [ "$MODE" = minimal ]; then
   EXTRAS=""
 else
   APT_PACKAGES="bubblewrap chromium chromium-driver"
-  EXTRAS="[test,tilelang,web,scale,trl,verl,verifiers]"
+  EXTRAS="[test,tilelang,web,scale,plots,trl,verl,verifiers]"
 fi
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   missing=""

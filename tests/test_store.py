@@ -69,7 +69,7 @@ def test_migrates_a_v1_database_on_open(db):
                  (rec.task, rec.to_json()))
     conn.close()
     s = st.Store(db)                                   # opening migrates
-    assert s.schema_version == st.SCHEMA_VERSION == 3            # v1 -> v2 (queue) -> v3 (worker leases)
+    assert s.schema_version == st.SCHEMA_VERSION == 4    # v1 -> v2 (queue) -> v3 (worker leases) -> v4 (bench)
     sub = s.submission(1)
     assert sub["submitter"] == "old" and sub["state"] == "done" and sub["origin"] == "v1"
     assert sub["record"]["terms"]["E"] == 0.9

@@ -211,6 +211,7 @@ _COMMAND_MODULES = [
     "kernelgym_gap.judge.calibrate",      # calibrate
     "kernelgym_gap.cli.leaderboard",      # submit, leaderboard serve, results
     "kernelgym_gap.cli.agents",     # episode --agent NAME
+    "kernelgym_gap.cli.bench",      # bench (run, report, compare, list)
     "kernelgym_gap.cli.importer",   # import kernelbench PATH... --out DIR
     "kernelgym_gap.integrations.reward_server",   # serve-reward
 ]

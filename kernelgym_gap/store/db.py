@@ -9,6 +9,7 @@ import path; the store's concerns live beside it:
   cached.py       cached_evaluate: the store in front of engine.evaluate
   cache_key.py    the cache key of an evaluation
   leaderboard.py  the leaderboard's queries (rankings, submission lists, screening points)
+  bench.py        benchmark runs by label: episodes and steps (`kernelgym-gap bench`)
 
 Every write is one `BEGIN IMMEDIATE` transaction, so several processes can write at once (WAL, busy
 timeout) and a writer killed mid-write leaves the database as it was before that write.
@@ -40,6 +41,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from kernelgym_gap.store.bench import BenchMixin
 from kernelgym_gap.store.cache_key import (CPU_DEVICE, SETTINGS_NOT_HASHED, CacheKey, cache_device_key,  # noqa: F401
                                            cache_key_for, harness_fingerprint, key_from_record, settings_hash,
                                            software_hash, software_versions, source_bytes, source_sha256)
@@ -62,7 +64,7 @@ __all__ = ["CPU_DEVICE", "SETTINGS_NOT_HASHED", "CacheKey", "cache_device_key", 
            "migrate", "now_iso", "resolve_db_path", "Store", "dataclasses"]
 
 
-class Store(ResultsMixin, QueueMixin, DeviceCacheMixin):
+class Store(ResultsMixin, QueueMixin, DeviceCacheMixin, BenchMixin):
     """The results database. Thread-safe (a connection per thread) and picklable (by path). `timeout` is
     how long a statement waits for another connection's write lock before sqlite3 raises 'database is
     locked' (is_busy): a minute for batch writers, seconds for the web server, which answers 503."""

@@ -9,6 +9,7 @@ Tables (schema version in `schema_version`, upgraded on open by `migrate`):
                 evaluation instead of a new one
   cache         generic (kind, key) -> JSON value, for library baselines and device calibrations
 A running submission carries its worker's lease (owner, expiry; v3).
+  bench_runs, bench_episodes, bench_steps   benchmark runs by label (v4; store/bench.py)
 """
 from __future__ import annotations
 
@@ -112,11 +113,28 @@ ALTER TABLE submissions ADD COLUMN lease_owner TEXT;
 ALTER TABLE submissions ADD COLUMN lease_expires_at REAL;
 """
 
+# Benchmark runs (`kernelgym-gap bench`, store/bench.py): a run per label, its episodes (task x sample) and
+# each episode's steps, each step pointing at the evaluation row that measured it.
+_V4 = """
+CREATE TABLE bench_runs (label TEXT PRIMARY KEY, agent TEXT NOT NULL, dsl TEXT NOT NULL, backend TEXT NOT NULL,
+  config_json TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+CREATE TABLE bench_episodes (
+  label TEXT NOT NULL REFERENCES bench_runs(label), task_id TEXT NOT NULL, sample INTEGER NOT NULL,
+  category TEXT NOT NULL DEFAULT '', level INTEGER,
+  state TEXT NOT NULL CHECK (state IN ('running', 'done', 'error')), error TEXT, finished TEXT,
+  usage_json TEXT, seconds REAL, started_at TEXT, finished_at TEXT, PRIMARY KEY (label, task_id, sample));
+CREATE TABLE bench_steps (
+  label TEXT NOT NULL, task_id TEXT NOT NULL, sample INTEGER NOT NULL, step INTEGER NOT NULL,
+  evaluation_id INTEGER NOT NULL REFERENCES evaluations(id), source_sha256 TEXT NOT NULL, note TEXT,
+  seconds REAL, created_at TEXT NOT NULL, PRIMARY KEY (label, task_id, sample, step));
+"""
+
 # (version, description, SQL script). Append only: a released step is never edited.
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "sources and evaluations", _V1),
     (2, "submissions (queue, submitters, cache hits), generic cache table, software hash", _V2),
     (3, "worker leases on running submissions (owner, expiry)", _V3),
+    (4, "benchmark runs, episodes and steps (kernelgym-gap bench)", _V4),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -25,6 +25,8 @@ def api_index(request: Request):
                                  "Retry-After while the database is locked)",
         "GET /api/submissions/{id}": "state (queued, running, done, error), record and source",
         "GET /api/device-cache?task=": "per device: calibrated ceilings and library timings per shape",
+        "GET /api/bench": "benchmark runs (kernelgym-gap bench) with their headline metrics",
+        "GET /api/bench/compare?labels=a,b": "runs side by side per task, with what changed against the first",
     }, "schema_version": SCHEMA_VERSION})
 
 

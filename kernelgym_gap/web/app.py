@@ -4,7 +4,8 @@ worker process (`kernelgym_gap.web.worker`, started by `leaderboard serve`): thi
 anything, never imports submitted code and starts no child.
 
 Pages: /  (overall ranking, tasks, recent submissions), /tasks/{Name-vN} (ranking and E-vs-U chart),
-/submissions (all, paginated), /submissions/{id} (source, per-shape table, diagnosis), /submit (form).
+/submissions (all, paginated), /submissions/{id} (source, per-shape table, diagnosis), /submit (form),
+/bench and /bench/compare?labels=a,b (benchmark runs side by side: web/bench.py).
 JSON:  /api (index), /api/leaderboard, /api/tasks, /api/tasks/{Name-vN}, /api/tasks/{Name-vN}/screening,
 /api/submissions (GET list, POST submit), /api/submissions/{id}, /api/health.
 """
@@ -27,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 from kernelgym_gap.core.task import DSLS
 from kernelgym_gap.store.db import Store, is_busy
 from kernelgym_gap.web import board
+from kernelgym_gap.web.bench import api_bench, api_bench_compare, bench_compare_page, bench_page
 from kernelgym_gap.web.api_reads import (api_device_cache, api_health, api_index, api_leaderboard, api_screening,
                                          api_submission, api_submissions, api_task, api_tasks)
 from kernelgym_gap.web.chart import screening_svg
@@ -250,6 +252,8 @@ def create_app(store: Store, token: str, *, registry=None, backend: str = "cpu",
         Route("/", index), Route("/tasks/{name:path}", task_page), Route("/submissions", submissions_page),
         Route("/submissions/{id:int}", submission_page), Route("/submit", submit_page, methods=["GET"]),
         Route("/submit", form_submit, methods=["POST"]),
+        Route("/bench", bench_page), Route("/bench/compare", bench_compare_page),
+        Route("/api/bench", api_bench), Route("/api/bench/compare", api_bench_compare),
         Route("/api", api_index), Route("/api/health", api_health), Route("/api/leaderboard", api_leaderboard),
         Route("/api/tasks", api_tasks), Route("/api/tasks/{name:path}/screening", api_screening),
         Route("/api/tasks/{name:path}", api_task),

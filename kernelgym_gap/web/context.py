@@ -59,7 +59,8 @@ def fmt_time(ts) -> str:
 def make_templates() -> Jinja2Templates:
     t = Jinja2Templates(directory=str(HERE / "templates"))
     t.env.filters.update(num=fmt_num, ts=fmt_time, slug=board.task_slug, vclass=verdict_class,
-                         reward=lambda x: "—" if x is None else f"{float(x):.4f}")
+                         reward=lambda x: "—" if x is None else f"{float(x):.4f}",
+                         pct=lambda x: "—" if x is None else f"{100 * float(x):.0f}%")
     t.env.globals.update(schema_version=SCHEMA_VERSION)
     return t
 
