@@ -524,7 +524,7 @@ def test_5_a_body_that_trickles_is_cut_off(store, registry):
 
 def _no_evaluation(monkeypatch):
     from kernelgym_gap.engine import pipeline as engine
-    from kernelgym_gap.sandbox import launch as child
+    from kernelgym_gap.sandbox import child_io as child
 
     def forbidden(*a, **kw):
         raise AssertionError("evaluated before the name was checked")
