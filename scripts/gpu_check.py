@@ -147,7 +147,7 @@ def main() -> int:
         # checker process and a cold child each, then two through one warm pool (kernelgym_gap.api.warm.WarmPool:
         # a warm checker, started and warmed up before the first of them, and pre-started children), steps
         # `--think` seconds apart (the agent's turn, in which the next child does its imports)
-        from kernelgym_gap.engine.pipeline import child_spec
+        from kernelgym_gap.sandbox.launch import child_spec
         from kernelgym_gap.api.warm import WarmPool
         keys = ["gate", "child_preimport", "child_setup", "child_import", "child_correctness", "child_timing",
                 "child_total", "child", "check", "total"]

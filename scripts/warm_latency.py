@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernelgym_gap.sandbox.child_io import backend_env  # noqa: E402
 from kernelgym_gap.core.config import EvalConfig  # noqa: E402
-from kernelgym_gap.engine.pipeline import child_spec, evaluate  # noqa: E402
+from kernelgym_gap.engine.pipeline import evaluate  # noqa: E402
+from kernelgym_gap.sandbox.launch import child_spec  # noqa: E402
 from kernelgym_gap.core.registry import get_task  # noqa: E402
 from kernelgym_gap.sandbox.process import child_env  # noqa: E402
 from kernelgym_gap.api.warm import WarmChecker, WarmPool  # noqa: E402

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kernelgym_gap.core.config import EvalConfig
-from kernelgym_gap.engine.pipeline import child_spec, evaluate
+from kernelgym_gap.engine.pipeline import evaluate
+from kernelgym_gap.sandbox.launch import child_spec
 from kernelgym_gap.sandbox.prestart import ChildPool
 from kernelgym_gap.sandbox.process import SandboxConfig, SandboxedChild, child_env
 from kernelgym_gap.core.status import Status

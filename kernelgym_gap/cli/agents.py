@@ -58,27 +58,6 @@ def add_commands(subparsers) -> None:
     s.set_defaults(func=cmd_episode)
 
 
-def _agent_kwargs(args) -> dict:
-    kw: dict = {}
-    if args.agent == "chat":
-        for flag, name in (("base_url", "base_url"), ("model", "model"), ("api_key_env", "api_key_env"),
-                           ("temperature", "temperature"), ("max_tokens", "max_tokens"),
-                           ("request_timeout", "timeout_s"), ("max_retries", "max_retries"), ("seed", "seed")):
-            if getattr(args, flag) is not None:
-                kw[name] = getattr(args, flag)
-    elif args.agent == "search" and args.seed is not None:
-        kw["seed"] = args.seed
-    for item in args.agent_arg:
-        if "=" not in item:
-            raise KernelGymError(f"--agent-arg {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        try:
-            kw[k] = json.loads(v)
-        except ValueError:
-            kw[k] = v
-    return kw
-
-
 def _open_store(args):
     """The results store named by --db or $KERNELGYM_GAP_DB, or None. The store module is imported only
     when one is named (it is optional for everything else here)."""
@@ -124,7 +103,7 @@ def cmd_episode(args) -> int:
         raise KernelGymError("--steps must be at least 1")
     task = default_registry().get(args.task)
     try:
-        agent = load_agent(args.agent, **_agent_kwargs(args))
+        agent = load_agent(args.agent, **options.agent_kwargs(args))
     except (TypeError, ValueError) as e:
         raise KernelGymError(f"agent {args.agent!r} cannot be made: {e}") from None
     config = eval_config(args)

@@ -96,25 +96,6 @@ def add_commands(subparsers) -> None:
     ls.set_defaults(func=cmd_list)
 
 
-def _agent_kwargs(args) -> dict:
-    kw: dict = {}
-    if args.agent == "chat":
-        for flag, name in (("base_url", "base_url"), ("model", "model"), ("api_key_env", "api_key_env"),
-                           ("temperature", "temperature"), ("max_tokens", "max_tokens"),
-                           ("request_timeout", "timeout_s"), ("max_retries", "max_retries")):
-            if getattr(args, flag) is not None:
-                kw[name] = getattr(args, flag)
-    for item in args.agent_arg:
-        if "=" not in item:
-            raise KernelGymError(f"--agent-arg {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        try:
-            kw[k] = json.loads(v)
-        except ValueError:
-            kw[k] = v
-    return kw
-
-
 def _ks(text: str | None) -> list[int] | None:
     if not text:
         return None
@@ -168,7 +149,7 @@ def cmd_bench(args) -> int:
         raise KernelGymError("bench needs --agent NAME (or a subcommand: report, compare, list)")
     registry = options.task_registry(args)
     task_ids = select_tasks(registry, args.tasks)
-    kw = _agent_kwargs(args)
+    kw = options.agent_kwargs(args, with_seed=False)   # each sample gets its own seed below
     probe = load_agent(args.agent, **({"registry": registry} if args.agent in ("replay", "search") else {}), **kw)
     skipped = []
     if args.agent == "replay":

@@ -3,6 +3,7 @@ parser class every command uses (each option's help ends with its default)."""
 from __future__ import annotations
 
 import argparse
+import json
 import stat
 from pathlib import Path
 
@@ -98,3 +99,29 @@ def task_registry(args):
     from kernelgym_gap.core.registry import TaskRegistry, default_registry
     tasks_dir = getattr(args, "tasks_dir", None)
     return TaskRegistry(tasks_dir) if tasks_dir else default_registry()
+
+
+_CHAT_FLAGS = (("base_url", "base_url"), ("model", "model"), ("api_key_env", "api_key_env"),
+               ("temperature", "temperature"), ("max_tokens", "max_tokens"), ("request_timeout", "timeout_s"),
+               ("max_retries", "max_retries"))
+
+
+def agent_kwargs(args, with_seed: bool = True) -> dict:
+    """The keyword arguments `load_agent` gets from `episode`'s and `bench`'s flags: the chat endpoint's
+    settings for --agent chat, `--seed` (with_seed: `bench` seeds each sample itself), then every
+    --agent-arg KEY=VALUE (the value parsed as JSON where it is JSON, else kept as text)."""
+    kw: dict = {}
+    if args.agent == "chat":
+        flags = _CHAT_FLAGS + ((("seed", "seed"),) if with_seed else ())
+        kw.update({name: getattr(args, flag) for flag, name in flags if getattr(args, flag) is not None})
+    elif args.agent == "search" and with_seed and args.seed is not None:
+        kw["seed"] = args.seed
+    for item in args.agent_arg:
+        if "=" not in item:
+            raise KernelGymError(f"--agent-arg {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        try:
+            kw[k] = json.loads(v)
+        except ValueError:
+            kw[k] = v
+    return kw

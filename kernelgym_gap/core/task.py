@@ -110,6 +110,12 @@ class TaskSpec:
         return task_id(self.name, self.version)
 
     @property
+    def tasks_dir(self) -> str | None:
+        """The registry directory this task was loaded from (tasks/ or a user's --tasks-dir): the child and
+        the trusted processes find it there by id (registry.find_task)."""
+        return str(self.directory.parent.parent) if self.directory is not None else None
+
+    @property
     def dsls(self) -> tuple[str, ...]:
         return tuple(d for d in DSLS if any(s.dsl == d for s in self.solutions))
 

@@ -13,7 +13,7 @@ from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.record import CheckResult, EvalRecord, Job, Trial
 from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
-from kernelgym_gap.sandbox.launch import ChildResult, Launcher, child_spec, task_root
+from kernelgym_gap.sandbox.launch import ChildResult, Launcher, child_spec
 
 class Evaluation:
     """One submission on one task, DSL and backend. Stages read and fill it in; `record` turns the verdict
@@ -52,7 +52,7 @@ class Evaluation:
         source_file.write_text(self.source)
         timing = self.config.timing if self.backend.measures_time else None
         self.job = Job(task_id=self.task.id, dsl=self.dsl, backend=self.backend.name, source_file=str(source_file),
-                       tasks_dir=task_root(self.task), outputs_dir=str(scratch / "outputs"),
+                       tasks_dir=self.task.tasks_dir, outputs_dir=str(scratch / "outputs"),
                        report_file=str(scratch / "report.json"), trials=self.trials, timing=timing,
                        timing_trials=timing_trials)
         self.child = launcher.run(self.job, self.source)

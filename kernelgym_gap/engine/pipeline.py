@@ -14,9 +14,8 @@ from kernelgym_gap.core.task import DSLS, TaskSpec
 from kernelgym_gap.engine.evaluation import Evaluation
 from kernelgym_gap.engine.stages import STAGES
 from kernelgym_gap.judge.trusted import ensure_matches
-from kernelgym_gap.sandbox.launch import child_spec  # noqa: F401 - the pool's key for an evaluation
 
-__all__ = ["evaluate", "resolve_backend", "child_spec"]
+__all__ = ["evaluate", "resolve_backend"]
 
 
 def evaluate(task: TaskSpec | str, source: str | bytes, dsl: str = "triton", backend: str = "auto",

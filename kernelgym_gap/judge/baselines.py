@@ -20,13 +20,13 @@ from pathlib import Path
 
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError
+from kernelgym_gap.judge.calibrate import cache_dir
 
 COMPILE_TIMEOUT_S = 600.0
 
 
 def default_cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kernelgym_gap" / "baselines.json"
+    return cache_dir() / "baselines.json"
 
 
 def case_key(device_key: str, task_id: str, shape, dtype: str, distribution: str) -> str:
@@ -69,7 +69,7 @@ def compile_times(task, cases: list[tuple], device_key: str, config: EvalConfig)
 def _measure(task, cases: list[tuple], config: EvalConfig) -> dict[tuple, dict]:
     from kernelgym_gap.sandbox.child_io import backend_env
     from kernelgym_gap.sandbox.process import child_env
-    spec = {"task": task.id, "tasks_dir": str(task.directory.parent.parent) if task.directory else None,
+    spec = {"task": task.id, "tasks_dir": task.tasks_dir,
             "cases": [{"shape": list(s), "dtype": d} for s, d in cases]}
     with tempfile.TemporaryDirectory(prefix="kgg-baseline-", dir=config.scratch_root) as d:
         spec_path, out = Path(d) / "spec.json", Path(d) / "out.json"

@@ -51,9 +51,14 @@ def device_key(device: dict, versions: dict) -> str:
                      versions.get("triton", "?")])
 
 
-def default_cache_path() -> Path:
+def cache_dir() -> Path:
+    """Where per-device measurements are cached ($XDG_CACHE_HOME/kernelgym_gap, else ~/.cache/kernelgym_gap)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kernelgym_gap" / "calibration.json"
+    return Path(base) / "kernelgym_gap"
+
+
+def default_cache_path() -> Path:
+    return cache_dir() / "calibration.json"
 
 
 def load_cached(key: str, path: Path | None = None) -> Calibration | None:

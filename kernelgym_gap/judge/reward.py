@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from kernelgym_gap.core.config import REWARD_MODES, RewardConfig  # noqa: F401 - the reward's settings
+from kernelgym_gap.core.config import RewardConfig
 
 
 

@@ -27,7 +27,7 @@ def child_spec(task, dsl: str, backend: str, config: EvalConfig) -> ChildSpec:
     """What the submission's child is started with (prestart.ChildSpec): its sandbox and environment. The
     child reads its task from the registry's directory: one outside the project is bound too."""
     sandbox = config.sandbox
-    tasks_dir = task_root(task)
+    tasks_dir = task.tasks_dir
     if tasks_dir is not None and tasks_dir not in sandbox.extra_ro_paths:
         sandbox = dataclasses.replace(sandbox, extra_ro_paths=(*sandbox.extra_ro_paths, tasks_dir))
     if backend == "cuda":
@@ -37,11 +37,6 @@ def child_spec(task, dsl: str, backend: str, config: EvalConfig) -> ChildSpec:
     probe = tuple(sorted(probe_env().items())) if needs_compile_probe(dsl, backend) else None
     return ChildSpec(dsl=dsl, backend=backend, sandbox=sandbox, env=tuple(sorted(backend_env(backend).items())),
                      scratch_root=config.scratch_root, probe_env=probe)
-
-
-def task_root(task) -> str | None:
-    """The registry directory a task was loaded from (tasks/ or a user's --tasks-dir)."""
-    return str(task.directory.parent.parent) if task.directory is not None else None
 
 
 @dataclasses.dataclass(frozen=True)

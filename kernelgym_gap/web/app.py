@@ -57,6 +57,16 @@ def _validate_and_enqueue(s: Settings, data, origin: str) -> int:
     return s.store.enqueue(clean.pop("source"), origin=origin, **clean)
 
 
+async def _enqueue(s: Settings, data, origin: str) -> int:
+    """Validates and queues a submission in a worker thread; a database locked past the wait is a 503."""
+    try:
+        return await _in_thread(s, _validate_and_enqueue, s, data, origin)
+    except sqlite3.OperationalError as e:
+        if not is_busy(e):
+            raise
+        raise _busy(s) from None
+
+
 def _busy(s: Settings) -> Rejected:
     return Rejected(503, f"the results database is busy (another process holds its write lock); "
                          f"try again in {s.retry_after_s} s")
@@ -84,12 +94,7 @@ async def api_submit(request: Request):
             raise Rejected(400, f"malformed JSON: {e}") from None
         except RecursionError:
             raise Rejected(400, "malformed JSON: nested too deeply") from None
-        try:
-            sid = await _in_thread(s, _validate_and_enqueue, s, data, "api")
-        except sqlite3.OperationalError as e:
-            if not is_busy(e):
-                raise
-            raise _busy(s) from None
+        sid = await _enqueue(s, data, "api")
     except Rejected as r:
         return json_response({"error": r.message, "status": r.status}, r.status, headers=_refusal_headers(s, r.status))
     return json_response({"id": sid, "state": "queued", "url": f"/submissions/{sid}", "api": f"/api/submissions/{sid}"},
@@ -115,12 +120,7 @@ async def form_submit(request: Request):
         source = raw.get("file") or raw.get("source", b"")     # the bytes exactly as sent (the cache key)
         text = _form_text(raw)
         data = {"task": text["task"], "name": text["name"], "dsl": text["dsl"] or "triton", "source": source}
-        try:
-            sid = await _in_thread(s, _validate_and_enqueue, s, data, "form")
-        except sqlite3.OperationalError as e:
-            if not is_busy(e):
-                raise
-            raise _busy(s) from None
+        sid = await _enqueue(s, data, "form")
     except Rejected as r:                  # the form again, as far as it arrived (never the token)
         response = await _in_thread(s, render, request, "submit.html", r.status, error=r.message, form=_form_text(raw),
                                     tasks=task_ids(s), dsls=DSLS)
