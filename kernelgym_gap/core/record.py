@@ -177,6 +177,9 @@ class Job(_Record):
     #                                 or "compile_specs": compile `specs` for sm_90 without calling the entry point
     specs: tuple[KernelSpec, ...] = ()
     tasks_dir: str | None = None    # the registry directory the task came from (None: the default tasks/)
+    # the library's time per timed (shape, dtype) from the parent's cache (judge/library_cache.py), one
+    # entry per timing trial it knows, as (shape, dtype, ms); empty: none known (cpu, or not measured yet)
+    library_hint: tuple[tuple[tuple[int, ...], str, float], ...] = ()
     schema: str = "kernelgym_gap.job"
     schema_version: int = SCHEMA_VERSION
 
