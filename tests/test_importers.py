@@ -81,6 +81,18 @@ def test_cpu_shapes_follow_the_rule_and_heldout_shapes_scale_the_batch(imported)
     assert reg.get("19_ReLU").workload("cuda").dtypes == ("float32", "float16", "bfloat16")
 
 
+def test_distributions_that_overflow_a_dtype_at_the_cuda_shape_are_dropped(imported):
+    # 2_Standard_matrix_multiplication: float16 outputs on 'offset' (+4) inputs fit at the cpu K = 64 (~1e3)
+    # but sum K = 4096 terms of ~16 at the cuda shape (~6.6e4 > float16's 65504): found on the H200
+    _, reg = imported
+    matmul = reg.get("2_Standard_matrix_multiplication")
+    assert "float16" in matmul.workload("cuda").dtypes
+    assert "offset" not in matmul.distributions and "large" not in matmul.distributions
+    assert {"as_given", "small", "sparse"} <= set(matmul.distributions)
+    # a shallow reduction keeps them: LayerNorm's outputs are normalised whatever the shift
+    assert "offset" in reg.get("40_LayerNorm").distributions
+
+
 def _numel(shape):
     n = 1
     for s in shape:
