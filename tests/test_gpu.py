@@ -11,9 +11,10 @@ def cal_path(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cuda_config(cal_path):
+def cuda_config(cal_path, tmp_path_factory):
     from kernelgym_gap.core.config import EvalConfig
-    return EvalConfig(calibration_path=cal_path, trial_seed=7)
+    return EvalConfig(calibration_path=cal_path, trial_seed=7,
+                      library_cache_path=str(tmp_path_factory.mktemp("lib") / "library_times.json"))
 
 
 def test_calibration_measures_and_caches_per_device(cal_path):
@@ -79,3 +80,68 @@ def test_slow_layernorm_is_seen_and_diagnosed(registry, cuda_config):
     assert slow.reward < fast.reward
     assert slow.terms["E"] < 0.1
     assert slow.diagnosis["verdict"] == "repairable_defect"
+
+
+def _fresh_cache(cuda_config, tmp_path):
+    return cuda_config.replace(library_cache_path=str(tmp_path / "library_times.json"))
+
+
+def test_library_time_cached_on_the_next_evaluation(registry, cuda_config, tmp_path):
+    """The first evaluation measures the library in full and caches it; the next one checks the cached time
+    with a few repetitions and, where the check agrees, reports the hint (library_source "cached")."""
+    from kernelgym_gap.judge import library_cache
+    config = _fresh_cache(cuda_config, tmp_path)
+    first = _eval(registry, "triton_rowwise.py", config)
+    assert first.status.value == "ok", first.message
+    assert {p["library_source"] for p in first.terms["per_shape"]} == {"measured"}
+    assert all(p["library_hint_ms"] is None and p["library_check_ms"] > 0 for p in first.terms["per_shape"])
+    second = _eval(registry, "triton_rowwise.py", config)
+    assert second.status.value == "ok", second.message
+    tol = config.timing.library_tolerance
+    for p in second.terms["per_shape"]:
+        print(f"{p['shape']} {p['dtype']}: {p['library_source']} hint {p['library_hint_ms']:.4f} "
+              f"check {p['library_check_ms']:.4f} library {p['library_ms']:.4f} E {p['E']:.2f}")
+        assert p["library_hint_ms"] > 0
+        if p["library_source"] == "cached":
+            assert p["library_ms"] == p["library_hint_ms"]
+            assert abs(p["library_check_ms"] - p["library_hint_ms"]) <= tol * p["library_hint_ms"]
+    cached = [p for p in second.terms["per_shape"] if p["library_source"] == "cached"]
+    assert len(cached) >= len(second.terms["per_shape"]) // 2      # short kernels may drift past 10%
+    assert second.terms["E"] == pytest.approx(first.terms["E"], rel=0.25)
+    data = library_cache.load(library_cache.cache_path(config))
+    assert len(data["devices"]) == 1 and data["times"]
+
+
+def test_library_time_cached_but_drifted_is_measured_again(registry, cuda_config, tmp_path):
+    """A cached time 3x off (a poisoned or stale cache): the check disagrees, the library is timed in full,
+    the record carries the fresh time, and the fresh time joins the cache."""
+    import json
+    from kernelgym_gap.judge import library_cache
+    config = _fresh_cache(cuda_config, tmp_path)
+    assert _eval(registry, "triton_rowwise.py", config).status.value == "ok"
+    path = library_cache.cache_path(config)
+    data = json.loads(path.read_text())
+    data["times"] = {k: [v[-1] * 3] for k, v in data["times"].items()}
+    path.write_text(json.dumps(data))
+    r = _eval(registry, "triton_rowwise.py", config)
+    assert r.status.value == "ok", r.message
+    for p in r.terms["per_shape"]:
+        assert p["library_source"] == "measured", p
+        assert p["library_ms"] < 0.6 * p["library_hint_ms"]
+    assert all(len(v) == 2 for v in json.loads(path.read_text())["times"].values())
+
+
+def test_hopeless_kernel_exits_early(registry, cuda_config, tmp_path):
+    """LayerNorm with one program (~150x slower than torch at 8192x4096 fp16 on the H200): its timing stops
+    after its first calls, it stays ok with E from those calls, and the feedback says why."""
+    config = _fresh_cache(cuda_config, tmp_path)
+    r = _eval(registry, "triton_single_program.py", config)
+    assert r.status.value == "ok", r.message
+    for p in r.terms["per_shape"]:
+        print(f"{p['shape']} {p['dtype']}: kernel {p['kernel_ms']:.3f} ms reps {p['kernel_reps']} "
+              f"library {p['library_ms']:.4f} early_exit {p['early_exit']}")
+    big = next(p for p in r.terms["per_shape"] if p["shape"] == [8192, 4096])
+    assert big["early_exit"] and big["kernel_reps"] < config.timing.min_reps and big["E"] < 0.02
+    assert "timing stopped early" in r.message and ">50x slower than the library" in r.message
+    print("child timing phase:", r.latency.get("child_timing"))
+    assert r.latency["child_timing"] < 60          # all 8 shapes; without the early exit each took its budget

@@ -129,6 +129,27 @@ class Bench:
         s = start.elapsed_time(end_stream)
         return s, max(start.elapsed_time(end_device) - self.sync_overhead_ms, s)
 
+    def probe(self, kernel: Callable[[int], object], library: Callable[[int], object], reps: int,
+              budget_ms: float) -> tuple[Measurement, Measurement]:
+        """The short look before a full timing, repetitions interleaved: `reps` of the library (the check of
+        its cached time) and of the kernel, the kernel's ending once `budget_ms` of its GPU time is spent
+        (after one at least): its first calls, from which a hopeless kernel is told."""
+        self._warm(kernel)
+        self._warm(library)
+        k_read: tuple[list[float], list[float]] = ([], [])
+        l_read: tuple[list[float], list[float]] = ([], [])
+        spent = 0.0
+        for i in range(reps):
+            if i == 0 or spent < budget_ms:
+                s, d = self._rep(kernel, i)
+                k_read[0].append(s)
+                k_read[1].append(d)
+                spent += d
+            s, d = self._rep(library, i)
+            l_read[0].append(s)
+            l_read[1].append(d)
+        return self._summarise(*k_read), self._summarise(*l_read)
+
     def measure(self, fn: Callable[[int], object]) -> Measurement:
         return self.measure_interleaved([fn])[0]
 
@@ -186,9 +207,38 @@ def side_stream_suspected(m: Measurement) -> bool:
     return m.device_ms > 1.5 * m.stream_ms + 0.05
 
 
+def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
+               library: Callable[[int], object], hint_ms: float | None) -> tuple[Measurement, dict]:
+    """One shape: the kernel's Measurement and the ShapeTiming fields of the library's time.
+
+    A short interleaved probe first (Bench.probe). With a hint (the parent's cached library time) that the
+    probe's library check confirms (TimingConfig.library_agrees), the kernel alone is timed in full and the
+    hint stands ("cached"); otherwise both are timed in full, interleaved, as without a cache ("measured").
+    A kernel whose first calls take over hopeless_factor x the library's time (the confirmed hint, else the
+    check) is timed no further: its probe is its measurement (early_exit). The parent re-derives both
+    decisions from the numbers reported here (judge/library_cache.reconcile)."""
+    k_probe, check = bench.probe(kernel, library, cfg.library_check_reps, cfg.early_exit_budget_ms)
+    agreed = hint_ms is not None and cfg.library_agrees(check.median_ms, hint_ms)
+    early = cfg.hopeless(k_probe.median_ms, hint_ms if agreed else check.median_ms)
+    if early:
+        k, lib = k_probe, (None if agreed else bench.measure(library))
+    elif agreed:
+        k, lib = bench.measure(kernel), None
+    else:
+        k, lib = bench.measure_interleaved([kernel, library])
+    fields = dict(library_source="cached" if agreed else "measured", library_check_ms=check.median_ms,
+                  library_hint_ms=hint_ms, early_exit=early)
+    if lib is None:         # the hint stands; the check's spread and repetitions are what was seen of it
+        fields.update(library_ms=hint_ms, library_spread=check.spread, library_reps=check.reps)
+    else:
+        fields.update(library_ms=lib.median_ms, library_spread=lib.spread, library_reps=lib.reps)
+    return k, fields
+
+
 def time_submission(task, job, entry, adapter, outputs) -> tuple[ShapeTiming, ...]:
     cfg: TimingConfig = job.timing
     bench = Bench(cfg)
+    hints = {(tuple(shape), dtype): ms for shape, dtype, ms in job.library_hint}
     results = []
     for trial in job.timing_trials:
         sets = [inputs_mod.make_trial_inputs(task, dataclasses.replace(trial, seed=trial.seed + k), "cuda")
@@ -199,8 +249,9 @@ def time_submission(task, job, entry, adapter, outputs) -> tuple[ShapeTiming, ..
         torch.cuda.synchronize()
         launches, programs, handed = adapter.log.launches, adapter.log.max_programs, adapter.log.handed_bytes
         with torch.no_grad():
-            kernel, library = bench.measure_interleaved([lambda i: entry(*sets[i % len(sets)]),
-                                                         lambda i: task.reference(*sets[i % len(sets)])])
+            kernel, library = time_shape(bench, cfg, lambda i: entry(*sets[i % len(sets)]),
+                                         lambda i: task.reference(*sets[i % len(sets)]),
+                                         hints.get((tuple(trial.shape), trial.dtype)))
         # the output of a call made after timing, on inputs it has not seen, is checked again
         recheck = dataclasses.replace(trial, seed=trial.seed + 7919, index=trial.index + 5000)
         ins = inputs_mod.make_trial_inputs(task, recheck, "cuda")
@@ -214,11 +265,10 @@ def time_submission(task, job, entry, adapter, outputs) -> tuple[ShapeTiming, ..
             torch.save(out.detach().to("cpu").contiguous().clone(), outputs / name)
         results.append(ShapeTiming(
             shape=trial.shape, dtype=trial.dtype, split=trial.split, kernel_ms=kernel.median_ms,
-            kernel_spread=kernel.spread, kernel_reps=kernel.reps, library_ms=library.median_ms,
-            library_spread=library.spread, library_reps=library.reps, launches_per_call=launches,
+            kernel_spread=kernel.spread, kernel_reps=kernel.reps, launches_per_call=launches,
             programs=programs, recheck_output_file=name, recheck_trial=recheck if name else None,
             side_stream=side_stream_suspected(kernel), stream_ms=kernel.stream_ms, device_ms=kernel.device_ms,
-            handed_bytes=handed or None))
+            handed_bytes=handed or None, **library))
         del ins, out
         torch.cuda.empty_cache()
     return tuple(results)

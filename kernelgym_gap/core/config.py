@@ -10,6 +10,7 @@ from kernelgym_gap.core.errors import UnknownChoiceError
 REWARD_MODES = ("full", "correctness")
 REWARD_BASELINES = ("eager", "compile")      # which library time E is taken against in the reward
 COMPILE_BASELINE_MODES = ("measure", "cached", "off")
+LIBRARY_TIME_MODES = ("cached", "measure")   # the library's time: from the parent's cache (checked), or timed anew
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,33 @@ class TimingConfig:
     target_spread: float = 0.02     # stop adding repetitions once (p75-p25)/median is under this
     n_input_sets: int = 3           # inputs rotated among this many sets
     flush_l2: bool = True
+    # The library's cached time (judge/library_cache.py) is checked with this many repetitions, interleaved
+    # with the kernel's first ones; within library_tolerance (a fraction of it) the cached time stands,
+    # else the library is timed in full. A kernel whose first calls (within early_exit_budget_ms of its GPU
+    # time; 0: never) take over hopeless_factor x the library's time is not timed further.
+    library_check_reps: int = 10
+    library_tolerance: float = 0.10
+    hopeless_factor: float = 50.0
+    early_exit_budget_ms: float = 1000.0
+
+    def __post_init__(self):
+        if self.library_check_reps < 3:
+            raise ValueError("library_check_reps must be at least 3 (a median of fewer is noise)")
+        if not 0 < self.library_tolerance < 1:
+            raise ValueError("library_tolerance must be in (0, 1)")
+        if not self.hopeless_factor > 1:
+            raise ValueError("hopeless_factor must be above 1")
+        if not self.early_exit_budget_ms >= 0:
+            raise ValueError("early_exit_budget_ms must be non-negative")
+
+    def library_agrees(self, check_ms: float, hint_ms: float) -> bool:
+        """Whether a check of the library's time confirms the cached one (the child decides with this, the
+        parent re-derives the decision with it)."""
+        return hint_ms > 0 and abs(check_ms - hint_ms) <= self.library_tolerance * hint_ms
+
+    def hopeless(self, kernel_ms: float, library_ms: float) -> bool:
+        """Whether a kernel this much slower than the library is not worth timing further."""
+        return self.early_exit_budget_ms > 0 and kernel_ms > self.hopeless_factor * library_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,10 +132,17 @@ class EvalConfig:
     # cache holds), "off". The first evaluation of a task on a device pays its compile (seconds per shape).
     compile_baseline: str = "measure"
     baselines_path: str | None = None    # that cache; default ~/.cache/kernelgym_gap/baselines.json
+    # the library's (torch reference's) time per timed shape: "cached" (judge/library_cache.py: the cached
+    # time is sent to the child, which checks it briefly and times the library in full only when it
+    # drifted) or "measure" (timed in full beside the kernel on every evaluation)
+    library_time: str = "cached"
+    library_cache_path: str | None = None   # that cache; default ~/.cache/kernelgym_gap/library_times.json
 
     def __post_init__(self):
         if self.compile_baseline not in COMPILE_BASELINE_MODES:
             raise UnknownChoiceError("compile baseline mode", self.compile_baseline, COMPILE_BASELINE_MODES)
+        if self.library_time not in LIBRARY_TIME_MODES:
+            raise UnknownChoiceError("library time mode", self.library_time, LIBRARY_TIME_MODES)
         if self.reward.baseline == "compile" and self.compile_baseline == "off":
             raise ValueError("RewardConfig(baseline='compile') needs compile_baseline 'measure' or 'cached'")
 

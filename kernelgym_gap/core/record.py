@@ -223,6 +223,12 @@ class ShapeTiming:
     stream_ms: float | None = None            # median of the current-stream readings
     device_ms: float | None = None            # median of the device-wide readings
     handed_bytes: int | None = None           # bytes of the distinct tensors handed to the kernels, one call
+    # the library's time: "measured" in full here, or "cached" (the parent's Job.library_hint, confirmed by a
+    # short check; the parent re-derives that decision and puts its own hint into library_ms)
+    library_source: str = "measured"
+    library_check_ms: float | None = None     # median of the short library check interleaved with the kernel
+    library_hint_ms: float | None = None      # the hint the child was sent for this shape, echoed
+    early_exit: bool = False                  # kernel timing stopped after its first calls: hopelessly slow
 
 
 @dataclasses.dataclass(frozen=True)

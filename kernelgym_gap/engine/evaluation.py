@@ -54,9 +54,14 @@ class Evaluation:
         self.job = Job(task_id=self.task.id, dsl=self.dsl, backend=self.backend.name, source_file=str(source_file),
                        tasks_dir=self.task.tasks_dir, outputs_dir=str(scratch / "outputs"),
                        report_file=str(scratch / "report.json"), trials=self.trials, timing=timing,
-                       timing_trials=timing_trials)
+                       timing_trials=timing_trials, library_hint=self._library_hint(timing_trials))
         self.child = launcher.run(self.job, self.source)
         self.latency.update(self.child.latency)
+
+    def _library_hint(self, timing_trials: tuple[Trial, ...]):
+        """The library's cached time per timing trial (judge/library_cache.py), for the child to check."""
+        from kernelgym_gap.judge.library_cache import hints
+        return hints(self.task, timing_trials, self.config) if timing_trials else ()
 
     def check(self) -> CheckResult:
         from kernelgym_gap.judge.trusted import check_in_process

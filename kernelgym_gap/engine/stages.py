@@ -15,6 +15,7 @@ import dataclasses
 import logging
 from typing import Any, ClassVar
 
+from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import FailureDetail
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.engine.gate import check_source
@@ -214,14 +215,30 @@ class Score(Stage):
             return self.stop(Status.OK, notes or "correct on every trial (cpu backend: correctness only)",
                              correct=True, reward=reward_for(True, None, ev.config.reward), terms=terms,
                              trials_checked=result.trials_checked)
+        from kernelgym_gap.judge import library_cache
         from kernelgym_gap.judge.measure import performance_terms
+        try:        # the library's time as the parent re-derives it from the hint it sent (issue 15)
+            report = dataclasses.replace(report, timings=library_cache.reconcile(ev.job, report.timings))
+        except ProtocolError as e:
+            return self.stop(Status.PROTOCOL_ERROR, str(e), terms=terms, trials_checked=result.trials_checked)
         status, message, perf, diagnosis = performance_terms(ev.task, report, ev.config, ev.source, ev.dsl)
         terms.update(perf)
         if status is not Status.OK:
             return self.stop(status, message, terms=terms, trials_checked=result.trials_checked)
+        _store_library_times(ev, report)
         return self.stop(Status.OK, message or notes, correct=True, terms=terms, diagnosis=diagnosis,
                          reward=reward_for(True, perf.get("performance"), ev.config.reward),
                          trials_checked=result.trials_checked)
+
+
+def _store_library_times(ev, report) -> None:
+    """A correct evaluation's fully measured library times into the cache (judge/library_cache.py); a cache
+    that cannot be written costs the next evaluations their hint, never this one its record."""
+    from kernelgym_gap.judge import library_cache
+    try:
+        library_cache.store(ev.task, report, ev.config)
+    except OSError as e:
+        log.warning("%s: library time cache not written: %s", ev.task.id, e)
 
 
 STAGES: tuple[Stage, ...] = (Gate(), Launch(), CompileProbe(), Sandbox(), ChildReportStage(), ProbeCover(),

@@ -70,21 +70,31 @@ def _compile_terms(task: TaskSpec, report: ChildReport, cal: Calibration, per_sh
     return (geomean(values) if values and all(v is not None for v in values) else None), []
 
 
+def _shape_row(task: TaskSpec, t, cal: Calibration) -> dict:
+    """One shape's terms: its times (the library's as judge/library_cache.reconcile left it), floor, E, U."""
+    fl, bound = floor_ms(task, t.shape, t.dtype, cal)
+    return {"shape": list(t.shape), "dtype": t.dtype, "split": t.split, "kernel_ms": t.kernel_ms,
+            "kernel_spread": t.kernel_spread, "kernel_reps": t.kernel_reps,
+            "library_ms": t.library_ms, "library_spread": t.library_spread, "floor_ms": fl,
+            "bound": bound, "E": t.library_ms / t.kernel_ms, "U": fl / t.kernel_ms, "library_U": fl / t.library_ms,
+            "launches_per_call": t.launches_per_call, "programs": t.programs,
+            "stream_ms": t.stream_ms, "device_ms": t.device_ms, "handed_bytes": t.handed_bytes,
+            "min_bytes": task.min_bytes(t.shape, t.dtype), "library_source": t.library_source,
+            "library_check_ms": t.library_check_ms, "library_hint_ms": t.library_hint_ms,
+            "early_exit": t.early_exit}
+
+
 def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, source: str = "",
                       dsl: str = "triton"):
     """(status, message, terms, diagnosis) for a correct kernel's timings."""
     cal = get_calibration(report, config)
     per_shape, flags = [], []
     for t in report.timings:
-        fl, bound = floor_ms(task, t.shape, t.dtype, cal)
-        e, u = t.library_ms / t.kernel_ms, fl / t.kernel_ms
-        per_shape.append({"shape": list(t.shape), "dtype": t.dtype, "split": t.split, "kernel_ms": t.kernel_ms,
-                          "kernel_spread": t.kernel_spread, "kernel_reps": t.kernel_reps,
-                          "library_ms": t.library_ms, "library_spread": t.library_spread, "floor_ms": fl,
-                          "bound": bound, "E": e, "U": u, "library_U": fl / t.library_ms,
-                          "launches_per_call": t.launches_per_call, "programs": t.programs,
-                          "stream_ms": t.stream_ms, "device_ms": t.device_ms, "handed_bytes": t.handed_bytes,
-                          "min_bytes": task.min_bytes(t.shape, t.dtype)})
+        per_shape.append(_shape_row(task, t, cal))
+        fl, bound = per_shape[-1]["floor_ms"], per_shape[-1]["bound"]
+        if t.early_exit:
+            flags.append(f"timing stopped early at {list(t.shape)} {t.dtype}: "
+                         f">{config.timing.hopeless_factor:g}x slower than the library")
         if t.side_stream:
             return (Status.INTEGRITY_VIOLATION,
                     f"shape {list(t.shape)} {t.dtype}: work finished after the current stream's end event "
