@@ -186,11 +186,14 @@ def side_stream_suspected(m: Measurement) -> bool:
     return m.device_ms > 1.5 * m.stream_ms + 0.05
 
 
-def time_submission(task, job, entry, adapter, outputs) -> tuple[ShapeTiming, ...]:
+def time_submission(task, job, entry, adapter, outputs, on_shape=None) -> tuple[ShapeTiming, ...]:
+    """`on_shape(k)` is called as the k-th timed shape starts (run.py's call marks)."""
     cfg: TimingConfig = job.timing
     bench = Bench(cfg)
     results = []
-    for trial in job.timing_trials:
+    for k, trial in enumerate(job.timing_trials):
+        if on_shape is not None:
+            on_shape(k)
         sets = [inputs_mod.make_trial_inputs(task, dataclasses.replace(trial, seed=trial.seed + k), "cuda")
                 for k in range(cfg.n_input_sets)]
         adapter.log.reset()
