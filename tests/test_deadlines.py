@@ -122,6 +122,22 @@ def test_the_watch_reads_no_link_and_no_fifo(tmp_path):
     assert watch.overdue(100.0) is None and watch.current is None
 
 
+def test_the_childs_marks_are_what_the_watch_reads(tmp_path):
+    from kernelgym_gap.child.marks import CallMarks
+    bounds = [CallBound("c0", 2.0), CallBound("c1", 5.0)]
+    marks, watch = CallMarks(tmp_path, bounds), CallWatch(tmp_path / CALL_MARKER, bounds)
+    marks.begin(0)
+    assert (tmp_path / CALL_MARKER).read_text() == "call 0 2.000\n" and watch.overdue(0.0) is None
+    marks.begin(1)                                          # ends call 0 first
+    assert watch.overdue(1.0) is None and watch.current == (1, 1.0)
+    marks.end()
+    assert (tmp_path / CALL_MARKER).read_text() == "done 1\n" and watch.overdue(100.0) is None
+    marks.begin(2)                                          # a call without a bound: not marked
+    assert (tmp_path / CALL_MARKER).read_text() == "done 1\n"
+    CallMarks(tmp_path / "none", ()).begin(0)               # no call deadlines: no marker at all
+    assert not (tmp_path / "none").exists()
+
+
 # ------------------------------------------------------------------------------- end to end, cpu backend
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ def compile_probe(run, entry) -> int:
             with torch.no_grad(), integ.submission_code():
                 entry(*ins)
         except BaseException as e:  # noqa: BLE001
+            run.marks.end()
             if adapter.is_compile_error(e):
                 failure = run.classify(e, where)
                 return run.finish(failure.status, failure.message, failed_trial=trial.index)
@@ -76,6 +77,7 @@ def compile_specs(run) -> int:
         try:
             adapter.compile_spec(kernel, spec)
         except BaseException as e:  # noqa: BLE001
+            run.marks.end()
             if adapter.is_compile_error(e):
                 failure = run.classify(e, f"{spec.qualname} as the interpreter launched it")
                 return run.finish(failure.status, failure.message)

@@ -245,6 +245,7 @@ class ChildRun:
             if self.job.backend == "cuda":
                 torch.cuda.synchronize()
         except BaseException as e:  # noqa: BLE001
+            self.marks.end()                    # writing the report is not the call's time
             return self.failed_stretch(e, where, watch, **kw)
         seconds = time.perf_counter() - start
         self.marks.end()
@@ -280,6 +281,7 @@ class ChildRun:
             self.timings = time_submission(self.task, self.job, watched_entry, self.adapter, self.outputs,
                                            on_shape=lambda k: self.marks.begin(len(self.job.trials) + k))
         except BaseException as e:  # noqa: BLE001
+            self.marks.end()
             return self.failed_stretch(e, "while timing", timing_ops, trials=tuple(self.outcomes))
         self.marks.end()
         self.phases["timing"] = time.perf_counter() - t
