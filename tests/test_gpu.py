@@ -71,6 +71,14 @@ def test_optimized_layernorm_is_measured_and_efficient(registry, cuda_config):
     assert r.device.get("name")
 
 
+def test_an_honest_kernel_runs_through_tight_call_deadlines(registry, cuda_config):
+    """Issue 15's call deadlines on cuda (sandbox/deadlines.py): every later correctness call bounded at 2 s,
+    each timed shape at its repetitions' worth of 2 s calls (one call mark per shape, not per repetition)."""
+    from kernelgym_gap.core.config import SandboxConfig
+    r = _eval(registry, "triton_rowwise.py", cuda_config.replace(sandbox=SandboxConfig(call_unknown_s=2.0)))
+    assert r.status.value == "ok", r.message
+
+
 def test_slow_layernorm_is_seen_and_diagnosed(registry, cuda_config):
     fast = _eval(registry, "triton_rowwise.py", cuda_config)
     slow = _eval(registry, "triton_scalar_loop.py", cuda_config)

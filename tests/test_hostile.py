@@ -172,6 +172,8 @@ MACHINE_ATTACKS = {
     "memory_hog.py": (60, {}),
     "busy_loop.py": (6, {}),
     "import_busy_loop.py": (120, {"import_s": 6}),    # the import's stage deadline, well before wall_s
+    "call_hang_after_first.py": (120, {"call_unknown_s": 6}),   # a later call's stage deadline (test_deadlines.py)
+    "call_marker_forge.py": (120, {"call_unknown_s": 6}),       # the same, its marker forged
     "sleep_forever.py": (6, {}),
     "read_secrets.py": (60, {}),
     "kill_parent.py": (60, {}),
@@ -240,6 +242,8 @@ def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monk
         assert not list(scratch_root.rglob("daemon_marker.txt"))
     if name == "import_busy_loop.py":
         assert "stage deadline" in record.message and elapsed < 6 + 30, (elapsed, record.message)
+    if name.startswith("call_"):
+        assert "ran past 6.0 s, its stage deadline" in record.message and elapsed < 6 + 30, (elapsed, record.message)
     if name == "fork_bomb.py" and "cgroup_pids" in record.sandbox_layers:
         assert "pids limit refused" in record.message
     assert not any(marker_dir.iterdir()), list(marker_dir.iterdir())
@@ -377,7 +381,7 @@ def test_gpu_hack(name, task):
 # Attacks on the machine from the GPU path: no RLIMIT_AS there (the memory cgroup is the limit), GPU
 # device nodes inside the sandbox, CUDA's own threads under the pids limit.
 GPU_MACHINE_ATTACKS = ["fork_bomb.py", "kill_parent.py", "memory_hog.py", "net_connect.py", "oob_store.py",
-                       "read_secrets.py", "sleep_forever.py", "write_outside.py"]
+                       "read_secrets.py", "sleep_forever.py", "write_outside.py", "call_hang_after_first.py"]
 
 
 @pytest.mark.gpu

@@ -26,13 +26,15 @@ def compile_probe(run, entry) -> int:
     A compile error counts even when the submission caught it (a try/except fallback to torch).
     `run` is the child's run.ChildRun."""
     adapter = run.adapter
-    for trial in run.job.trials:
+    for i, trial in enumerate(run.job.trials):
         where = f"shape {list(trial.shape)}, {trial.dtype}"
         ins = inputs_mod.make_trial_inputs(run.task, trial, run.device)
+        run.marks.begin(i)          # the parent's call deadline (Job.call_bounds)
         try:
             with torch.no_grad(), integ.submission_code():
                 entry(*ins)
         except BaseException as e:  # noqa: BLE001
+            run.marks.end()
             if adapter.is_compile_error(e):
                 failure = run.classify(e, where)
                 return run.finish(failure.status, failure.message, failed_trial=trial.index)
@@ -40,6 +42,7 @@ def compile_probe(run, entry) -> int:
                 return run.finish(Status.OK, INCONCLUSIVE,
                                   inconclusive=f"the entry point raised before any launch: {first_line(e)}",
                                   launched=launched_specs(adapter))
+        run.marks.end()
         if adapter.log.compile_errors:
             return run.finish(Status.COMPILE_ERROR, f"{where}: {adapter.log.compile_errors[0]}",
                               failed_trial=trial.index)
@@ -65,18 +68,21 @@ def compile_specs(run) -> int:
     adapter = run.adapter
     kernels = adapter.live_kernels()
     unreached = []
-    for spec in run.job.specs:
+    for i, spec in enumerate(run.job.specs):
         kernel, why = locate_kernel(spec, kernels, adapter.source_sha256)
         if kernel is None or not spec.exact:
             unreached.append(why or f"{spec.qualname} has constexpr values that cannot be rebuilt")
             continue
+        run.marks.begin(i)
         try:
             adapter.compile_spec(kernel, spec)
         except BaseException as e:  # noqa: BLE001
+            run.marks.end()
             if adapter.is_compile_error(e):
                 failure = run.classify(e, f"{spec.qualname} as the interpreter launched it")
                 return run.finish(failure.status, failure.message)
             raise
+    run.marks.end()
     if unreached:
         return run.finish(Status.OK, INCONCLUSIVE,
                           inconclusive="; ".join(sorted(set(unreached))[:3]))

@@ -23,6 +23,7 @@ import torch
 from kernelgym_gap.child import compile_modes
 from kernelgym_gap.child import integrity as integ
 from kernelgym_gap.child.failure import Failure, classify
+from kernelgym_gap.child.marks import CallMarks
 from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
@@ -89,6 +90,7 @@ class ChildRun:
         self.buffers: dict = {}          # (shape, dtype) -> the input buffers its trials refill
         self.timings: tuple = ()
         self.common: dict = {}           # fields every report carries: versions, device
+        self.marks = CallMarks(self.report_path.parent, job.call_bounds)   # the parent's call deadlines
 
     @classmethod
     def from_file(cls, job_path: Path, preimport_s: float | None = None) -> ChildRun:
@@ -235,6 +237,7 @@ class ChildRun:
         where = (f"trial {trial.index} ({trial.split} shape {list(trial.shape)}, {trial.dtype}, "
                  f"{trial.distribution} inputs, seed {trial.seed})")
         kw = dict(trials=tuple(self.outcomes), failed_trial=trial.index)
+        self.marks.begin(len(self.outcomes))       # this trial's position in job.trials
         start = time.perf_counter()
         try:
             with torch.no_grad(), watch:
@@ -242,8 +245,10 @@ class ChildRun:
             if self.job.backend == "cuda":
                 torch.cuda.synchronize()
         except BaseException as e:  # noqa: BLE001
+            self.marks.end()                    # writing the report is not the call's time
             return self.failed_stretch(e, where, watch, **kw)
         seconds = time.perf_counter() - start
+        self.marks.end()
         done = self.verdict(where, watch, **kw)
         if done is not None:
             return done
@@ -272,9 +277,13 @@ class ChildRun:
         watched_entry, timing_ops = timing_entry(self.entry, integ)
         t = time.perf_counter()
         try:
-            self.timings = time_submission(self.task, self.job, watched_entry, self.adapter, self.outputs)
+            # one call mark per timed shape, after the correctness trials' (Job.call_bounds' order)
+            self.timings = time_submission(self.task, self.job, watched_entry, self.adapter, self.outputs,
+                                           on_shape=lambda k: self.marks.begin(len(self.job.trials) + k))
         except BaseException as e:  # noqa: BLE001
+            self.marks.end()
             return self.failed_stretch(e, "while timing", timing_ops, trials=tuple(self.outcomes))
+        self.marks.end()
         self.phases["timing"] = time.perf_counter() - t
         return self.verdict("while timing", timing_ops, trials=tuple(self.outcomes), timings=self.timings)
 

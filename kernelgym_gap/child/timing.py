@@ -235,12 +235,15 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     return k, fields
 
 
-def time_submission(task, job, entry, adapter, outputs) -> tuple[ShapeTiming, ...]:
+def time_submission(task, job, entry, adapter, outputs, on_shape=None) -> tuple[ShapeTiming, ...]:
+    """`on_shape(i)` is called as the i-th timed shape starts (run.py's call marks)."""
     cfg: TimingConfig = job.timing
     bench = Bench(cfg)
     hints = {(tuple(shape), dtype): ms for shape, dtype, ms in job.library_hint}
     results = []
-    for trial in job.timing_trials:
+    for index, trial in enumerate(job.timing_trials):
+        if on_shape is not None:
+            on_shape(index)
         sets = [inputs_mod.make_trial_inputs(task, dataclasses.replace(trial, seed=trial.seed + k), "cuda")
                 for k in range(cfg.n_input_sets)]
         adapter.log.reset()

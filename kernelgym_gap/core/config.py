@@ -20,6 +20,14 @@ class SandboxConfig:
     # construction), from the job's handoff: a child that has not reported its import done by then is
     # killed (timeout), instead of holding its slot for the whole wall_s. None: wall_s alone.
     import_s: float | None = 60.0
+    # the stage deadline of each call of the submission (sandbox/deadlines.py): the first call of each
+    # shape (compilation, autotuning) gets compile_call_s; a later one call_factor x the library's time
+    # for that shape where the parent knows it (Job.library_hint), at least call_floor_s, else
+    # call_unknown_s. A timed shape gets its repetitions' worth. compile_call_s None: wall_s alone.
+    compile_call_s: float | None = 60.0
+    call_floor_s: float = 2.0
+    call_factor: float = 200.0
+    call_unknown_s: float = 60.0
     cpu_s: int = 600
     fsize_bytes: int = 1 << 30          # largest file the child may write
     nofile: int = 1024

@@ -162,6 +162,15 @@ class KernelSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class CallBound:
+    """One call of the submission a child makes, in the child's order (the correctness trials, then one per
+    timed shape; in a probe, one per compiled shape or specialization), and how long it may run. Computed by
+    the parent (sandbox/deadlines.py), which enforces its own copy: the child's marker only says which call runs."""
+    what: str                       # for the message: "trial 3: public shape [128, 256], float16"
+    bound_s: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Job(_Record):
     SCHEMA: typing.ClassVar[str] = "kernelgym_gap.job"
     task_id: str
@@ -180,6 +189,7 @@ class Job(_Record):
     # the library's time per timed (shape, dtype) from the parent's cache (judge/library_cache.py), one
     # entry per timing trial it knows, as (shape, dtype, ms); empty: none known (cpu, or not measured yet)
     library_hint: tuple[tuple[tuple[int, ...], str, float], ...] = ()
+    call_bounds: tuple[CallBound, ...] = ()     # the stage deadline of each call (empty: wall_s alone)
     schema: str = "kernelgym_gap.job"
     schema_version: int = SCHEMA_VERSION
 
@@ -190,6 +200,9 @@ class Job(_Record):
 # the parent's stage deadline for the import ends there. A child that creates it early only gets the whole
 # wall-clock deadline back, which every child had before.
 IMPORT_MARKER = "import.done"
+# The file a child rewrites before and after each call of the submission ("call <i> <bound_s>", "done <i>"):
+# the parent's call deadlines (sandbox/deadlines.py) read which call runs from it, never its bound.
+CALL_MARKER = "call.now"
 
 @dataclasses.dataclass(frozen=True)
 class TrialOutcome:

@@ -112,6 +112,8 @@ class Sandbox(Stage):
             return self.stop(Status.TIMEOUT, f"the submission's import (its module's top level and the entry "
                                              f"point's construction) did not finish within its "
                                              f"{cfg.sandbox.import_s:.0f} s stage deadline and the child was killed")
+        if out.timed_out and out.stage_timeout == "call":
+            return self.stop(Status.TIMEOUT, f"{out.stage_detail}, its stage deadline, and the child was killed")
         if out.timed_out:
             forks = (f"; the pids limit refused {out.forks_refused} process/thread creations"
                      if out.forks_refused else "")

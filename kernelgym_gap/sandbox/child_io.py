@@ -32,10 +32,12 @@ def backend_env(backend: str) -> dict[str, str]:
     return extra
 
 
-def cold_child(job_path, directory: Path, env: dict[str, str], sandbox: SandboxConfig) -> ChildOutcome:
-    """A child started for its job (not pre-started), run to its end under the sandbox."""
+def cold_child(job_path, directory: Path, env: dict[str, str], sandbox: SandboxConfig,
+               calls=()) -> ChildOutcome:
+    """A child started for its job (not pre-started), run to its end under the sandbox (and its calls'
+    deadlines, `calls`: the parent's Job.call_bounds)."""
     return run_sandboxed([sys.executable, "-m", "kernelgym_gap.child.runner", str(job_path)], directory,
-                         child_env(directory, env), sandbox)
+                         child_env(directory, env), sandbox, calls)
 
 
 def last_lines(text: str, lines: int = 8) -> str:

@@ -19,6 +19,7 @@ from kernelgym_gap.core.record import ChildReport, Job
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.dsl import needs_compile_probe
 from kernelgym_gap.sandbox.child_io import backend_env, cold_child, read_report
+from kernelgym_gap.sandbox.deadlines import call_bounds
 from kernelgym_gap.sandbox.prestart import ChildSpec
 from kernelgym_gap.sandbox.probe import CompileProbe, probe_env, probe_trials
 from kernelgym_gap.sandbox.process import ChildOutcome
@@ -65,16 +66,18 @@ class Launcher:
         self.probe_dir: Path | None = None
 
     def run(self, job: Job, source: str) -> ChildResult:
+        # each call's stage deadline, computed here (the child only says which call runs)
+        job = dataclasses.replace(job, call_bounds=call_bounds(job, self.spec.sandbox))
         probe = self._start_probe(job, source)
         job_path = self.scratch / "job.json"
         job_path.write_text(job.to_json())
-        outcome = self.pre.run(job_path) if self.pre is not None else None
+        outcome = self.pre.run(job_path, job.call_bounds) if self.pre is not None else None
         if outcome is None:
             sandbox = self.spec.sandbox
             if self.pre is not None:        # it died while it waited: a cold child in the same scratch, as its uid
                 self.pre.reset_scratch()
                 sandbox = dataclasses.replace(sandbox, uid=self.pre.child.uid)
-            outcome = cold_child(job_path, self.scratch, dict(self.spec.env), sandbox)
+            outcome = cold_child(job_path, self.scratch, dict(self.spec.env), sandbox, job.call_bounds)
         if self.pool is not None:
             self.pool.refill(self.spec)     # the next child's imports overlap this evaluation's check
         latency = {"child": outcome.wall_s}

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from kernelgym_gap.sandbox.child_io import backend_env, cold_child, read_report
+from kernelgym_gap.sandbox.deadlines import call_bounds
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.sandbox.prestart import clear_imports
 from kernelgym_gap.core.record import ChildReport, Job, Trial
@@ -33,7 +34,7 @@ class CompileProbe(threading.Thread):
     def __init__(self, job: Job, directory: Path, source: str, sandbox: SandboxConfig, env: dict[str, str],
                  pre=None):
         super().__init__(daemon=True)
-        self.job = _job_in(job, directory, source)
+        self.job = _job_in(job, directory, source, sandbox)
         self.directory, self.source, self.sandbox, self.env, self.pre = directory, source, sandbox, env, pre
         self.outcome: ChildOutcome | None = None
         self.report: ChildReport | None = None
@@ -44,12 +45,12 @@ class CompileProbe(threading.Thread):
     def run(self):
         path = _job_file(self.job, self.directory)
         if self.pre is not None and self.pre.send_line(path):
-            self.outcome = self.pre.wait()
+            self.outcome = self.pre.wait(self.job.call_bounds)
         else:
             if self.pre is not None:        # it died while it waited: what its imports wrote goes too
                 self.pre.kill()
                 clear_imports(self.directory)
-            self.outcome = cold_child(path, self.directory, self.env, self.sandbox)
+            self.outcome = cold_child(path, self.directory, self.env, self.sandbox, self.job.call_bounds)
         self.wall_s = self.outcome.wall_s
 
     def compile_error(self) -> str | None:
@@ -73,8 +74,9 @@ class CompileProbe(threading.Thread):
         directory = Path(tempfile.mkdtemp(prefix="kgg-probe-", dir=scratch_root))
         try:
             job = _job_in(dataclasses.replace(self.job, mode="compile_specs", trials=(),
-                                              specs=tuple(missing[:self.MAX_SPECS])), directory, self.source)
-            outcome = cold_child(_job_file(job, directory), directory, self.env, self.sandbox)
+                                              specs=tuple(missing[:self.MAX_SPECS])), directory, self.source,
+                          self.sandbox)
+            outcome = cold_child(_job_file(job, directory), directory, self.env, self.sandbox, job.call_bounds)
             self.specs_wall_s = outcome.wall_s
             _, failure, self.inconclusive = _verdict(job, outcome)
         finally:
@@ -84,11 +86,12 @@ class CompileProbe(threading.Thread):
         return failure
 
 
-def _job_in(job: Job, directory: Path, source: str) -> Job:
-    """A probe's job in its own directory, with its own copy of the submission."""
+def _job_in(job: Job, directory: Path, source: str, sandbox: SandboxConfig) -> Job:
+    """A probe's job in its own directory, with its own copy of the submission and its calls' deadlines."""
     (directory / "submission.py").write_text(source)
-    return dataclasses.replace(job, source_file=str(directory / "submission.py"),
-                               report_file=str(directory / "report.json"), outputs_dir=str(directory))
+    job = dataclasses.replace(job, source_file=str(directory / "submission.py"),
+                              report_file=str(directory / "report.json"), outputs_dir=str(directory))
+    return dataclasses.replace(job, call_bounds=call_bounds(job, sandbox))
 
 
 def _job_file(job: Job, directory: Path) -> str:
@@ -99,6 +102,9 @@ def _job_file(job: Job, directory: Path) -> str:
 
 def _verdict(job: Job, outcome: ChildOutcome):
     """(the probe's report or None, its compile error or None, why it could not tell or None)."""
+    if outcome.stage_timeout is not None:
+        what = outcome.stage_detail or f"its {outcome.stage_timeout} stage"
+        return None, None, f"it was killed at a stage deadline: {what}"
     try:
         report = read_report(Path(job.report_file), outcome)
     except (OSError, ProtocolError) as e:

@@ -38,9 +38,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelgym_gap.sandbox.cgroup import ChildCgroups
+from kernelgym_gap.sandbox.deadlines import CallWatch
 from kernelgym_gap.sandbox.isolation import bwrap_argv, choose_isolation, unshare_argv
 from kernelgym_gap.core.config import SandboxConfig
-from kernelgym_gap.core.record import IMPORT_MARKER
+from kernelgym_gap.core.record import CALL_MARKER, IMPORT_MARKER
 from kernelgym_gap.core.registry import PROJECT_ROOT
 
 
@@ -60,6 +61,8 @@ class ChildOutcome:
     forks_refused: int = 0
     removed_from_scratch: int = 0       # symlinks / special files the sanitizer removed
     stage_timeout: str | None = None    # "import": killed at the import's stage deadline (SandboxConfig.import_s)
+    #                                     "call": at a call's (sandbox/deadlines.py); stage_detail names it
+    stage_detail: str | None = None
 
 
 class _TailReader(threading.Thread):
@@ -290,7 +293,9 @@ class SandboxedChild:
         if not self._ended:
             self._end()
 
-    def wait(self) -> ChildOutcome:
+    def wait(self, calls=()) -> ChildOutcome:
+        """`calls`: the parent's own copy of the job's call deadlines (Job.call_bounds), enforced from the
+        child's call marker (sandbox/deadlines.py)."""
         if self._ended:
             raise RuntimeError("this child was already waited for or killed")
         config, scratch, proc = self.config, self.scratch, self.proc
@@ -299,7 +304,8 @@ class SandboxedChild:
         timed_out = False
         deadline = start + config.wall_s
         import_deadline = start + config.import_s if config.import_s is not None else None
-        stage_timeout = None
+        stage_timeout = stage_detail = None
+        call_watch = CallWatch(scratch / CALL_MARKER, calls) if calls else None
         next_quota = time.monotonic() + 1.0
         try:
             while True:
@@ -312,6 +318,11 @@ class SandboxedChild:
                         timed_out, stage_timeout = True, "import"
                         break
                     import_deadline = None
+                if call_watch is not None:
+                    stage_detail = call_watch.overdue(now)
+                    if stage_detail is not None:
+                        timed_out, stage_timeout = True, "call"
+                        break
                 try:
                     proc.wait(timeout=min(0.1, deadline - now))
                     break
@@ -351,9 +362,12 @@ class SandboxedChild:
                             stderr_tail=r_err.text(), output_bytes=self._total[0], layers=self.layers,
                             limits_hit=tuple(limits_hit), memory_peak_bytes=stats.get("memory_peak_bytes"),
                             pids_peak=stats.get("pids_peak"), forks_refused=int(stats.get("forks_refused") or 0),
-                            removed_from_scratch=removed, stage_timeout=stage_timeout)
+                            removed_from_scratch=removed, stage_timeout=stage_timeout,
+                            stage_detail=stage_detail)
 
 
-def run_sandboxed(argv: Sequence[str], scratch: Path, env: dict[str, str], config: SandboxConfig) -> ChildOutcome:
-    """Runs `argv` in `scratch` under every layer this machine offers, until it exits or its deadline."""
-    return SandboxedChild(argv, scratch, env, config).wait()
+def run_sandboxed(argv: Sequence[str], scratch: Path, env: dict[str, str], config: SandboxConfig,
+                  calls=()) -> ChildOutcome:
+    """Runs `argv` in `scratch` under every layer this machine offers, until it exits or its deadline (and
+    its calls' deadlines, `calls`: Job.call_bounds)."""
+    return SandboxedChild(argv, scratch, env, config).wait(calls)

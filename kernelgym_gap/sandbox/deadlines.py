@@ -1,0 +1,119 @@
+"""Stage deadlines of the submission's calls: how long each call a child makes may run (`call_bounds`,
+computed by the parent into `Job.call_bounds`), and the parent's watch over them (`CallWatch`, polled by
+process.SandboxedChild.wait beside the import deadline).
+
+A child rewrites its marker (record.CALL_MARKER, beside its report) before and after each call: `call <i>
+<bound_s>`, `done <i>`. The marker only says which call runs; the parent times it on its own clock from when
+it first saw it, against its own copy of the bounds. A child that writes the marker itself (the submission
+can reach it: same uid, its own scratch) can therefore not lengthen a call's bound nor restart its clock; at
+most it claims to be between calls, which leaves it the whole wall deadline every child had before.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+from kernelgym_gap.core.config import SandboxConfig
+from kernelgym_gap.core.record import CallBound, Job, Trial
+
+# A timed shape (cuda) is one mark, not one per repetition: its bound covers the calls timing.py makes at
+# most beyond min_reps (the untimed first call, two warm-up calls, the recheck, the last round of five) at
+# the per-call bound, plus the warm-up and budget time of the kernel and the library, interleaved.
+TIMING_EXTRA_CALLS = 10
+
+_LINE = re.compile(r"(call|done) (\d{1,6})(?: \S{1,32})?\n?")
+_MAX_READ = 64
+
+
+def _shape_text(trial: Trial) -> str:
+    return f"{trial.split} shape {list(trial.shape)}, {trial.dtype}"
+
+
+def call_bounds(job: Job, sandbox: SandboxConfig) -> tuple[CallBound, ...]:
+    """The stage deadline of every call `job`'s child makes, in the child's order (child/marks.py): the
+    correctness trials, then one per timed shape; in a compile probe, one per trial (each a compilation);
+    in a specs probe, one per specialization. Empty when call deadlines are off."""
+    compile_s = sandbox.compile_call_s
+    if compile_s is None:
+        return ()
+    if job.mode == "compile_specs":
+        return tuple(CallBound(f"compiling {spec.qualname} for sm_90", compile_s) for spec in job.specs)
+    if job.mode == "compile_probe":
+        return tuple(CallBound(f"probe of trial {t.index}: {_shape_text(t)}", compile_s) for t in job.trials)
+    library_ms = {(tuple(shape), dtype): ms for shape, dtype, ms in job.library_hint}
+
+    def later_call_s(key) -> float:
+        ms = library_ms.get(key)
+        if ms is None:
+            return sandbox.call_unknown_s
+        return max(sandbox.call_floor_s, sandbox.call_factor * ms / 1e3)
+
+    seen: set = set()
+    bounds = []
+    for trial in job.trials:
+        key = (tuple(trial.shape), trial.dtype)
+        first = key not in seen
+        seen.add(key)
+        bounds.append(CallBound(f"trial {trial.index}{' (first call of its shape)' if first else ''}: "
+                                f"{_shape_text(trial)}", compile_s if first else later_call_s(key)))
+    if job.timing is not None:
+        t = job.timing
+        for trial in job.timing_trials:
+            key = (tuple(trial.shape), trial.dtype)
+            bound = (later_call_s(key) * (t.min_reps + TIMING_EXTRA_CALLS)
+                     + 2 * (t.budget_ms + t.warmup_ms) / 1e3 + (compile_s if key not in seen else 0.0))
+            bounds.append(CallBound(f"timing of {_shape_text(trial)}", bound))
+    return tuple(bounds)
+
+
+def read_marker(path: Path) -> str | None:
+    """The marker's text: a regular file (not followed if a link), read without blocking (a FIFO the child
+    put there cannot hang the parent), at most a few bytes; None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, _MAX_READ).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class CallWatch:
+    """The parent's view of a child's calls: which one runs (from the marker) and since when (the parent's
+    clock, when it first saw it). Calls only move forward: a call's clock starts once and never restarts,
+    and a marker naming an earlier call, an unknown one, or anything else is ignored."""
+
+    def __init__(self, marker: Path, bounds: Sequence[CallBound]):
+        self.marker, self.bounds = Path(marker), tuple(bounds)
+        self.current: tuple[int, float] | None = None     # (call, when the parent first saw it)
+        self.last = -1                                     # the latest call started
+
+    def _update(self, now: float) -> None:
+        text = read_marker(self.marker)
+        m = _LINE.fullmatch(text) if text else None
+        if m is None:
+            return
+        kind, i = m.group(1), int(m.group(2))
+        if kind == "call" and self.last < i < len(self.bounds):
+            self.current, self.last = (i, now), i
+        elif kind == "done" and self.current is not None and self.current[0] == i:
+            self.current = None
+
+    def overdue(self, now: float) -> str | None:
+        """What ran past its bound ("call 3 (trial 3: ...) ran past 2.0 s"), or None."""
+        self._update(now)
+        if self.current is None:
+            return None
+        i, since = self.current
+        bound = self.bounds[i]
+        if now - since <= bound.bound_s:
+            return None
+        return f"call {i} ({bound.what}) ran past {bound.bound_s:.1f} s"

@@ -1,0 +1,226 @@
+"""Stage deadlines of the submission's calls (sandbox/deadlines.py): each call's bound as the parent computes
+it, the parent's watch over the child's call marker, and, end to end on the cpu backend, a kernel that hangs
+in a later call killed at that call's deadline (pre-started or cold, with its marker forged or not), the
+compile probe under the same deadlines, and the next evaluation unaffected."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelgym_gap.core.config import EvalConfig, SandboxConfig, TimingConfig
+from kernelgym_gap.core.record import CALL_MARKER, CallBound, Job, KernelSpec, Trial
+from kernelgym_gap.core.status import Status
+from kernelgym_gap.core.task import Workload
+from kernelgym_gap.engine.pipeline import evaluate
+from kernelgym_gap.sandbox import launch
+from kernelgym_gap.sandbox.deadlines import TIMING_EXTRA_CALLS, CallWatch, call_bounds
+from kernelgym_gap.sandbox.prestart import ChildPool
+from kernelgym_gap.sandbox.probe import CompileProbe, probe_env
+
+HOSTILE = Path(__file__).resolve().parent / "fixtures" / "hostile"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _trial(index, shape, dtype="float16", split="public"):
+    return Trial(index=index, shape=shape, dtype=dtype, seed=1, distribution="normal", split=split)
+
+
+def _job(**kw) -> Job:
+    fields = dict(task_id="t", dsl="triton", backend="cuda", source_file="s.py", outputs_dir="o",
+                  report_file="r.json", timing=None,
+                  trials=(_trial(0, (128, 256)), _trial(1, (128, 256)), _trial(2, (64, 64)), _trial(3, (64, 64))))
+    fields.update(kw)
+    return Job(**fields)
+
+
+# ------------------------------------------------------------------------------------------ the bounds
+
+def test_the_first_call_of_each_shape_gets_the_compile_bound_and_later_ones_the_unknown_bound():
+    bounds = call_bounds(_job(), SandboxConfig(compile_call_s=60.0, call_unknown_s=45.0))
+    assert [b.bound_s for b in bounds] == [60.0, 45.0, 60.0, 45.0]
+    assert bounds[1].what == "trial 1: public shape [128, 256], float16"
+    assert "first call of its shape" in bounds[0].what
+
+
+def test_a_known_library_time_bounds_later_calls_by_a_multiple_of_it_with_a_floor():
+    hint = (((128, 256), "float16", 0.05), ((64, 64), "float16", 0.001))   # ms
+    bounds = call_bounds(_job(library_hint=hint), SandboxConfig(call_floor_s=2.0, call_factor=200_000.0))
+    assert bounds[0].bound_s == 60.0 and bounds[2].bound_s == 60.0          # first calls: compile
+    assert bounds[1].bound_s == pytest.approx(10.0)                          # 200000 x 0.05 ms
+    assert bounds[3].bound_s == 2.0                                          # 0.2 s, under the floor
+    other_dtype = call_bounds(_job(library_hint=(((128, 256), "float32", 0.05),)), SandboxConfig())
+    assert other_dtype[1].bound_s == SandboxConfig().call_unknown_s          # the hint is per (shape, dtype)
+
+
+def test_a_timed_shape_is_one_call_bounded_by_its_repetitions():
+    timing = TimingConfig(min_reps=20, warmup_ms=25.0, budget_ms=2000.0)
+    timed = (_trial(10_000, (128, 256)), _trial(10_001, (32, 32)))
+    hint = (((128, 256), "float16", 0.1),)
+    bounds = call_bounds(_job(timing=timing, timing_trials=timed, library_hint=hint), SandboxConfig())
+    assert len(bounds) == 4 + 2 and bounds[4].what == "timing of public shape [128, 256], float16"
+    per_call = max(2.0, 200 * 0.1e-3)
+    assert bounds[4].bound_s == pytest.approx(per_call * (20 + TIMING_EXTRA_CALLS) + 2 * 2.025)
+    # a timed shape no correctness trial compiled: unknown library time, and its compilation on top
+    assert bounds[5].bound_s == pytest.approx(60.0 * (20 + TIMING_EXTRA_CALLS) + 2 * 2.025 + 60.0)
+
+
+def test_probe_calls_are_compilations_and_the_deadlines_can_be_turned_off():
+    probe = call_bounds(_job(mode="compile_probe"), SandboxConfig(compile_call_s=30.0))
+    assert [b.bound_s for b in probe] == [30.0] * 4 and probe[0].what.startswith("probe of trial 0")
+    spec = KernelSpec(module="submission", qualname="_k", source_sha256="0", signature={}, constexprs={}, options={})
+    specs = call_bounds(_job(mode="compile_specs", trials=(), specs=(spec, spec)), SandboxConfig())
+    assert [b.what for b in specs] == ["compiling _k for sm_90"] * 2
+    assert call_bounds(_job(), SandboxConfig(compile_call_s=None)) == ()
+
+
+# ------------------------------------------------------------------------- the parent's watch (no clock)
+
+def _watch(tmp_path, bounds=(2.0, 5.0, 5.0)):
+    return CallWatch(tmp_path / CALL_MARKER, [CallBound(f"c{i}", b) for i, b in enumerate(bounds)])
+
+
+def _mark(tmp_path, text):
+    (tmp_path / CALL_MARKER).write_text(text)
+
+
+def test_the_watch_times_a_call_from_when_it_first_saw_it_against_its_own_bound(tmp_path):
+    watch = _watch(tmp_path)
+    assert watch.overdue(0.0) is None                       # no marker yet
+    _mark(tmp_path, "call 0 2.000\n")
+    assert watch.overdue(10.0) is None and watch.overdue(11.9) is None
+    assert watch.overdue(12.1) == "call 0 (c0) ran past 2.0 s"
+    _mark(tmp_path, "done 0\n")
+    assert watch.overdue(100.0) is None                     # between calls: the wall deadline alone
+
+
+def test_the_child_can_neither_lengthen_a_bound_nor_restart_or_reopen_a_call(tmp_path):
+    watch = _watch(tmp_path)
+    _mark(tmp_path, "call 1 5.000\n")
+    assert watch.overdue(0.0) is None
+    _mark(tmp_path, "call 1 1000000000\n")                  # its own bound, and the same call again
+    assert watch.overdue(4.0) is None
+    assert watch.overdue(5.5) == "call 1 (c1) ran past 5.0 s"
+    _mark(tmp_path, "call 0 1\n")                           # an earlier call: ignored, call 1 still runs
+    assert watch.overdue(6.0) is not None
+    for junk in ("call 9 1\n", "done 0\n", "garbage", "call -1 1\n", ""):   # unknown, not running, malformed
+        _mark(tmp_path, junk)
+        assert watch.overdue(6.0) == "call 1 (c1) ran past 5.0 s", junk
+
+
+def test_the_watch_reads_no_link_and_no_fifo(tmp_path):
+    watch = _watch(tmp_path)
+    (tmp_path / "elsewhere").write_text("call 0 2\n")
+    (tmp_path / CALL_MARKER).symlink_to(tmp_path / "elsewhere")
+    assert watch.overdue(100.0) is None and watch.current is None
+    (tmp_path / CALL_MARKER).unlink()
+    os.mkfifo(tmp_path / CALL_MARKER)                       # would block a plain open()
+    assert watch.overdue(100.0) is None and watch.current is None
+
+
+def test_the_childs_marks_are_what_the_watch_reads(tmp_path):
+    from kernelgym_gap.child.marks import CallMarks
+    bounds = [CallBound("c0", 2.0), CallBound("c1", 5.0)]
+    marks, watch = CallMarks(tmp_path, bounds), CallWatch(tmp_path / CALL_MARKER, bounds)
+    marks.begin(0)
+    assert (tmp_path / CALL_MARKER).read_text() == "call 0 2.000\n" and watch.overdue(0.0) is None
+    marks.begin(1)                                          # ends call 0 first
+    assert watch.overdue(1.0) is None and watch.current == (1, 1.0)
+    marks.end()
+    assert (tmp_path / CALL_MARKER).read_text() == "done 1\n" and watch.overdue(100.0) is None
+    marks.begin(2)                                          # a call without a bound: not marked
+    assert (tmp_path / CALL_MARKER).read_text() == "done 1\n"
+    CallMarks(tmp_path / "none", ()).begin(0)               # no call deadlines: no marker at all
+    assert not (tmp_path / "none").exists()
+
+
+# ------------------------------------------------------------------------------- end to end, cpu backend
+
+@pytest.fixture(scope="module")
+def task(registry):
+    t = registry.get("kernelgym_gap/LayerNorm-v0")
+    return dataclasses.replace(t, workloads={
+        **t.workloads, "cpu": Workload(public=((16, 128),), heldout=((7, 96),), dtypes=("float32",))})
+
+
+class _NoProbe:
+    """The compile probe off where a test is about the main child (half the CPU on a 2-core machine)."""
+
+    def __init__(self, job, directory, source, sandbox, env, pre=None):
+        if pre is not None:
+            pre.kill()
+        self.wall_s, self.inconclusive, self.specs_wall_s = 0.0, None, None
+
+    def start(self):
+        pass
+
+    def compile_error(self):
+        return None
+
+    def cover(self, launched, scratch_root):
+        return None
+
+
+def _config(tmp_path, **sandbox) -> EvalConfig:
+    limits = dict(wall_s=120.0, call_unknown_s=3.0, pids_max=64, memory_bytes=1 << 30, fsize_bytes=64 << 20)
+    limits.update(sandbox)
+    return EvalConfig(trial_seed=20261204, sandbox=SandboxConfig(**limits), scratch_root=str(tmp_path))
+
+
+def test_a_kernel_that_hangs_in_a_later_call_is_killed_at_that_calls_deadline(task, registry, tmp_path,
+                                                                              monkeypatch):
+    """Pre-started and cold alike, well before wall_s; the next evaluation (pre-started) works normally."""
+    monkeypatch.setattr(launch, "CompileProbe", _NoProbe)
+    cfg = _config(tmp_path)
+    honest = (task.directory / "solutions" / "triton_rowwise.py").read_text()
+    with ChildPool() as pool:
+        pool.refill(launch.child_spec(task, "triton", "cpu", cfg))
+        for children in (pool, None):               # pre-started, then cold
+            start = time.monotonic()
+            record = evaluate(task, (HOSTILE / "call_hang_after_first.py").read_text(), "triton", "cpu", cfg,
+                              children=children)
+            elapsed = time.monotonic() - start
+            assert record.status is Status.TIMEOUT and record.stage == "sandbox", record.message
+            # trial 1 is the second seed of the first shape: a later call, without a library time on cpu
+            assert record.message.startswith("call 1 (trial 1: public shape [16, 128], float32) ran past 3.0 s"), \
+                record.message
+            assert elapsed < 60, elapsed
+        assert pool.served == 1
+        after = evaluate(task, honest, "triton", "cpu", cfg, children=pool)
+        assert after.ok and after.correct is True, after.message
+        assert pool.served == 2
+
+
+def test_a_child_that_forges_its_marker_is_still_killed_at_the_parents_bound(task, tmp_path, monkeypatch):
+    """The submission can reach the marker (its own uid, its own scratch; through libc, past the audit
+    guard) and writes a huge bound for its call: the parent uses its own."""
+    monkeypatch.setattr(launch, "CompileProbe", _NoProbe)
+    cfg = _config(tmp_path).replace(keep_scratch=True)
+    start = time.monotonic()
+    record = evaluate(task, (HOSTILE / "call_marker_forge.py").read_text(), "triton", "cpu", cfg)
+    assert record.status is Status.TIMEOUT and "call 1 " in record.message, record.message
+    assert "ran past 3.0 s" in record.message and time.monotonic() - start < 60
+    markers = [p.read_text() for p in tmp_path.glob(f"kgg-eval-*/{CALL_MARKER}")]
+    assert markers == ["call 1 1000000000\n"], markers       # the forgery was written, and changed nothing
+
+
+def test_the_compile_probe_is_under_the_call_deadlines(task, tmp_path):
+    """The probe child (cpu, Triton) calls the entry point once per shape: each call a compilation bounded
+    by compile_call_s. A probe killed there leaves the evaluation to the main child, saying why."""
+    sandbox = SandboxConfig(wall_s=120.0, compile_call_s=4.0, pids_max=64, memory_bytes=1 << 30)
+    source = (HOSTILE / "busy_loop.py").read_text()
+    job = Job(task_id=task.id, dsl="triton", backend="cpu", source_file="", outputs_dir="", report_file="",
+              trials=(_trial(0, (16, 128), "float32"),), timing=None, mode="compile_probe", tasks_dir=task.tasks_dir)
+    directory = tmp_path / "probe"
+    directory.mkdir()
+    probe = CompileProbe(job, directory, source, sandbox, probe_env())
+    start = time.monotonic()
+    probe.start()
+    assert probe.compile_error() is None
+    assert probe.outcome.stage_timeout == "call" and time.monotonic() - start < 60
+    assert probe.inconclusive == ("it was killed at a stage deadline: call 0 (probe of trial 0: public shape "
+                                  "[16, 128], float32) ran past 4.0 s")
