@@ -149,7 +149,7 @@ class _LocalPool:
         self.failed: BaseException | None = None
         self.done = 0
         self.threads = [threading.Thread(target=self._work, args=(b, gpu), daemon=True,
-                                         name=f"kgg-eval-{b}-{gpu if gpu is not None else k}")
+                                         name=f"kgg-eval-{b}-{k}" + (f"-gpu{gpu}" if gpu is not None else ""))
                         for b, gs in slots.items() for k, gpu in enumerate(gs)]
         self.slots = slots
 
