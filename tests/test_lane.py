@@ -228,3 +228,11 @@ def test_a_child_without_a_usable_lane_still_evaluates(registry, monkeypatch, tm
     rec = evaluate(task, source, "triton", "cpu", config)
     assert rec.status is Status.OK, rec.message
     assert not any(k.startswith("child_lane") for k in rec.latency)
+
+
+def test_the_lane_dir_is_not_part_of_the_cache_key(tmp_path):
+    from kernelgym_gap.store.cache_key import settings_hash
+    base = EvalConfig(trial_seed=0)
+    laned = base.replace(sandbox=SandboxConfig(lane_dir=str(tmp_path)))
+    assert settings_hash(base) == settings_hash(laned)
+    assert settings_hash(base) != settings_hash(base.replace(sandbox=SandboxConfig(wall_s=1)))
