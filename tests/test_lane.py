@@ -175,7 +175,7 @@ def test_the_lane_reaches_a_sandboxed_child_and_dies_with_it(tmp_path, isolation
     assert _sandboxed(tmp_path, lanes, isolation) == ["held", "30.0", "True"]           # wait budget: wall_s / 2
     with Lane.open(lanes, 0) as lane:
         lane.acquire("exclusive", timeout_s=0)                             # the child's hold died with it
-        assert _sandboxed(tmp_path, lanes, isolation) == ["timeout", "30.0"]              # the child's fds are this lane
+        assert _sandboxed(tmp_path, lanes, isolation) == ["timeout", "30.0"]   # the child's fds are this lane
         lane.release()
         lane.acquire("shared", timeout_s=0)
         assert _sandboxed(tmp_path, lanes, isolation) == ["timeout", "30.0"]

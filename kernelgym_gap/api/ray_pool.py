@@ -1,8 +1,8 @@
 """An evaluation pool of Ray actors: `per_gpu` actors per GPU on the cuda backend (each asks Ray for 1/per_gpu
 of a GPU; the actors of one GPU share it through its lane, core/lane.py: trials side by side, timings one at
-a time), one per CPU slot on the cpu backend. Each actor evaluates through the same sandboxed engine (engine.evaluate starts one child per
-evaluation on the actor's node) and sends back `EvalRecord.to_dict()`; the caller rebuilds the record with
-`EvalRecord.from_dict`, so the records are the ones the local pool returns.
+a time), one per CPU slot on the cpu backend. Each actor evaluates through the same sandboxed engine
+(engine.evaluate starts one child per evaluation on the actor's node) and sends back `EvalRecord.to_dict()`;
+the caller rebuilds the record with `EvalRecord.from_dict`, so the records are the ones the local pool returns.
 
 Selecting a cluster (`address`):
   "auto"    use Ray if this process already initialised it; else connect to a running cluster (RAY_ADDRESS,
