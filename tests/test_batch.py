@@ -1,4 +1,5 @@
 """The batch API (evaluate_many, score_completions) and the Gymnasium vector environment over KernelEnv."""
+import os
 import random
 import threading
 import time
@@ -111,7 +112,7 @@ def test_cuda_pins_one_worker_per_gpu(monkeypatch):
     monkeypatch.setattr("kernelgym_gap.api.batch.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
     ev = Recorder()
     reqs = [EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(8)]
-    recs = evaluate_many(reqs, gpus=[2, 5], workers=8, evaluator=ev)
+    recs = evaluate_many(reqs, gpus=[2, 5], workers=8, evaluator=ev, per_gpu=1)
     assert ev.peak <= 2
     by_thread = {}
     for _, _, gpu, thread in ev.calls:
@@ -121,6 +122,88 @@ def test_cuda_pins_one_worker_per_gpu(monkeypatch):
     assert all(r.device["gpu_index"] == c[2] for r, c in zip(recs, sorted(ev.calls, key=lambda c: int(c[0][1:]))))
     with pytest.raises(HarnessError, match="no GPU"):
         evaluate_many(reqs, gpus=[], evaluator=ev)
+
+
+class LaneRecorder:
+    """A double of engine.evaluate that takes its GPU's lane like a child does (shared for its "trials",
+    exclusive for its "timing"), each hold on descriptors of its own, and records when it was inside."""
+
+    def __init__(self):
+        self.sections, self.lock, self.lane_dirs, self.threads = [], threading.Lock(), set(), {}
+
+    def _inside(self, config, mode, seconds):
+        from kernelgym_gap.core.lane import held
+        with held(config.sandbox.lane_dir, config.gpu_index, mode):
+            t0 = time.monotonic()
+            time.sleep(seconds)
+            t1 = time.monotonic()
+        with self.lock:
+            self.sections.append((config.gpu_index, mode, t0, t1))
+
+    def __call__(self, task, source, dsl, backend, config):
+        with self.lock:
+            self.lane_dirs.add(config.sandbox.lane_dir)
+            self.threads.setdefault(threading.current_thread().name, set()).add(config.gpu_index)
+        self._inside(config, "shared", 0.05)
+        self._inside(config, "exclusive", 0.02)
+        return EvalRecord(task=task.id, task_version=task.version, dsl=dsl, backend=backend, status=Status.OK,
+                          correct=True, reward=1.0, reward_mode="correctness", terms={}, message=source)
+
+
+def _overlap(a, b) -> bool:
+    return a[2] < b[3] and b[2] < a[3]
+
+
+def test_cuda_per_gpu_slots_share_a_gpu_but_never_its_timing(monkeypatch, tmp_path):
+    """per_gpu=3 on two pretended GPUs: six workers, three per GPU; their "trials" overlap, their "timings"
+    never overlap anything else on the same GPU; the lane directory is made for the call and removed."""
+    monkeypatch.setattr("kernelgym_gap.api.batch.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
+    ev = LaneRecorder()
+    reqs = [EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(18)]
+    recs = evaluate_many(reqs, gpus=[2, 5], per_gpu=3, evaluator=ev, config=EvalConfig(scratch_root=str(tmp_path)))
+    assert [r.message for r in recs] == [f"s{i}" for i in range(18)]
+    assert len(ev.threads) == 6 and all(len(g) == 1 for g in ev.threads.values())
+    assert sorted(g for gs in ev.threads.values() for g in gs) == [2, 2, 2, 5, 5, 5]
+    (lane_dir,) = ev.lane_dirs
+    assert lane_dir is not None and lane_dir.startswith(str(tmp_path)) and not os.path.exists(lane_dir)
+    shared_overlapped = False
+    for a in ev.sections:
+        for b in ev.sections:
+            if a is b or a[0] != b[0] or not _overlap(a, b):
+                continue
+            assert a[1] == b[1] == "shared", f"a timing shared GPU {a[0]}: {a} {b}"
+            shared_overlapped = True
+    assert shared_overlapped
+
+
+def test_per_gpu_one_is_one_evaluation_per_gpu_without_lanes(monkeypatch):
+    from kernelgym_gap.api.lanes import worker_slots
+    monkeypatch.setattr("kernelgym_gap.api.batch.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
+    ev = LaneRecorder()
+    evaluate_many([EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(4)], gpus=[0, 1], per_gpu=1,
+                  evaluator=ev)
+    assert ev.lane_dirs == {None} and len(ev.threads) == 2
+    assert worker_slots(["cuda"], None, [2, 5], per_gpu=3) == {"cuda": [2, 5, 2, 5, 2, 5]}
+    assert worker_slots(["cuda"], 3, [2, 5], per_gpu=3) == {"cuda": [2, 5, 2]}
+    assert worker_slots(["cuda", "cpu"], 2, [0], per_gpu=4) == {"cpu": [None, None], "cuda": [0, 0]}
+    with pytest.raises(ValueError):
+        worker_slots(["cuda"], None, [0], per_gpu=0)
+
+
+def test_a_request_keeps_its_own_lane_dir(monkeypatch, tmp_path):
+    from kernelgym_gap.core.config import SandboxConfig
+    monkeypatch.setattr("kernelgym_gap.api.batch.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
+    ev = LaneRecorder()
+    own = EvalConfig(sandbox=SandboxConfig(lane_dir=str(tmp_path)))
+    evaluate_many([EvalRequest("AddReLU", f"s{i}", backend="cuda", config=own) for i in range(3)], gpus=[0],
+                  evaluator=ev)
+    assert ev.lane_dirs == {str(tmp_path)}
+
+
+def test_cpu_batches_take_no_lanes():
+    ev = LaneRecorder()
+    evaluate_many([EvalRequest("AddReLU", f"s{i}", backend="cpu") for i in range(3)], workers=2, evaluator=ev)
+    assert ev.lane_dirs == {None}
 
 
 def test_visible_gpus_reads_cuda_visible_devices(monkeypatch):

@@ -153,3 +153,21 @@ def test_hopeless_kernel_exits_early(registry, cuda_config, tmp_path):
     assert "timing stopped early" in r.message and ">50x slower than the library" in r.message
     print("child timing phase:", r.latency.get("child_timing"))
     assert r.latency["child_timing"] < 60          # all 8 shapes; without the early exit each took its budget
+
+
+def test_lanes_share_one_gpu_and_time_alone(registry, cuda_config):
+    """per_gpu=4 on GPU 0: four evaluations at once, each child's timing held exclusive (its wait recorded),
+    the trials and the check shared; none gave up waiting."""
+    from kernelgym_gap.api.batch import EvalRequest, evaluate_many
+    from kernelgym_gap.core.status import Status
+    task = registry.get("AddReLU")
+    source = task.solution_path(task.solutions[0]).read_text()
+    reqs = [EvalRequest("AddReLU", source + f"\n# copy {i}\n", backend="cuda") for i in range(4)]
+    recs = evaluate_many(reqs, gpus=[0], per_gpu=4, config=cuda_config)
+    for rec in recs:
+        assert rec.status is Status.OK, rec.message
+        for key in ("child_lane_wait_shared", "child_lane_wait_exclusive", "check_lane_wait"):
+            assert key in rec.latency, (key, rec.latency)
+        assert not any(k.startswith("child_lane_timeout") for k in rec.latency), rec.latency
+    # at least one waited for another's timing
+    assert sum(r.latency["child_lane_wait_exclusive"] > 0.05 for r in recs) >= 1

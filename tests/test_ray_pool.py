@@ -96,3 +96,23 @@ def test_episode_cli_with_ray(local_ray, capsys):
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["steps"][0]["status"] == "ok" and out["best"]["reward"] == 1.0
     assert ray.is_initialized()
+
+
+def test_ray_per_gpu_places_several_actors_on_each_gpu(local_ray):
+    """Two pretended GPUs, per_gpu=2: four cuda actors, two per GPU, one lane directory for the pool on the
+    node (removed when the pool closes). Last in this file: it restarts Ray with GPU resources."""
+    ray.shutdown()
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        with RayPool(address="auto", backend="cuda", per_gpu=2) as pool:
+            placed = pool.actor_placements
+            assert pool.size == 4
+            assert sorted(p["gpu_index"] for p in placed) == [0, 0, 1, 1]
+            (lane_dir,) = {p["lane_dir"] for p in placed}
+            assert lane_dir is not None
+        with RayPool(address="auto", backend="cuda", per_gpu=2, workers=3) as pool:
+            assert pool.size == 3
+        with RayPool(address="auto", backend="cuda") as pool:
+            assert pool.size == 2 and {p["lane_dir"] for p in pool.actor_placements} == {None}
+    finally:
+        ray.shutdown()

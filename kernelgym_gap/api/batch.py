@@ -6,10 +6,13 @@ parent's pool is made of threads: a thread waits on its child and nothing of the
 parent.
 
   * cpu backend: `workers` threads (default: the machine's CPU count) share the queue.
-  * cuda backend: one worker per GPU of the host (all visible GPUs unless `gpus=` names some), each
-    evaluation pinned to its worker's GPU through `EvalConfig.gpu_index`; with one GPU the evaluations
-    queue, since two timings on one GPU at once would disturb each other. The GPU an evaluation used is
-    written into its record's device info as `device["gpu_index"]`.
+  * cuda backend: `per_gpu` workers (default 4) per GPU of the host (all visible GPUs unless `gpus=` names
+    some), each evaluation pinned to its worker's GPU through `EvalConfig.gpu_index`. The workers of one GPU
+    share it through its lane (core/lane.py; a lane directory made for the call, `SandboxConfig.lane_dir`):
+    their correctness trials and checks run side by side, their timings one at a time, alone on the GPU
+    (two timings on one GPU at once would disturb each other). per_gpu=1 is one evaluation per GPU at a
+    time, without lanes. The GPU an evaluation used is written into its record's device info as
+    `device["gpu_index"]`.
   * `ray="auto"` or `ray="host:port"`: the same requests go to a pool of Ray actors (kernelgym_gap.api.ray_pool)
     and come back as the same records.
 
@@ -22,11 +25,13 @@ import functools
 import hashlib
 import logging
 import queue
+import shutil
+import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-from kernelgym_gap.api.lanes import EvalRequest, Evaluator, Progress, one_backend, worker_slots
+from kernelgym_gap.api.lanes import EvalRequest, Evaluator, Progress, one_backend, with_lane, worker_slots
 from kernelgym_gap.core.backend import resolve_backend
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError, UnknownChoiceError
@@ -55,11 +60,13 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
                   config: EvalConfig | None = None, gpus: Sequence[int] | None = None, ray: Any = None,
                   registry=None, evaluator: Evaluator | None = None,
                   progress: Progress | None = None, warm: bool = False,
-                  tasks_dir: str | None = None) -> list[EvalRecord]:
+                  tasks_dir: str | None = None, per_gpu: int = 4) -> list[EvalRecord]:
     """Evaluates every request; returns the records in request order.
 
     workers: parallel evaluations on the cpu backend (default os.cpu_count()); on the cuda backend at most
-        one per GPU (a larger number is capped, a smaller one uses the first GPUs of `gpus`).
+        per_gpu per GPU (a larger number is capped, a smaller one is spread over the GPUs of `gpus` first).
+    per_gpu: evaluations at once per GPU on the cuda backend, through the GPU's lane (timings one at a time);
+        1: one evaluation per GPU, no lanes. A request whose config names a lane_dir keeps it.
     config: the default for requests whose config is None.
     gpus: host GPU indices for the cuda backend (default: all, see visible_gpus()).
     ray: None for the local pool; "auto" or a cluster address for Ray actors started for this call and
@@ -95,7 +102,7 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         if not isinstance(ray, str):     # a RayPool the caller keeps across batches
             return ray.evaluate(requests, config=default_config, progress=progress, registry=registry)
         from kernelgym_gap.api.ray_pool import RayPool
-        with RayPool(address=ray, backend=one_backend(requests), workers=workers) as pool:
+        with RayPool(address=ray, backend=one_backend(requests), workers=workers, per_gpu=per_gpu) as pool:
             return pool.evaluate(requests, config=default_config, progress=progress, registry=registry)
     tasks, backends = _resolve(requests, registry)
     if evaluator is None:
@@ -106,12 +113,19 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
     owner = [first.setdefault(_identity(r, t, b, default_config), i)
              for i, (r, t, b) in enumerate(zip(requests, tasks, backends))]
     unique = sorted(set(owner))
-    pool = _LocalPool(evaluator, worker_slots([backends[i] for i in unique], workers, gpus), progress,
-                      len(unique), warm=warm, scratch_root=default_config.scratch_root)
-    for k, i in enumerate(unique):
-        r = requests[i]
-        pool.put(k, backends[i], tasks[i], r.source, r.dsl, r.config or default_config)
-    records = dict(zip(unique, pool.join()))
+    slots = worker_slots([backends[i] for i in unique], workers, gpus, per_gpu)
+    shared = len(slots.get("cuda", ())) > len(set(slots.get("cuda", ())))
+    lane_dir = tempfile.mkdtemp(prefix="kgg-lanes-", dir=default_config.scratch_root) if shared else None
+    try:
+        pool = _LocalPool(evaluator, slots, progress, len(unique), warm=warm,
+                          scratch_root=default_config.scratch_root, lane_dir=lane_dir)
+        for k, i in enumerate(unique):
+            r = requests[i]
+            pool.put(k, backends[i], tasks[i], r.source, r.dsl, r.config or default_config)
+        records = dict(zip(unique, pool.join()))
+    finally:
+        if lane_dir is not None:
+            shutil.rmtree(lane_dir, ignore_errors=True)
     if len(unique) < len(requests):
         log.info("%d of %d requests were duplicates, evaluated once", len(requests) - len(unique), len(requests))
     return [records[i] for i in owner]
@@ -126,16 +140,16 @@ class _LocalPool:
     """Threads that each take (index, job) from their backend's queue and run the evaluator."""
 
     def __init__(self, evaluator: Evaluator, slots: dict[str, list[int | None]], progress: Progress | None,
-                 total: int, warm: bool = False, scratch_root: str | None = None):
+                 total: int, warm: bool = False, scratch_root: str | None = None, lane_dir: str | None = None):
         self.evaluator, self.progress, self.total = evaluator, progress, total
-        self.warm, self.scratch_root = warm, scratch_root
+        self.warm, self.scratch_root, self.lane_dir = warm, scratch_root, lane_dir
         self.results: dict[int, EvalRecord] = {}
         self.queues = {b: queue.Queue() for b in slots}
         self.lock = threading.Lock()
         self.failed: BaseException | None = None
         self.done = 0
         self.threads = [threading.Thread(target=self._work, args=(b, gpu), daemon=True,
-                                         name=f"kgg-eval-{b}-{gpu if gpu is not None else k}")
+                                         name=f"kgg-eval-{b}-{k}" + (f"-gpu{gpu}" if gpu is not None else ""))
                         for b, gs in slots.items() for k, gpu in enumerate(gs)]
         self.slots = slots
 
@@ -180,7 +194,7 @@ class _LocalPool:
                 continue
             try:
                 if gpu is not None:
-                    config = config.replace(gpu_index=gpu)
+                    config = with_lane(config.replace(gpu_index=gpu), self.lane_dir)
                 record = evaluator(task, source, dsl, backend, config)
                 if gpu is not None:
                     record = dataclasses.replace(record, device={**record.device, "gpu_index": gpu})

@@ -1,6 +1,7 @@
-"""What the batch path is made of: a request, the evaluator's shape, and the worker slots per backend (one per
-GPU on cuda, one per core on cpu). The local pool (batch.py) and the Ray pool (ray_pool.py) both read them
-here, so neither imports the other; a scheduler that runs stages on lanes starts from `worker_slots`."""
+"""What the batch path is made of: a request, the evaluator's shape, and the worker slots per backend (`per_gpu`
+per GPU on cuda, one per core on cpu). The local pool (batch.py) and the Ray pool (ray_pool.py) both read them
+here, so neither imports the other. Slots that share a GPU coordinate through its lane (core/lane.py,
+`SandboxConfig.lane_dir`): correctness trials and checks side by side, timings one at a time."""
 from __future__ import annotations
 
 import dataclasses
@@ -61,8 +62,19 @@ def one_backend(requests: Sequence[EvalRequest]) -> str:
     return asked.pop() if asked else "auto"
 
 
-def worker_slots(backends: Sequence[str], workers: int | None, gpus: Sequence[int] | None) -> dict[str, list[int | None]]:
-    """Worker slots per backend: GPU indices for cuda, None for each cpu worker."""
+def with_lane(config: EvalConfig, lane_dir: str | None) -> EvalConfig:
+    """`config` with the lanes of `lane_dir`, unless it has its own (or lane_dir is None)."""
+    if lane_dir is None or config.sandbox.lane_dir is not None:
+        return config
+    return config.replace(sandbox=dataclasses.replace(config.sandbox, lane_dir=lane_dir))
+
+
+def worker_slots(backends: Sequence[str], workers: int | None, gpus: Sequence[int] | None,
+                 per_gpu: int = 1) -> dict[str, list[int | None]]:
+    """Worker slots per backend: GPU indices for cuda (`per_gpu` slots per GPU, round robin, so that a
+    smaller `workers` spreads over the GPUs first), None for each cpu worker."""
+    if per_gpu < 1:
+        raise ValueError("per_gpu must be at least 1")
     slots: dict[str, list[int | None]] = {}
     if "cpu" in backends:
         slots["cpu"] = [None] * (workers or os.cpu_count() or 1)
@@ -70,8 +82,9 @@ def worker_slots(backends: Sequence[str], workers: int | None, gpus: Sequence[in
         host = list(gpus) if gpus is not None else visible_gpus()
         if not host:
             raise HarnessError("the cuda backend was asked for but no GPU is visible")
-        if workers is not None and workers > len(host):
-            log.warning("workers=%d capped to %d: one evaluation per GPU at a time (timings on a shared GPU "
-                        "disturb each other)", workers, len(host))
-        slots["cuda"] = host[: workers or len(host)]
+        cap = len(host) * per_gpu
+        if workers is not None and workers > cap:
+            log.warning("workers=%d capped to %d: %d evaluation(s) per GPU at a time (per_gpu)", workers, cap,
+                        per_gpu)
+        slots["cuda"] = [g for _ in range(per_gpu) for g in host][: workers or cap]
     return slots

@@ -1,7 +1,8 @@
-"""An evaluation pool of Ray actors: one actor per GPU on the cuda backend, one per CPU slot on the cpu
-backend. Each actor evaluates through the same sandboxed engine (engine.evaluate starts one child per
-evaluation on the actor's node) and sends back `EvalRecord.to_dict()`; the caller rebuilds the record with
-`EvalRecord.from_dict`, so the records are the ones the local pool returns.
+"""An evaluation pool of Ray actors: `per_gpu` actors per GPU on the cuda backend (each asks Ray for 1/per_gpu
+of a GPU; the actors of one GPU share it through its lane, core/lane.py: trials side by side, timings one at
+a time), one per CPU slot on the cpu backend. Each actor evaluates through the same sandboxed engine
+(engine.evaluate starts one child per evaluation on the actor's node) and sends back `EvalRecord.to_dict()`;
+the caller rebuilds the record with `EvalRecord.from_dict`, so the records are the ones the local pool returns.
 
 Selecting a cluster (`address`):
   "auto"    use Ray if this process already initialised it; else connect to a running cluster (RAY_ADDRESS,
@@ -19,10 +20,13 @@ import dataclasses
 import functools
 import logging
 import os
+import shutil
+import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernelgym_gap.api.lanes import EvalRequest
+from kernelgym_gap.api.lanes import EvalRequest, with_lane
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError, UnknownChoiceError
 from kernelgym_gap.core.record import EvalRecord
@@ -42,10 +46,12 @@ def _import_ray():
 class _EvalActor:
     """Runs inside a Ray worker process. Holds nothing of a submission between calls."""
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str, lanes: str | None = None):
         import socket
         self.backend = backend
         self.gpu_index: int | None = None
+        # the lane directory of this pool on this node (the actors sharing a GPU run on its node)
+        self.lane_dir = os.path.join(tempfile.gettempdir(), lanes) if lanes and backend == "cuda" else None
         if backend == "cuda":
             import ray
             ids = ray.get_gpu_ids()
@@ -59,14 +65,18 @@ class _EvalActor:
         self.node = socket.gethostname()
 
     def placement(self) -> dict[str, Any]:
-        return {"node": self.node, "pid": os.getpid(), "gpu_index": self.gpu_index}
+        return {"node": self.node, "pid": os.getpid(), "gpu_index": self.gpu_index, "lane_dir": self.lane_dir}
+
+    def drop_lanes(self) -> None:
+        if self.lane_dir is not None:
+            shutil.rmtree(self.lane_dir, ignore_errors=True)
 
     def evaluate(self, task_id: str, source: str, dsl: str, config: EvalConfig) -> dict[str, Any]:
         from kernelgym_gap.engine.pipeline import evaluate
         from kernelgym_gap.core.registry import default_registry
         task = default_registry().get(task_id)
         if self.gpu_index is not None:
-            config = config.replace(gpu_index=self.gpu_index)
+            config = with_lane(config.replace(gpu_index=self.gpu_index), self.lane_dir)
         record = evaluate(task, source, dsl, self.backend, config)
         return {"record": record.to_dict(), **self.placement()}
 
@@ -81,7 +91,9 @@ class RayPool:
     """A fixed set of evaluation actors. Use as a context manager, or call close()."""
 
     def __init__(self, address: str | None = "auto", backend: str = "auto", workers: int | None = None,
-                 init_kwargs: dict | None = None):
+                 init_kwargs: dict | None = None, per_gpu: int = 1):
+        if per_gpu < 1:
+            raise ValueError("per_gpu must be at least 1")
         ray = _import_ray()
         self._ray = ray
         self.owns_ray = False
@@ -105,8 +117,8 @@ class RayPool:
         if backend == "cuda":
             if n_gpu == 0:
                 raise HarnessError("the Ray cluster has no GPU resources for the cuda backend")
-            n = min(n_gpu, workers) if workers else n_gpu
-            options = {"num_gpus": 1, "num_cpus": 1 if n_cpu >= n else 0}
+            n = min(n_gpu * per_gpu, workers) if workers else n_gpu * per_gpu
+            options = {"num_gpus": 1 / per_gpu, "num_cpus": 1 if n_cpu >= n else 0}
         else:
             n = workers or max(n_cpu, 1)
             if n > n_cpu:
@@ -114,7 +126,8 @@ class RayPool:
             options = {"num_cpus": 1}
         self.backend = backend
         cls = _actor_class()
-        self.actors = [cls.options(**options).remote(backend) for _ in range(n)]
+        lanes = f"kgg-lanes-{uuid.uuid4().hex[:12]}" if backend == "cuda" and per_gpu > 1 else None
+        self.actors = [cls.options(**options).remote(backend, lanes) for _ in range(n)]
         try:
             self.actor_placements = ray.get([a.placement.remote() for a in self.actors])
         except Exception as e:
@@ -186,6 +199,10 @@ class RayPool:
         return run
 
     def close(self) -> None:
+        try:
+            self._ray.get([a.drop_lanes.remote() for a in getattr(self, "actors", [])], timeout=10)
+        except Exception:  # noqa: BLE001 - an actor already gone leaves a few empty files in its /tmp
+            pass
         for a in getattr(self, "actors", []):
             try:
                 self._ray.kill(a)

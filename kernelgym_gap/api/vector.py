@@ -3,11 +3,14 @@ vector merge take the infos of failed and correct steps in one batch."""
 from __future__ import annotations
 
 import functools
+import shutil
+import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
 
-from kernelgym_gap.api.lanes import visible_gpus
+from kernelgym_gap.api.lanes import visible_gpus, with_lane
 from kernelgym_gap.core.config import EvalConfig
 
 class InfoMapping(Mapping):
@@ -77,7 +80,9 @@ def make_vector_env(n: int, task_id: str | None = None, *, asynchronous: bool = 
     Text observations need `shared_memory=False` (with shared memory AsyncVectorEnv returns a string of
     '0's instead of the observation): this helper always passes it. Each copy is wrapped in VectorInfo, so
     that infos of failed and correct steps merge (`info["record"][i]` is the i-th copy's record). On the
-    cuda backend copy i evaluates on GPU gpus[i % len(gpus)] (default: all visible GPUs). With
+    cuda backend copy i evaluates on GPU gpus[i % len(gpus)] (default: all visible GPUs); copies that share
+    a GPU share its lane (core/lane.py: trials side by side, timings one at a time), in a lane directory
+    made here and removed with the vector env. With
     `ray="auto"` or an address, each copy evaluates through its own Ray actor instead (ray_pool.RayEvaluator;
     Ray places the actors, one GPU or one CPU slot each); AsyncVectorEnv then starts its copies with
     "spawn", since a process forked from a Ray driver cannot use Ray. Other keyword arguments go to
@@ -96,14 +101,19 @@ def make_vector_env(n: int, task_id: str | None = None, *, asynchronous: bool = 
         context = context or "spawn"
     base = env_kwargs.get("config") or EvalConfig()
     host = (list(gpus) if gpus is not None else visible_gpus()) if backend == "cuda" and ray is None else []
+    lane_dir = tempfile.mkdtemp(prefix="kgg-lanes-", dir=base.scratch_root) if host and n > len(host) else None
     fns = []
     for i in range(n):
         kw = dict(env_kwargs)
         if host:
-            kw["config"] = base.replace(gpu_index=host[i % len(host)])
+            kw["config"] = with_lane(base.replace(gpu_index=host[i % len(host)]), lane_dir)
         if ray is not None:
             kw["evaluator"] = RayEvaluator(address, backend)
         fns.append(functools.partial(_make_env, kw))
     if not asynchronous:
-        return gym.vector.SyncVectorEnv(fns)
-    return gym.vector.AsyncVectorEnv(fns, shared_memory=False, context=context)
+        env = gym.vector.SyncVectorEnv(fns)
+    else:
+        env = gym.vector.AsyncVectorEnv(fns, shared_memory=False, context=context)
+    if lane_dir is not None:
+        weakref.finalize(env, shutil.rmtree, lane_dir, True)
+    return env

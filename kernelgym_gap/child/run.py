@@ -10,6 +10,7 @@ snapshots cannot name; this module is among snapshots.HARNESS_MODULES."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import importlib.util
 import os
@@ -27,6 +28,7 @@ from kernelgym_gap.child.marks import CallMarks
 from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.core.lane import LaneTimeout, inherited
 from kernelgym_gap.core.record import IMPORT_MARKER, ChildReport, Job, TrialOutcome
 from kernelgym_gap.core.status import Status
 
@@ -110,9 +112,11 @@ class ChildRun:
             return compile_modes.compile_probe(self, self.entry)
         if self.job.mode == "compile_specs":
             return compile_modes.compile_specs(self)
-        done = self.run_trials()
+        with self.lane_stage("shared"):
+            done = self.run_trials()
         if done is None and self.job.timing is not None:
-            done = self.time_calls()
+            with self.lane_stage("exclusive"):
+                done = self.time_calls()
         return self.wrap_up() if done is None else done
 
     def setup(self) -> None:
@@ -125,6 +129,8 @@ class ChildRun:
         self.adapter = make_adapter(job.dsl, job.backend, compile_only=job.mode in ("compile_probe", "compile_specs"))
         self.adapter.install()
         self.common = dict(versions=_versions(self.adapter), device=_device_info(job.backend))
+        self.lane, self.lane_budget = inherited()     # the GPU's lane the parent handed over (core/lane.py)
+        self.lane_waited = 0.0
         if job.backend == "cuda":
             torch.cuda.init()
             self.adapter.streams.expected = torch.cuda.current_stream().cuda_stream
@@ -135,6 +141,32 @@ class ChildRun:
         integ.watching()            # builds the recorder classes, so that they are in the snapshot
         self.integrity = integ.Integrity(self.adapter, task=self.task)
         self.phases["setup"] = time.perf_counter() - self.t0
+
+    @contextlib.contextmanager
+    def lane_stage(self, mode: str):
+        """Holds the GPU's lane for a stretch: shared for the correctness trials, exclusive for the timing
+        (a measurement never shares the GPU). The wait goes into phases as `lane_wait_<mode>`. Lanes are
+        optional: without one the stretch just runs; past the wait budget (or on a descriptor the submission
+        broke) it runs without the lane, and `lane_timeout_<mode>` says how long it waited."""
+        lane = self.lane
+        hold = None
+        if lane is not None:
+            budget = None if self.lane_budget is None else max(self.lane_budget - self.lane_waited, 0.0)
+            try:
+                hold = lane.acquire(mode, budget)
+                self.lane_waited += hold.wait_s
+                self.phases[f"lane_wait_{mode}"] = hold.wait_s
+            except LaneTimeout as e:
+                self.lane_waited += e.waited_s
+                self.phases[f"lane_timeout_{mode}"] = e.waited_s
+            except OSError:
+                self.phases[f"lane_timeout_{mode}"] = 0.0
+        try:
+            yield
+        finally:
+            if hold is not None:
+                with contextlib.suppress(OSError):
+                    lane.release()
 
     # -- reports ---------------------------------------------------------------------------------------------
     def finish(self, status: Status, message: str, **kw) -> int:

@@ -30,7 +30,7 @@ HARNESS_MODULES = (
     "kernelgym_gap.child.watch", "kernelgym_gap.child.marks",
     "kernelgym_gap.child.guards", "kernelgym_gap.child.recorders", "kernelgym_gap.child.snapshots",
     "kernelgym_gap.dsl", "kernelgym_gap.dsl.base", "kernelgym_gap.dsl.triton", "kernelgym_gap.dsl.tilelang",
-    "kernelgym_gap.core.inputs", "kernelgym_gap.core.record",
+    "kernelgym_gap.core.inputs", "kernelgym_gap.core.record", "kernelgym_gap.core.lane",
 )
 
 

@@ -44,6 +44,10 @@ class SandboxConfig:
     scratch_max_entries: int = 20_000
     private_tmp_bytes: int = 256 << 20  # size of the sandbox's own /tmp
     extra_ro_paths: tuple[str, ...] = ()
+    # the directory of the GPU lanes (core/lane.py) shared by the evaluations of one batch: the child holds
+    # its GPU's lane shared for the correctness trials and exclusive for the timing. None: no lanes (one
+    # evaluation per GPU at a time, or nothing to coordinate with)
+    lane_dir: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kernelgym_gap.core.backend import Backend
 from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.lane import held
 from kernelgym_gap.core.record import CheckResult, EvalRecord, Job, Trial
 from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
@@ -67,8 +68,11 @@ class Evaluation:
         from kernelgym_gap.judge.trusted import check_in_process
         self._private = Path(tempfile.mkdtemp(prefix="kgg-check-", dir=self.config.scratch_root))
         t = time.perf_counter()
-        self.check_result = check_in_process(self.task, self.job, self.child.report, self.backend.name,
-                                             self._private, self.config, self.checker)
+        # on cuda the checker runs on the GPU beside other evaluations' trials, never beside a timing
+        lane_dir = self.config.sandbox.lane_dir if self.backend.name == "cuda" else None
+        with held(lane_dir, self.config.gpu_index, "shared", self.latency, "check_lane_wait"):
+            self.check_result = check_in_process(self.task, self.job, self.child.report, self.backend.name,
+                                                 self._private, self.config, self.checker)
         self.latency["check"] = time.perf_counter() - t
         return self.check_result
 

@@ -29,6 +29,8 @@ import concurrent.futures
 import dataclasses
 import logging
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -124,6 +126,13 @@ class Scorer:
             raise ValueError("warm= applies to the built-in evaluator on the local pool")
         self.backend = resolve_backend(backend)
         self.config = config or EvalConfig()
+        self._lane_dir = None
+        if self.backend == "cuda" and ray is None and self.config.sandbox.lane_dir is None:
+            # one lane directory across batches, so that a warm pool's pre-started children (whose spec holds
+            # it) still fit the next batch
+            from kernelgym_gap.api.lanes import with_lane
+            self._lane_dir = tempfile.mkdtemp(prefix="kgg-lanes-", dir=self.config.scratch_root)
+            self.config = with_lane(self.config, self._lane_dir)
         self.workers, self.warm, self.ray, self.window_s = workers, warm, ray, window_s
         self.registry = registry or default_registry()
         self.evaluator = evaluator
@@ -312,6 +321,8 @@ class Scorer:
             self._warm_pools.clear()
         for p in pools:
             p.close()
+        if self._lane_dir is not None:
+            shutil.rmtree(self._lane_dir, ignore_errors=True)
 
     def __enter__(self) -> "Scorer":
         return self

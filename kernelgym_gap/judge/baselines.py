@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError
+from kernelgym_gap.core.lane import held
 from kernelgym_gap.judge.calibrate import cache_dir
 
 COMPILE_TIMEOUT_S = 600.0
@@ -75,9 +76,10 @@ def _measure(task, cases: list[tuple], config: EvalConfig) -> dict[tuple, dict]:
         spec_path, out = Path(d) / "spec.json", Path(d) / "out.json"
         spec_path.write_text(json.dumps(spec))
         env = child_env(Path(d), backend_env("cuda") | {"CUDA_VISIBLE_DEVICES": str(config.gpu_index)})
-        try:
-            proc = subprocess.run([sys.executable, "-m", "kernelgym_gap.judge.baselines", str(spec_path), str(out)],
-                                  env=env, cwd=d, capture_output=True, timeout=COMPILE_TIMEOUT_S)
+        try:   # the GPU's lane exclusive: a measurement never shares the GPU (core/lane.py)
+            with held(config.sandbox.lane_dir, config.gpu_index, "exclusive"):
+                proc = subprocess.run([sys.executable, "-m", "kernelgym_gap.judge.baselines", str(spec_path),
+                                       str(out)], env=env, cwd=d, capture_output=True, timeout=COMPILE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise HarnessError(f"the torch.compile baseline of {task.id} ran past {COMPILE_TIMEOUT_S:.0f} s") from None
         if proc.returncode != 0 or not out.is_file():

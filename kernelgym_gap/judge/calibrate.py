@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from kernelgym_gap.core.errors import BackendUnavailableError, HarnessError
+from kernelgym_gap.core.lane import held
 
 COPY_BYTES = 1 << 30
 MATMUL_SIZES = {"bfloat16": 8192, "float16": 8192, "tf32": 8192, "float32": 4096}
@@ -145,8 +146,9 @@ def measure() -> Calibration:
 # ------------------------------------------------------------------------------------ in the parent
 
 def calibrate(gpu_index: int = 0, cache_path: Path | None = None, force: bool = False,
-              key: str | None = None) -> Calibration:
-    """The cached calibration for this device, measured in a child process when missing (or forced)."""
+              key: str | None = None, lane_dir: str | None = None) -> Calibration:
+    """The cached calibration for this device, measured in a child process when missing (or forced); with
+    `lane_dir`, while it holds the GPU's lane exclusive (core/lane.py: a measurement never shares the GPU)."""
     if key is not None and not force:
         cached = load_cached(key, cache_path)
         if cached is not None:
@@ -154,8 +156,9 @@ def calibrate(gpu_index: int = 0, cache_path: Path | None = None, force: bool = 
     with tempfile.TemporaryDirectory(prefix="kgg-cal-") as tmp:
         out = Path(tmp) / "cal.json"
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu_index))
-        proc = subprocess.run([sys.executable, "-m", "kernelgym_gap.judge.calibrate", "--child", str(out)], env=env,
-                              capture_output=True, text=True, timeout=600)
+        with held(lane_dir, gpu_index, "exclusive"):
+            proc = subprocess.run([sys.executable, "-m", "kernelgym_gap.judge.calibrate", "--child", str(out)],
+                                  env=env, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0 or not out.is_file():
             tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
             if "no CUDA device" in proc.stderr:

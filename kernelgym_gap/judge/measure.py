@@ -33,7 +33,7 @@ def get_calibration(report: ChildReport, config: EvalConfig) -> Calibration:
     if cal is not None:
         return cal
     try:
-        return calibrate(config.gpu_index, path, key=key)
+        return calibrate(config.gpu_index, path, key=key, lane_dir=config.sandbox.lane_dir)
     except HarnessError as e:
         fallback = datasheet(report.device, report.versions)
         if fallback is None:

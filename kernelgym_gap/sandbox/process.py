@@ -41,6 +41,7 @@ from kernelgym_gap.sandbox.cgroup import ChildCgroups
 from kernelgym_gap.sandbox.deadlines import CallWatch
 from kernelgym_gap.sandbox.isolation import bwrap_argv, choose_isolation, unshare_argv
 from kernelgym_gap.core.config import SandboxConfig
+from kernelgym_gap.core.lane import child_fds
 from kernelgym_gap.core.record import CALL_MARKER, IMPORT_MARKER
 from kernelgym_gap.core.registry import PROJECT_ROOT
 
@@ -236,14 +237,22 @@ class SandboxedChild:
         self._total, self._over = [0], threading.Event()
         self.started = time.monotonic()
         self.begun: float | None = None if stdin_pipe else self.started
+        lane_fds: tuple[int, ...] = ()
         try:
+            if config.lane_dir is not None:     # its GPU's lane, on descriptors of its own (core/lane.py)
+                lane_fds, lane_env = child_fds(config.lane_dir, config.gpu_devices[0] if gpu else 0,
+                                               config.wall_s / 2)
+                env.update(lane_env)
             self.proc = subprocess.Popen(list(argv), cwd=scratch, env=env,
                                          stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                         preexec_fn=preexec, close_fds=True)
+                                         preexec_fn=preexec, close_fds=True, pass_fds=lane_fds)
         except BaseException:
             cgroups.close()
             raise
+        finally:
+            for fd in lane_fds:                 # the child's copies alone hold its locks
+                os.close(fd)
         lock = threading.Lock()
         self._readers = [_TailReader(s, config.max_output_bytes, self._total, lock, config.kill_output_bytes,
                                      self._over) for s in (self.proc.stdout, self.proc.stderr)]

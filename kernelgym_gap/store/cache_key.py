@@ -40,6 +40,8 @@ def settings_hash(config) -> str:
     fields = dataclasses.asdict(config)
     for name in SETTINGS_NOT_HASHED:
         fields.pop(name, None)
+    if isinstance(fields.get("sandbox"), dict):
+        fields["sandbox"].pop("lane_dir", None)     # where the batch's GPU lanes live, not how it measures
     return hashlib.sha256(canonical(fields).encode()).hexdigest()[:16]
 
 
