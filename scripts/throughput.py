@@ -1,125 +1,200 @@
-"""Evaluations per minute on the cpu backend: the local pool (kernelgym_gap.api.batch.evaluate_many) and the Ray
-pool (kernelgym_gap.api.ray_pool.RayPool), each with 1 and 2 workers, over the same fixed batch of reference
-solutions. Prints the table last.
+"""Throughput of the reward (issue 15): one mixed batch evaluated one at a time and through the lanes, in one run.
 
-    .venv/bin/python scripts/throughput.py                       # default batch, 1 and 2 workers, local + Ray
-    .venv/bin/python scripts/throughput.py --tasks AddReLU RowSum --repeat 2 --workers 1 2 4 --no-ray
+    python scripts/throughput.py --backend cuda [--max 72] [--serial 10] [--per-gpu 4] [--out results]
+    python scripts/throughput.py --backend cpu --tasks AddReLU,RowSum,LayerNorm --serial 0 ...
 
-What is timed: `evaluate_many(batch, workers=n)` (local) and `pool.evaluate(batch)` (Ray) from the first
-submission to the last record; Ray's start and the actors' start are reported apart (`startup s`), outside
-the rate. Every evaluation is a full sandboxed one (gate, child process, Triton compile probe, checker).
-The rate depends on how many cores are free: the load average before each run is printed beside it.
-The statuses of every run are checked to agree with the first run's (the same submissions, the same
-records).
+The batch: every Triton reference solution of the suite (optimized and slow; `--tasks` to restrict, `--max N`
+to take N of them spread over the tasks), plus failing and hostile fixtures (tests/fixtures: a syntax error, a
+mismatch, a crash, an out-of-memory, a kernel that hangs in a later call, one that busy-loops at import).
+
+Two modes, each timed from the first submission to the last record:
+  serial  the old path: one evaluation at a time per GPU (per_gpu=1), a fresh checker and a cold child per
+          evaluation (warm=False), the library timed in full beside every kernel (library_time="measure").
+          Run on the first `--serial K` submissions of the batch only when device time is short (its rate is
+          then measured on those K); its measured library times fill the cache the lanes then use.
+  lanes   the default path: per_gpu evaluations at once per GPU through the GPU's lane (timing alone on
+          the GPU), warm pools, the library time from the cache with a short check (library_time="cached").
+Printed (and written to throughput_<device>_<date>.json): evaluations per GPU-hour, p50/p95/max wall per
+evaluation (the record's latency["total"]: an evaluation's own wall time, queueing excluded, lane waits
+included), p50 for honest kernels (the optimized solutions), the max over honest and over hostile
+submissions apart, and the agreement on the submissions both modes evaluated: same statuses, and the median
+|E_lanes / E_serial - 1|. The table is last.
 """
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-from kernelgym_gap.api.batch import EvalRequest, evaluate_many  # noqa: E402
-from kernelgym_gap.core.config import EvalConfig  # noqa: E402
-from kernelgym_gap.core.registry import default_registry  # noqa: E402
+FIXTURES = (   # (file under tests/fixtures/, expected status); all are LayerNorm submissions
+    ("failures/syntax_error.py", "syntax_error"),
+    ("failures/mismatch.py", "mismatch"),
+    ("failures/crash.py", "crash"),
+    ("failures/out_of_memory.py", "out_of_memory"),
+    ("hostile/segfault.py", "crash"),
+    ("hostile/call_hang_after_first.py", "timeout"),
+    ("hostile/import_busy_loop.py", "timeout"),
+)
 
-DEFAULT_TASKS = ("AddReLU", "RowSum", "RMSNorm")
 
-
-def make_batch(tasks, dsl: str, repeat: int) -> list[EvalRequest]:
+def make_batch(tasks: list[str] | None, max_n: int | None, backend: str):
+    """[(tag, kind, EvalRequest)]: the solutions, round robin over tasks (so a cut keeps the mix), then the
+    fixtures."""
+    from kernelgym_gap.api.batch import EvalRequest
+    from kernelgym_gap.core.registry import default_registry
     reg = default_registry()
-    batch = []
-    for _ in range(repeat):
-        for name in tasks:
-            task = reg.get(name)
-            for sol in task.solutions:
-                if sol.dsl == dsl:
-                    batch.append(EvalRequest(task.id, task.solution_path(sol).read_text(), dsl, "cpu",
-                                             tag=f"{task.name}/{sol.file}"))
-    return batch
+    per_task = []
+    for task in reg:
+        if tasks and task.name not in tasks:
+            continue
+        per_task.append([(f"{task.name}/{s.file}", s.kind, EvalRequest(task.id, task.solution_path(s).read_text(),
+                                                                        "triton", backend))
+                         for s in task.solutions if s.dsl == "triton"])
+    solutions = []
+    while any(per_task):
+        for group in per_task:
+            if group:
+                solutions.append(group.pop(0))
+    if max_n is not None:
+        solutions = solutions[:max(0, max_n - len(FIXTURES))]
+    layernorm = reg.get("LayerNorm")
+    fixtures = [(f"fixture/{name}", "hostile", EvalRequest(layernorm.id, (ROOT / "tests" / "fixtures" / name)
+                                                            .read_text(errors="replace"), "triton", backend))
+                for name, _ in FIXTURES]
+    return solutions + fixtures
 
 
-def _row(mode, workers, batch, records, seconds, startup, load):
-    ok = sum(r.status.value == "ok" for r in records)
-    return {"mode": mode, "workers": workers, "evaluations": len(batch), "ok": ok, "seconds": round(seconds, 2),
-            "evals_per_min": round(60 * len(batch) / seconds, 2), "startup_s": startup, "load_before": load}
+def run_mode(name: str, batch, backend: str, per_gpu: int, warm, library_time: str, gpus):
+    from kernelgym_gap.api.batch import evaluate_many
+    from kernelgym_gap.core.config import EvalConfig
+    config = EvalConfig(trial_seed=20261204, library_time=library_time)
+    print(f"{name}: {len(batch)} evaluations, per_gpu={per_gpu}, warm={warm}, library_time={library_time}",
+          file=sys.stderr, flush=True)
+    done = [0]
+
+    def progress(n, total, what):
+        done[0] = n
+        if n % 8 == 0 or n == total:
+            print(f"  {name} {n}/{total} {time.perf_counter() - t0:.0f}s {what}", file=sys.stderr, flush=True)
+
+    kw = {"workers": per_gpu * max(1, len(gpus or [0]))} if backend == "cpu" else {"per_gpu": per_gpu, "gpus": gpus}
+    t0 = time.perf_counter()
+    records = evaluate_many([r for _, _, r in batch], config=config, warm=warm, progress=progress, **kw)
+    seconds = time.perf_counter() - t0
+    return records, seconds
 
 
-def run_local(batch, workers, config):
-    load = round(os.getloadavg()[0], 2)
-    t = time.perf_counter()
-    records = evaluate_many(batch, workers=workers, config=config)
-    return _row("local", workers, batch, records, time.perf_counter() - t, None, load), records
+def per_shape(r) -> list[dict]:
+    return list((r.terms or {}).get("per_shape") or ())
 
 
-def run_ray(batch, workers, config, num_cpus):
-    import ray
-    from kernelgym_gap.api.ray_pool import RayPool
-    t = time.perf_counter()
-    if not ray.is_initialized():
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    with RayPool(address="auto", backend="cpu", workers=workers) as pool:
-        startup = round(time.perf_counter() - t, 2)
-        load = round(os.getloadavg()[0], 2)
-        t = time.perf_counter()
-        records = pool.evaluate(batch, config=config)
-        seconds = time.perf_counter() - t
-    return _row("ray", workers, batch, records, seconds, startup, load), records
+def summarise(name, batch, records, seconds, n_gpus):
+    walls = [r.latency.get("total", 0.0) for r in records]
+    honest = [w for (_, kind, _), w in zip(batch, walls) if kind == "optimized"]
+    hostile = [w for (_, kind, _), w in zip(batch, walls) if kind == "hostile"]
+    solutions = [w for (_, kind, _), w in zip(batch, walls) if kind != "hostile"]
+    q = statistics.quantiles(walls, n=20, method="inclusive") if len(walls) > 1 else walls * 19
+    return {"mode": name, "evaluations": len(records), "seconds": round(seconds, 1),
+            "evals_per_gpu_hour": round(3600 * len(records) / seconds / n_gpus, 1),
+            "wall_p50_s": round(statistics.median(walls), 2), "wall_p95_s": round(q[18], 2),
+            "wall_max_s": round(max(walls), 2),
+            "honest_p50_s": round(statistics.median(honest), 2) if honest else None,
+            "solutions_max_s": round(max(solutions), 2) if solutions else None,
+            "hostile_max_s": round(max(hostile), 2) if hostile else None,
+            "statuses": {s: sum(r.status.value == s for r in records) for s in sorted({r.status.value for r in records})},
+            "early_exits": sum(any(p.get("early_exit") for p in per_shape(r)) for r in records),
+            "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r))}
 
 
-def format_table(rows) -> str:
-    header = ("mode", "workers", "evaluations", "ok", "seconds", "evals/min", "startup s", "load before")
-    body = [(r["mode"], str(r["workers"]), str(r["evaluations"]), str(r["ok"]), f"{r['seconds']:.1f}",
-             f"{r['evals_per_min']:.1f}", "-" if r["startup_s"] is None else f"{r['startup_s']:.1f}",
-             f"{r['load_before']:.2f}") for r in rows]
-    widths = [max(len(x[i]) for x in [header] + body) for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]
-    return "\n".join(lines)
+def agreement(batch, serial, lanes) -> dict:
+    same = [a.status == b.status for a, b in zip(serial, lanes)]
+    ratios = [b.terms["E"] / a.terms["E"] for a, b in zip(serial, lanes)
+              if a.terms and b.terms and a.terms.get("E") and b.terms.get("E")]
+    diffs = [{"submission": tag, "serial": a.status.value, "lanes": b.status.value}
+             for (tag, _, _), a, b in zip(batch, serial, lanes) if a.status != b.status]
+    return {"compared": len(same), "same_status": sum(same), "status_differences": diffs,
+            "E_compared": len(ratios),
+            "median_abs_E_ratio_minus_1": round(statistics.median(abs(x - 1) for x in ratios), 4) if ratios else None,
+            "max_abs_E_ratio_minus_1": round(max(abs(x - 1) for x in ratios), 4) if ratios else None}
+
+
+def table(rows) -> str:
+    cols = ("mode", "evaluations", "seconds", "evals_per_gpu_hour", "wall_p50_s", "wall_p95_s", "wall_max_s",
+            "honest_p50_s", "solutions_max_s", "hostile_max_s")
+    cells = [[str(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
+    return "\n".join(out + ["  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in cells])
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
-    p.add_argument("--dsl", default="triton", choices=["triton", "tilelang"])
-    p.add_argument("--repeat", type=int, default=1, help="the batch is every solution of the tasks, this many times")
-    p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--no-ray", action="store_true")
-    p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    args = p.parse_args(argv)
-    batch = make_batch(args.tasks, args.dsl, args.repeat)
-    if not batch:
-        p.error("the batch is empty (no solution in that DSL for those tasks)")
-    config = EvalConfig(trial_seed=0)
-    print(f"batch: {len(batch)} evaluations ({', '.join(r.tag for r in batch)}); cpu backend; "
-          f"{os.cpu_count()} CPUs on this machine", file=sys.stderr, flush=True)
-    rows, reference = [], None
-    modes = ["local"] + ([] if args.no_ray else ["ray"])
-    try:
-        for mode in modes:
-            for n in args.workers:
-                row, records = (run_local(batch, n, config) if mode == "local"
-                                else run_ray(batch, n, config, max(args.workers)))
-                statuses = [r.status.value for r in records]
-                reference = reference or statuses
-                row["same_statuses"] = statuses == reference
-                rows.append(row)
-                print(f"{mode} x{n}: {row['seconds']:.1f} s, {row['evals_per_min']:.1f} evaluations/min "
-                      f"({row['ok']}/{len(batch)} ok)", file=sys.stderr, flush=True)
-    finally:
-        if "ray" in modes and "ray" in sys.modules and sys.modules["ray"].is_initialized():
-            sys.modules["ray"].shutdown()
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
-    if not all(r["same_statuses"] for r in rows):
-        print("WARNING: the runs disagree on some statuses", file=sys.stderr)
-    print(format_table(rows))
-    return 0 if all(r["same_statuses"] for r in rows) else 1
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default="cuda")
+    ap.add_argument("--tasks", help="comma-separated task names (default: every task)")
+    ap.add_argument("--max", type=int, help="at most this many submissions in all (fixtures included)")
+    ap.add_argument("--serial", type=int, default=None,
+                    help="evaluate only the first K submissions one at a time (default: the whole batch)")
+    ap.add_argument("--per-gpu", type=int, default=4, help="lanes mode: evaluations at once per GPU (cpu: workers)")
+    ap.add_argument("--gpus", help="comma-separated GPU indices (default: every visible one)")
+    ap.add_argument("--out", default=str(ROOT / "results"))
+    args = ap.parse_args(argv)
+    from kernelgym_gap.api.lanes import visible_gpus
+    gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else (visible_gpus() if args.backend == "cuda" else None)
+    n_gpus = len(gpus) if gpus else 1
+    batch = make_batch(args.tasks.split(",") if args.tasks else None, args.max, args.backend)
+    k = len(batch) if args.serial is None else min(args.serial, len(batch))
+    # the serial subset: the optimized and slow solutions in batch order, and the fixtures, in proportion
+    subset = batch[:k] if k == len(batch) else (batch[:max(1, k - 2)] + batch[-2:])
+    rows, info = [], {}
+    if subset:
+        serial, secs = run_mode("serial", subset, args.backend, 1, False, "measure", gpus)
+        rows.append(summarise("serial", subset, serial, secs, n_gpus))
+    lanes, secs = run_mode("lanes", batch, args.backend, args.per_gpu, "auto" if args.backend == "cuda" else False,
+                           "cached", gpus)
+    rows.append(summarise(f"lanes x{args.per_gpu}", batch, lanes, secs, n_gpus))
+    if subset:
+        index = {tag: i for i, (tag, _, _) in enumerate(batch)}
+        info = agreement(subset, serial, [lanes[index[tag]] for tag, _, _ in subset])
+    expected = dict(FIXTURES)
+    unexpected = [f"{tag}: {r.status.value}" for (tag, _, _), r in zip(batch, lanes)
+                  if tag.startswith("fixture/") and r.status.value != expected[tag.removeprefix("fixture/")]]
+    device = (lanes[0].device or {}).get("name", args.backend) if lanes else args.backend
+    versions = next((r.versions for r in lanes if r.versions), {})
+    stamp = _dt.date.today().isoformat()
+    dev = device.split()[-1].lower() if args.backend == "cuda" else "cpu"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"throughput_{dev}_{stamp}.json"
+    path.write_text(json.dumps({
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "backend": args.backend,
+        "device": device, "gpus": n_gpus, "cpus": os.cpu_count(), "versions": versions, "modes": rows,
+        "agreement": info, "fixtures_unexpected": unexpected,
+        "evals_per_gpu_hour": {r["mode"]: r["evals_per_gpu_hour"] for r in rows},
+        "submissions": [{"submission": tag, "kind": kind, "status": r.status.value, "stage": r.stage,
+                         "E": (r.terms or {}).get("E"), "wall_s": round(r.latency.get("total", 0.0), 2),
+                         "early_exit": any(p.get("early_exit") for p in per_shape(r)),
+                         "latency": {k: round(v, 3) for k, v in r.latency.items()}}
+                        for (tag, kind, _), r in zip(batch, lanes)]}, indent=1, default=str) + "\n")
+    print(f"\nwrote {path}")
+    print(f"lanes statuses: {rows[-1]['statuses']}; early exits: {rows[-1]['early_exits']}; cached library "
+          f"shapes: {rows[-1]['library_cached_shapes']}")
+    if unexpected:
+        print("fixtures with an unexpected status: " + "; ".join(unexpected))
+    if info:
+        print(f"agreement on {info['compared']} submissions: same status {info['same_status']}/{info['compared']}"
+              f" {info['status_differences'] or ''}; median |E_lanes/E_serial - 1| = "
+              f"{info['median_abs_E_ratio_minus_1']} over {info['E_compared']} (max {info['max_abs_E_ratio_minus_1']})")
+    print(f"\n== throughput, {args.backend} ({device}), {stamp}, {n_gpus} GPU(s) / {os.cpu_count()} CPUs")
+    print(table(rows))
+    return 0
 
 
 if __name__ == "__main__":

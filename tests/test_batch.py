@@ -182,7 +182,7 @@ def test_per_gpu_one_is_one_evaluation_per_gpu_without_lanes(monkeypatch):
     ev = LaneRecorder()
     evaluate_many([EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(4)], gpus=[0, 1], per_gpu=1,
                   evaluator=ev)
-    assert ev.lane_dirs == {None} and len(ev.threads) == 2
+    assert ev.lane_dirs == {"auto"} and len(ev.threads) == 2
     assert worker_slots(["cuda"], None, [2, 5], per_gpu=3) == {"cuda": [2, 5, 2, 5, 2, 5]}
     assert worker_slots(["cuda"], 3, [2, 5], per_gpu=3) == {"cuda": [2, 5, 2]}
     assert worker_slots(["cuda", "cpu"], 2, [0], per_gpu=4) == {"cpu": [None, None], "cuda": [0, 0]}
@@ -203,7 +203,7 @@ def test_a_request_keeps_its_own_lane_dir(monkeypatch, tmp_path):
 def test_cpu_batches_take_no_lanes():
     ev = LaneRecorder()
     evaluate_many([EvalRequest("AddReLU", f"s{i}", backend="cpu") for i in range(3)], workers=2, evaluator=ev)
-    assert ev.lane_dirs == {None}
+    assert ev.lane_dirs == {"auto"}
 
 
 def test_visible_gpus_reads_cuda_visible_devices(monkeypatch):

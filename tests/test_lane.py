@@ -236,3 +236,12 @@ def test_the_lane_dir_is_not_part_of_the_cache_key(tmp_path):
     laned = base.replace(sandbox=SandboxConfig(lane_dir=str(tmp_path)))
     assert settings_hash(base) == settings_hash(laned)
     assert settings_hash(base) != settings_hash(base.replace(sandbox=SandboxConfig(wall_s=1)))
+
+
+def test_auto_is_one_lane_directory_per_user_and_host():
+    from kernelgym_gap.core.config import SandboxConfig
+    from kernelgym_gap.core.lane import resolve
+    assert SandboxConfig().lane_dir == "auto"
+    path = resolve("auto")
+    assert path == resolve("auto") and str(os.getuid()) in os.path.basename(path)
+    assert resolve(None) is None and resolve("/x/y") == "/x/y"

@@ -59,7 +59,7 @@ def _resolve(requests: Sequence[EvalRequest], registry) -> tuple[list[TaskSpec],
 def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *,
                   config: EvalConfig | None = None, gpus: Sequence[int] | None = None, ray: Any = None,
                   registry=None, evaluator: Evaluator | None = None,
-                  progress: Progress | None = None, warm: bool = False,
+                  progress: Progress | None = None, warm: bool | str = "auto",
                   tasks_dir: str | None = None, per_gpu: int = 4) -> list[EvalRecord]:
     """Evaluates every request; returns the records in request order.
 
@@ -73,10 +73,12 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         stopped after it (see ray_pool.RayPool); or a RayPool kept by the caller across batches (a trainer
         scoring batch after batch should keep one: actors start in about a second, Ray itself in several).
     evaluator: replaces engine.evaluate in the local pool (a store-backed cache, a test double).
-    warm: each worker of the local pool holds one warm.WarmPool for the call (cuda: pinned to the
+    warm: True: each worker of the local pool holds one warm.WarmPool for the call (cuda: pinned to the
         worker's GPU; cpu: a cpu one) and passes its parts to the evaluator as `checker=` and `children=`
-        (engine.evaluate takes them; a custom evaluator must too). Each submission still runs in a fresh,
-        single-use child (pre-started by the pool or not).
+        (engine.evaluate takes them; a custom evaluator must too). "auto" (default): True for the cuda
+        workers when the built-in evaluator is used, False otherwise (on the cpu backend a pre-started child
+        competes with the evaluations for the few cores). Each submission still runs in a fresh, single-use
+        child (pre-started by the pool or not).
     tasks_dir: look the requests' tasks up in this directory (e.g. `import kernelbench`'s output) instead of
         tasks/ (or pass registry=).
     Raises for misuse (unknown task, dsl or backend) before evaluating anything, and HarnessError if an
@@ -94,6 +96,10 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         registry = TaskRegistry(tasks_dir)
     registry = registry or default_registry()
     default_config = config or EvalConfig()
+    if warm == "auto":
+        warm = "cuda" if evaluator is None and ray is None else False
+    elif warm not in (True, False):
+        raise ValueError(f"warm must be True, False or 'auto', not {warm!r}")
     if ray is not None:
         if warm:
             raise ValueError("warm= applies to the local pool; a Ray actor's evaluations use a fresh checker")
@@ -169,7 +175,7 @@ class _LocalPool:
         return [self.results[i] for i in range(self.total)]
 
     def _work(self, backend: str, gpu: int | None) -> None:
-        if not self.warm:
+        if not self.warm or (self.warm == "cuda" and backend != "cuda"):
             return self._loop(backend, gpu, self.evaluator)
         from kernelgym_gap.api.warm import WarmPool
         try:

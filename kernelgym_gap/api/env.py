@@ -84,7 +84,7 @@ class KernelEnv(gym.Env):
     def __init__(self, task_id: str | None = None, task_ids: list[str] | None = None, dsl: str = "triton",
                  backend: str = "auto", max_steps: int = 4, config: EvalConfig | None = None,
                  stop_when_correct: bool | None = None, evaluator: Evaluator | None = None,
-                 registry: TaskRegistry | None = None, render_mode: str | None = None, warm: Any = False,
+                 registry: TaskRegistry | None = None, render_mode: str | None = None, warm: Any = "auto",
                  tasks_dir: str | None = None):
         if dsl not in DSLS:
             raise UnknownChoiceError("dsl", dsl, DSLS)
@@ -108,11 +108,17 @@ class KernelEnv(gym.Env):
                                   if stop_when_correct is None else stop_when_correct)
         # warm: False (a fresh trusted checker per step, as engine.evaluate does by default); True (this env
         # starts a warm.WarmPool for its backend and GPU: a warm checker and pre-started children, closed in
-        # close()); or a WarmPool or WarmChecker the caller owns and closes. Only the built-in evaluator uses
-        # them; each submission still runs in a fresh, single-use child (pre-started or not).
+        # close()); "auto" (default): True on the cuda backend with the built-in evaluator, else False (on
+        # cpu a pre-started child competes for the few cores); or a WarmPool or WarmChecker the caller owns
+        # and closes. Only the built-in evaluator uses them; each submission still runs in a fresh,
+        # single-use child (pre-started or not).
         from kernelgym_gap.api.warm import WarmPool
         self.checker = self.children = None
         self._owned: WarmPool | None = None
+        if isinstance(warm, str):
+            if warm != "auto":
+                raise ValueError(f"warm must be True, False, 'auto', a WarmPool or a WarmChecker, not {warm!r}")
+            warm = evaluator is None and self.backend == "cuda"
         if warm is not False and warm is not None:
             if evaluator is not None:
                 raise ValueError("warm= applies to the built-in evaluator; pass a checker to your own evaluator")

@@ -63,8 +63,8 @@ def one_backend(requests: Sequence[EvalRequest]) -> str:
 
 
 def with_lane(config: EvalConfig, lane_dir: str | None) -> EvalConfig:
-    """`config` with the lanes of `lane_dir`, unless it has its own (or lane_dir is None)."""
-    if lane_dir is None or config.sandbox.lane_dir is not None:
+    """`config` with the lanes of `lane_dir`, unless it names a directory of its own (or lane_dir is None)."""
+    if lane_dir is None or config.sandbox.lane_dir not in (None, "auto"):
         return config
     return config.replace(sandbox=dataclasses.replace(config.sandbox, lane_dir=lane_dir))
 

@@ -44,10 +44,13 @@ class SandboxConfig:
     scratch_max_entries: int = 20_000
     private_tmp_bytes: int = 256 << 20  # size of the sandbox's own /tmp
     extra_ro_paths: tuple[str, ...] = ()
-    # the directory of the GPU lanes (core/lane.py) shared by the evaluations of one batch: the child holds
-    # its GPU's lane shared for the correctness trials and exclusive for the timing. None: no lanes (one
-    # evaluation per GPU at a time, or nothing to coordinate with)
-    lane_dir: str | None = None
+    # the directory of the GPU lanes (core/lane.py): the child holds its GPU's lane shared for the correctness
+    # trials (a pre-started one also while it makes its CUDA context) and exclusive for the timing. "auto":
+    # one directory per user and host (core.lane.resolve), so every evaluation of this user on a GPU
+    # coordinates, one at a time or not: a pre-started child making its CUDA context during another child's
+    # timing inflated that timing by up to 3.6x on the H200 (2026-12-04). None: no lanes. A batch with
+    # several evaluations per GPU replaces "auto" and None with a directory of its own.
+    lane_dir: str | None = "auto"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -143,11 +143,23 @@ class Lane:
         self.close()
 
 
+AUTO = "auto"
+
+
+def resolve(lane_dir: str | None) -> str | None:
+    """SandboxConfig.lane_dir as a directory: "auto" is this user's lanes on this host."""
+    if lane_dir != AUTO:
+        return lane_dir
+    import tempfile
+    return os.path.join(tempfile.gettempdir(), f"kernelgym_gap-lanes-{os.getuid()}")
+
+
 @contextlib.contextmanager
 def held(lane_dir: str | None, index: int, mode: str, waits: dict | None = None,
          key: str | None = None) -> Iterator[None]:
     """Holds GPU `index`'s lane in `mode` for the block, on fresh descriptors; a no-op when lane_dir is None.
     The wait goes into `waits[key]` (seconds) when both are given."""
+    lane_dir = resolve(lane_dir)
     if lane_dir is None:
         yield
         return
@@ -162,7 +174,7 @@ def held(lane_dir: str | None, index: int, mode: str, waits: dict | None = None,
 def child_fds(lane_dir: str, index: int, wait_s: float) -> tuple[tuple[int, int], dict[str, str]]:
     """A pair of descriptors at or above FD_BASE for one child (to pass with Popen's pass_fds and close in
     the parent once it started) and the variables that name them to the child."""
-    lane = Lane.open(lane_dir, index)
+    lane = Lane.open(resolve(lane_dir), index)
     try:
         fds = (fcntl.fcntl(lane.gate_fd, fcntl.F_DUPFD_CLOEXEC, FD_BASE),)
         fds += (fcntl.fcntl(lane.data_fd, fcntl.F_DUPFD_CLOEXEC, FD_BASE),)

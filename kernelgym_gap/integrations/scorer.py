@@ -114,20 +114,22 @@ class Scorer:
 
     backend: "cpu", "cuda" or "auto". config: the EvalConfig of every evaluation. workers, ray: as
     `evaluate_many` (ray: "auto", an address, or a RayPool kept by the caller). warm: keep a warm pool per
-    worker across batches (local pool only). store: a `store.Store` or a database path: look records up there
+    worker across batches (local pool only; "auto": on cuda with the built-in evaluator). store: a `store.Store` or a database path: look records up there
     and keep new ones (submitter `submitter`). evaluator: replaces engine.evaluate (tests, a custom cache)."""
 
     def __init__(self, backend: str = "auto", *, config: EvalConfig | None = None, workers: int | None = None,
-                 warm: bool = False, store: Any = None, submitter: str = "trainer", cache_size: int = 4096,
+                 warm: bool | str = "auto", store: Any = None, submitter: str = "trainer", cache_size: int = 4096,
                  window_s: float = 0.02, ray: Any = None, registry=None, evaluator: Callable | None = None):
         from kernelgym_gap.core.backend import resolve_backend
         from kernelgym_gap.core.registry import default_registry
+        self.backend = resolve_backend(backend)
+        if warm == "auto":      # the warm path on cuda with the built-in local pool (api/batch.py says why)
+            warm = self.backend == "cuda" and ray is None and evaluator is None
         if warm and (ray is not None or evaluator is not None):
             raise ValueError("warm= applies to the built-in evaluator on the local pool")
-        self.backend = resolve_backend(backend)
         self.config = config or EvalConfig()
         self._lane_dir = None
-        if self.backend == "cuda" and ray is None and self.config.sandbox.lane_dir is None:
+        if self.backend == "cuda" and ray is None and self.config.sandbox.lane_dir in (None, "auto"):
             # one lane directory across batches, so that a warm pool's pre-started children (whose spec holds
             # it) still fit the next batch
             from kernelgym_gap.api.lanes import with_lane
