@@ -84,7 +84,13 @@ TASK = TaskSpec(
                       "no output-channel tile, so every input value is re-read K times, and no tensor cores"),
         Solution("tilelang_implicit_gemm.py", "tilelang", "optimized", cpu_status="unverified",
                  note="implicit GEMM per image: weight tile x gathered im2col tile in shared memory, "
-                      "T.gemm into a float32 fragment, T.Pipelined over the reduction"),
+                      "T.gemm into a float32 fragment, T.Pipelined over the reduction. Measured on the H200 "
+                      "(2026-12-04, gap study): E 0.10, U 0.02, below the 0.5 an optimized solution should reach. "
+                      "Probable cause (not profiled): the im2col tile is gathered element by element with an "
+                      "integer division and two remainders per element and a bounds test, a synchronous "
+                      "T.Parallel copy that T.Pipelined cannot turn into asynchronous copies, so the tensor cores "
+                      "wait on the gather; the Triton implicit GEMM (E 0.51) computes the row and column offsets once per "
+                      "filter tap (r, s) and loads each channel block with one masked tl.load, no division inside"),
         Solution("tilelang_direct.py", "tilelang", "slow", defect="no_tiling",
                  note="direct convolution, one block per (n, k, pixel block), serial loop over c, r, s "
                       "with T.Parallel over pixels: no shared-memory reuse, no tensor cores"),
