@@ -239,7 +239,9 @@ class SandboxedChild:
         self.begun: float | None = None if stdin_pipe else self.started
         lane_fds: tuple[int, ...] = ()
         try:
-            if config.lane_dir is not None:     # its GPU's lane, on descriptors of its own (core/lane.py)
+            # its GPU's lane, on descriptors of its own (core/lane.py); the default lanes ("auto") are the
+            # GPUs' only: a cpu child gets none
+            if config.lane_dir is not None and (gpu or config.lane_dir != "auto"):
                 lane_fds, lane_env = child_fds(config.lane_dir, config.gpu_devices[0] if gpu else 0,
                                                config.wall_s / 2)
                 env.update(lane_env)
