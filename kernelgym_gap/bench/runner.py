@@ -3,8 +3,9 @@ run label as they complete, resumable.
 
 Episodes run in parallel worker threads (`parallel` at once), each in its own KernelEnv with its own agent
 (sample k of a seeded agent gets seed + k). Their evaluations go through the batch path's worker slots
-(api.lanes.worker_slots: one evaluation per GPU at a time on cuda, `workers` on cpu), so that while one
-episode's kernel is evaluated another's agent writes its next one; each slot may hold a warm pool.
+(api.lanes.worker_slots: `per_gpu` evaluations per GPU on cuda, their timings one at a time through the
+GPU's lane; `workers` on cpu), so that while one episode's kernel is evaluated another's agent writes its
+next one; each slot may hold a warm pool (the default on cuda).
 
 Resume: every evaluated step is written to the store in one transaction with its evaluation
 (store/bench.py). Run again under the same label, finished episodes are skipped; an unfinished one (killed,
@@ -53,10 +54,11 @@ class BenchSpec:
     steps: int = 4
     seed: int | None = None
     stop_when_correct: bool | None = None
-    workers: int | None = None            # evaluations at once (cuda: at most one per GPU)
+    workers: int | None = None            # evaluations at once (cuda: at most per_gpu per GPU)
+    per_gpu: int = 4                      # cuda: evaluations at once per GPU, through its lane (core/lane.py)
     parallel: int | None = None           # episodes at once (default: twice the evaluation slots)
     gpus: list[int] | None = None
-    warm: bool = False
+    warm: bool | None = None              # None: warm on cuda (pre-started children, a kept checker), cold on cpu
 
     def settings(self, config: EvalConfig) -> dict:
         """What the run measures, stored with it and compared when it is resumed."""
@@ -170,8 +172,13 @@ def run_bench(spec: BenchSpec, store, *, config: EvalConfig | None = None, regis
     todo = [(t, k) for t, k in plan if (t.id, k) not in done]
     if evaluator is None:
         from kernelgym_gap.engine.pipeline import evaluate as evaluator
-    slots = worker_slots([spec.backend], spec.workers, spec.gpus)[spec.backend]
-    lanes = _Lanes(evaluator, slots, spec.warm, config.scratch_root)
+    slots = worker_slots([spec.backend], spec.workers, spec.gpus, spec.per_gpu)[spec.backend]
+    # several evaluations per GPU coordinate through the GPU's lane: the default lane directory ("auto")
+    # is shared by this user's evaluations on the host; a config without lanes gets one for this run
+    if spec.backend == "cuda" and len(slots) > len(set(slots)) and config.sandbox.lane_dir is None:
+        config = config.replace(sandbox=dataclasses.replace(config.sandbox, lane_dir="auto"))
+    warm = spec.backend == "cuda" if spec.warm is None else spec.warm
+    lanes = _Lanes(evaluator, slots, warm, config.scratch_root)
     state = _RunState(spec, store, config, registry, lanes, progress)
     try:
         state.make_agent(0)       # loads the agent's module once, before the threads, and checks its arguments

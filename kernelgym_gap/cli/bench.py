@@ -14,6 +14,7 @@ the report and a rerun retries them), 130 interrupted (a rerun resumes).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -54,12 +55,15 @@ def add_commands(subparsers) -> None:
                       help="use the whole budget even after a correct kernel (the default where speed is scored)")
     stop.add_argument("--stop-when-correct", dest="stop_when_correct", action="store_true",
                       help="end an episode at its first correct kernel (the default on cpu / correctness mode)")
-    s.add_argument("--workers", type=int, help="evaluations at once (default: cuda one per visible GPU; cpu the "
-                                                "CPU count)")
+    s.add_argument("--workers", type=int, help="evaluations at once (default: cuda --per-gpu per visible GPU; cpu "
+                                                "the CPU count)")
+    s.add_argument("--per-gpu", type=int, default=4, help="cuda: evaluations at once per GPU, their timings one at a "
+                                                          "time through the GPU's lane (default 4; 1: one per GPU)")
     s.add_argument("--parallel", type=int, help="episodes at once (default: twice the evaluation slots); bounds "
                                                  "the requests a chat endpoint sees at once")
-    s.add_argument("--warm", action="store_true", help="a warm pool per evaluation slot (a kept trusted checker "
-                                                        "and pre-started children; default: cold starts)")
+    s.add_argument("--warm", action=argparse.BooleanOptionalAction, default=None,
+                   help="a warm pool per evaluation slot (a kept trusted checker and pre-started children; default: "
+                        "warm on cuda, cold on cpu)")
     s.add_argument("--name", help="the run's label (default AGENT[-MODEL]-DSL-BACKEND); the same label resumes")
     s.add_argument("--k", help="comma list of k for pass@k and fast_1@k (default 1, 5, 10 up to K, and K)")
     s.add_argument("--out", help=f"directory for report.json and the plots (default {DEFAULT_OUT}/LABEL)")
@@ -162,7 +166,7 @@ def cmd_bench(args) -> int:
     spec = BenchSpec(label=label, agent=args.agent, task_ids=task_ids, agent_kwargs=kw, dsl=args.dsl,
                      backend=backend, samples=args.samples, steps=args.steps, seed=args.seed,
                      stop_when_correct=args.stop_when_correct, workers=args.workers, parallel=args.parallel,
-                     warm=args.warm)
+                     warm=args.warm, per_gpu=args.per_gpu)
     store = _store(args)
     try:
         if not args.json:
