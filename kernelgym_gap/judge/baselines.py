@@ -12,7 +12,6 @@ the harness's own summariser (child/timing.Bench: CUDA events, L2 flush, interle
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError
 from kernelgym_gap.core.lane import held
-from kernelgym_gap.judge.calibrate import cache_dir
+from kernelgym_gap.judge.calibrate import cache_dir, update_cache
 
 COMPILE_TIMEOUT_S = 600.0
 
@@ -42,12 +41,7 @@ def _load(path: Path) -> dict:
 
 
 def _save(path: Path, entries: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = _load(path)
-    data.update(entries)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    update_cache(path, lambda data: data.update(entries), read=_load)
 
 
 def compile_times(task, cases: list[tuple], device_key: str, config: EvalConfig) -> dict[tuple, dict]:

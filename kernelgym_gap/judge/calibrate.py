@@ -6,12 +6,15 @@ the cached numbers; datasheet numbers are only a labelled fallback (`source: "da
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from kernelgym_gap.core.errors import BackendUnavailableError, HarnessError
@@ -72,17 +75,35 @@ def load_cached(key: str, path: Path | None = None) -> Calibration | None:
     return Calibration(**entry) if entry else None
 
 
-def save_cached(cal: Calibration, path: Path | None = None) -> None:
-    path = path or default_cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _read_or_empty(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
-        data = {}
-    data[cal.device_key] = dataclasses.asdict(cal)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
+        return {}
+
+
+def update_cache(path: Path, change: Callable[[dict], None], read: Callable[[Path], dict] = _read_or_empty,
+                 indent: int = 1, sort_keys: bool = True) -> None:
+    """One writer's change to a JSON cache under the cache directory (calibration, torch.compile baselines,
+    library times): `read(path)` (default: {} when missing or unparsable), `change(data)` in place, and the
+    file replaced whole, under an exclusive flock on a lock file beside it, so that writers side by side
+    (evaluations on lanes) lose no entry. Readers need no lock: they only ever see a whole file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            data = read(path)
+            change(data)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=indent, sort_keys=sort_keys))
+            os.replace(tmp, path)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def save_cached(cal: Calibration, path: Path | None = None) -> None:
+    update_cache(path or default_cache_path(),
+                 lambda data: data.__setitem__(cal.device_key, dataclasses.asdict(cal)), indent=2, sort_keys=False)
 
 
 def datasheet(device: dict, versions: dict) -> Calibration | None:

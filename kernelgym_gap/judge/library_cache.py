@@ -19,12 +19,9 @@ more than library_tolerance: its check disagrees and it measures the library afr
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import json
 import logging
-import os
 import socket
 import statistics
 from pathlib import Path
@@ -33,7 +30,7 @@ from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import ChildReport, Job, ShapeTiming, Trial
 from kernelgym_gap.core.task import TaskSpec
-from kernelgym_gap.judge.calibrate import cache_dir, device_key
+from kernelgym_gap.judge.calibrate import cache_dir, device_key, update_cache
 
 log = logging.getLogger(__name__)
 KEEP = 8                         # measurements kept per key; the hint is their median
@@ -74,17 +71,6 @@ def load(path: Path) -> dict:
     return data
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _median(values) -> float | None:
     good = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
     return statistics.median(good) if good else None
@@ -114,16 +100,14 @@ def store(task: TaskSpec, report: ChildReport, config: EvalConfig) -> int:
     device = device_key(report.device, report.versions)
     fresh = [(time_key(device, task, t.shape, t.dtype), t.library_ms) for t in report.timings
              if t.library_source == "measured" and t.library_ms > 0]
-    path = cache_path(config)
-    with _locked(path):
-        data = load(path)
+
+    def change(data: dict) -> None:
         data["devices"][slot(config.gpu_index)] = device
         for key, ms in fresh:
             old = data["times"].get(key)
             data["times"][key] = ((old if isinstance(old, list) else []) + [ms])[-KEEP:]
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+
+    update_cache(cache_path(config), change, read=load)
     return len(fresh)
 
 
