@@ -28,7 +28,7 @@ from kernelgym_gap.child.marks import CallMarks
 from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
-from kernelgym_gap.core.lane import LaneTimeout, inherited
+from kernelgym_gap.core.lane import LaneTimeout, hold_if_possible, inherited
 from kernelgym_gap.core.record import IMPORT_MARKER, ChildReport, Job, TrialOutcome
 from kernelgym_gap.core.status import Status
 
@@ -148,25 +148,17 @@ class ChildRun:
         (a measurement never shares the GPU). The wait goes into phases as `lane_wait_<mode>`. Lanes are
         optional: without one the stretch just runs; past the wait budget (or on a descriptor the submission
         broke) it runs without the lane, and `lane_timeout_<mode>` says how long it waited."""
-        lane = self.lane
-        hold = None
-        if lane is not None:
-            budget = None if self.lane_budget is None else max(self.lane_budget - self.lane_waited, 0.0)
-            try:
-                hold = lane.acquire(mode, budget)
-                self.lane_waited += hold.wait_s
-                self.phases[f"lane_wait_{mode}"] = hold.wait_s
-            except LaneTimeout as e:
-                self.lane_waited += e.waited_s
-                self.phases[f"lane_timeout_{mode}"] = e.waited_s
-            except OSError:
+        budget = None if self.lane_budget is None else max(self.lane_budget - self.lane_waited, 0.0)
+        with hold_if_possible(self.lane, mode, budget) as got:
+            if isinstance(got, LaneTimeout):
+                self.lane_waited += got.waited_s
+                self.phases[f"lane_timeout_{mode}"] = got.waited_s
+            elif got is not None:
+                self.lane_waited += got.wait_s
+                self.phases[f"lane_wait_{mode}"] = got.wait_s
+            elif self.lane is not None:         # its descriptors failed
                 self.phases[f"lane_timeout_{mode}"] = 0.0
-        try:
             yield
-        finally:
-            if hold is not None:
-                with contextlib.suppress(OSError):
-                    lane.release()
 
     # -- reports ---------------------------------------------------------------------------------------------
     def finish(self, status: Status, message: str, **kw) -> int:

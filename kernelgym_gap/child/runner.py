@@ -31,19 +31,14 @@ def wait_for_job(dsl: str, backend: str) -> int:
     adapter_class(dsl).preimport()
     if backend == "cuda":
         from kernelgym_gap.child import timing  # noqa: F401
-        from kernelgym_gap.core.lane import LaneTimeout, inherited
+        from kernelgym_gap.core.lane import hold_if_possible, inherited
         from kernelgym_gap.judge import calibrate  # noqa: F401
         # the CUDA context, made before the job instead of in it, under the GPU's lane held shared: made
         # during another child's timing it stalled that timing (core/lane.py)
         lane, budget = inherited()
-        try:
-            hold = lane.acquire("shared", budget) if lane is not None else None
-        except LaneTimeout:
-            hold = None
-        torch.zeros(1, device="cuda")
-        torch.cuda.synchronize()
-        if hold is not None:
-            lane.release()
+        with hold_if_possible(lane, "shared", budget):
+            torch.zeros(1, device="cuda")
+            torch.cuda.synchronize()
     preimport_s = time.perf_counter() - t
     line = sys.stdin.readline().strip()
     # the submission reads nothing more from the parent: stdin becomes /dev/null

@@ -143,6 +143,27 @@ class Lane:
         self.close()
 
 
+@contextlib.contextmanager
+def hold_if_possible(lane: Lane | None, mode: str, timeout_s: float | None) -> Iterator[Hold | LaneTimeout | None]:
+    """Holds `lane` in `mode` for the block when it can and yields how it went: the Hold; the LaneTimeout
+    when the wait ran past `timeout_s`; None without a lane or when its descriptors fail (OSError: a
+    submission closed them). Lanes are optional: the block runs in every case."""
+    got: Hold | LaneTimeout | None = None
+    if lane is not None:
+        try:
+            got = lane.acquire(mode, timeout_s)
+        except LaneTimeout as e:
+            got = e
+        except OSError:
+            got = None
+    try:
+        yield got
+    finally:
+        if isinstance(got, Hold):
+            with contextlib.suppress(OSError):
+                lane.release()
+
+
 AUTO = "auto"
 
 
