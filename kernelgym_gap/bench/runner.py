@@ -145,7 +145,7 @@ def run_bench(spec: BenchSpec, store, *, config: EvalConfig | None = None, regis
     those already done, those run now, new evaluations, stored steps reused, errors. progress: an object with
     start(label) and done(how) (cli.progress.Progress), told of each episode. evaluator: engine.evaluate's
     shape (a test double); the built-in engine by default."""
-    from kernelgym_gap.api.lanes import worker_slots
+    from kernelgym_gap.api.lanes import with_lane, worker_slots
     from kernelgym_gap.core.backend import resolve_backend
     from kernelgym_gap.core.registry import default_registry
     check_label(spec.label)
@@ -175,8 +175,8 @@ def run_bench(spec: BenchSpec, store, *, config: EvalConfig | None = None, regis
     slots = worker_slots([spec.backend], spec.workers, spec.gpus, spec.per_gpu)[spec.backend]
     # several evaluations per GPU coordinate through the GPU's lane: the default lane directory ("auto")
     # is shared by this user's evaluations on the host; a config without lanes gets one for this run
-    if spec.backend == "cuda" and len(slots) > len(set(slots)) and config.sandbox.lane_dir is None:
-        config = config.replace(sandbox=dataclasses.replace(config.sandbox, lane_dir="auto"))
+    if spec.backend == "cuda" and len(slots) > len(set(slots)):
+        config = with_lane(config, "auto")
     warm = spec.backend == "cuda" if spec.warm is None else spec.warm
     lanes = _Lanes(evaluator, slots, warm, config.scratch_root)
     state = _RunState(spec, store, config, registry, lanes, progress)
