@@ -29,6 +29,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -47,7 +48,7 @@ FIXTURES = (   # (file under tests/fixtures/, expected status); all are LayerNor
 )
 
 
-def make_batch(tasks: list[str] | None, max_n: int | None, backend: str):
+def make_batch(tasks: list[str] | None, max_n: int | None, backend: str, fixtures: str = "all"):
     """[(tag, kind, EvalRequest)]: the solutions, round robin over tasks (so a cut keeps the mix), then the
     fixtures."""
     from kernelgym_gap.api.batch import EvalRequest
@@ -65,16 +66,17 @@ def make_batch(tasks: list[str] | None, max_n: int | None, backend: str):
         for group in per_task:
             if group:
                 solutions.append(group.pop(0))
+    chosen = {"all": FIXTURES, "fast": FIXTURES[2:], "none": ()}[fixtures]
     if max_n is not None:
-        solutions = solutions[:max(0, max_n - len(FIXTURES))]
+        solutions = solutions[:max(0, max_n - len(chosen))]
     layernorm = reg.get("LayerNorm")
     fixtures = [(f"fixture/{name}", "hostile", EvalRequest(layernorm.id, (ROOT / "tests" / "fixtures" / name)
                                                             .read_text(errors="replace"), "triton", backend))
-                for name, _ in FIXTURES]
+                for name, _ in chosen]
     return solutions + fixtures
 
 
-def run_mode(name: str, batch, backend: str, per_gpu: int, warm, library_time: str, gpus):
+def run_mode(name: str, batch, backend: str, per_gpu: int, warm, library_time: str, gpus, recorder: Path):
     from kernelgym_gap.api.batch import evaluate_many
     from kernelgym_gap.core.config import EvalConfig
     # compile_baseline "cached": the torch.compile baseline is a once-per-device cost (seconds per shape, then
@@ -89,8 +91,23 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm, library_time: s
         print(f"  {name} {n}/{total} {time.perf_counter() - t0:.0f}s {what}", file=sys.stderr, flush=True)
 
     kw = {"workers": per_gpu * max(1, len(gpus or [0]))} if backend == "cpu" else {"per_gpu": per_gpu, "gpus": gpus}
+    from kernelgym_gap.engine.pipeline import evaluate
+    lock = threading.Lock()
+
+    def recording(task, source, dsl, backend_, config_, **parts):
+        # each record's stage breakdown as it completes (a device call can end before the batch does)
+        r = evaluate(task, source, dsl, backend_, config_, **parts)
+        line = {"mode": name, "task": task.name, "status": r.status.value, "stage": r.stage,
+                "E": (r.terms or {}).get("E"), "at_s": round(time.perf_counter() - t0, 2), "message": r.message[:600],
+                "latency": {k: round(v, 3) for k, v in r.latency.items()}}
+        with lock, open(recorder, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        return r
+
     t0 = time.perf_counter()
-    records = evaluate_many([r for _, _, r in batch], config=config, warm=warm, progress=progress, **kw)
+    # the built-in evaluator behind a recorder: warm "auto" would turn the warm pool off for a custom one
+    records = evaluate_many([r for _, _, r in batch], config=config, progress=progress, evaluator=recording,
+                            warm=bool(warm) if backend == "cuda" else False, **kw)
     seconds = time.perf_counter() - t0
     return records, seconds
 
@@ -185,6 +202,8 @@ def main(argv=None) -> int:
                     help="evaluate only the first K submissions one at a time (default: the whole batch)")
     ap.add_argument("--per-gpu", type=int, default=4, help="lanes mode: evaluations at once per GPU (cpu: workers)")
     ap.add_argument("--gpus", help="comma-separated GPU indices (default: every visible one)")
+    ap.add_argument("--fixtures", choices=("all", "fast", "none"), default="all",
+                    help="the failing and hostile fixtures in the batch: all, fast (without the two hangs), none")
     ap.add_argument("--env-steps", default="",
                     help="comma-separated tasks whose optimized Triton solution is stepped twice through a warm "
                          "KernelEnv after the batch (the p50 env.step goal); default none")
@@ -194,20 +213,21 @@ def main(argv=None) -> int:
     from kernelgym_gap.api.lanes import visible_gpus
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else (visible_gpus() if args.backend == "cuda" else None)
     n_gpus = len(gpus) if gpus else 1
-    batch = make_batch(args.tasks.split(",") if args.tasks else None, args.max, args.backend)
+    batch = make_batch(args.tasks.split(",") if args.tasks else None, args.max, args.backend, args.fixtures)
     k = len(batch) if args.serial is None else min(args.serial, len(batch))
     # the serial subset: the optimized and slow solutions in batch order, and the fixtures, in proportion
     subset = batch[:k] if k == len(batch) else (batch[:max(1, k - 2)] + batch[-2:])
     rows, info = [], {}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    recorder = out / "throughput_records.jsonl"
     if subset:
-        serial, secs = run_mode("serial", subset, args.backend, 1, False, "measure", gpus)
+        serial, secs = run_mode("serial", subset, args.backend, 1, False, "measure", gpus, recorder)
         rows.append(summarise("serial", subset, serial, secs, n_gpus))
         # kept even if the lanes half does not finish (a device call has a hard limit)
         (out / "throughput_serial_partial.json").write_text(json.dumps(rows[0], indent=1) + "\n")
     lanes, secs = run_mode("lanes", batch, args.backend, args.per_gpu, "auto" if args.backend == "cuda" else False,
-                           "cached", gpus)
+                           "cached", gpus, recorder)
     rows.append(summarise(f"lanes x{args.per_gpu}", batch, lanes, secs, n_gpus))
     if subset:
         index = {tag: i for i, (tag, _, _) in enumerate(batch)}

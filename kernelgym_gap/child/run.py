@@ -239,7 +239,10 @@ class ChildRun:
         Trials of one (shape, dtype) reuse the same input buffers, refilled in place: a cache keyed by
         data_ptr (or by shape) then returns the previous seed's output, and the checker sees a mismatch."""
         t = time.perf_counter()
+        for k in ("correctness_inputs", "correctness_calls", "correctness_save"):   # where the stage's time goes
+            self.phases[k] = 0.0
         for trial in self.job.trials:
+            t_in = time.perf_counter()
             fresh = inputs_mod.make_trial_inputs(self.task, trial, self.device)
             key = (tuple(trial.shape), trial.dtype)
             if key in self.buffers:
@@ -247,6 +250,7 @@ class ChildRun:
             else:
                 self.buffers[key] = ins = fresh
             del fresh
+            self.phases["correctness_inputs"] += time.perf_counter() - t_in
             done = self._trial(trial, ins)
             if done is not None:
                 return done
@@ -272,6 +276,7 @@ class ChildRun:
             self.marks.end()                    # writing the report is not the call's time
             return self.failed_stretch(e, where, watch, **kw)
         seconds = time.perf_counter() - start
+        self.phases["correctness_calls"] = self.phases.get("correctness_calls", 0.0) + seconds
         self.marks.end()
         done = self.verdict(where, watch, **kw)
         if done is not None:
@@ -281,7 +286,9 @@ class ChildRun:
         if type(out) is torch.Tensor:
             aliases = _aliases(out, ins)
             out_file = f"trial_{trial.index}.pt"
+            t_save = time.perf_counter()
             torch.save(out.detach().to("cpu").contiguous().clone(), self.outputs / out_file)
+            self.phases["correctness_save"] = self.phases.get("correctness_save", 0.0) + time.perf_counter() - t_save
         with integ.submission_code():
             output_type = _output_type(out)
             out = None          # the submission's finalizers, if any, run watched

@@ -83,6 +83,11 @@ class TaskSpec:
     # Reference in float64 on upcast inputs (the default) or in the input dtype (for ops whose dtype
     # semantics matter, like integer-valued outputs).
     reference_in_float64: bool = True
+    # Where float32 arithmetic itself cannot meet the dtype tolerance (a sum that cancels to near zero,
+    # multiplied by a large factor): (float64 inputs, dtype) -> a float64 tensor shaped like the output, the
+    # error a correct float32-accumulating kernel may reach at each element beyond atol + rtol |expected|.
+    # Its docstring says how it is derived (shown in the contract). None: the tolerance alone decides.
+    error_bound: Callable[..., Any] | None = None
     # The distribution the kernel and the library are timed on: what the task's real data looks like. The
     # others are correctness stress inputs only (a library's speed can depend on the values: torch's
     # softmax is 2.4x slower on std-30 inputs than on normal ones, so timing on them inflates E).
@@ -153,6 +158,7 @@ class TaskSpec:
             "tolerances": {d: {"atol": t.atol, "rtol": t.rtol} for d, t in self.tolerances.items()},
             "distributions": list(self.distributions), "timed_distribution": self.timed_distribution,
             "reference_in_float64": self.reference_in_float64, "baselines": list(self.baselines),
+            "error_bound": inspect.cleandoc(self.error_bound.__doc__ or "") if self.error_bound else None,
             "changelog": list(self.changelog),
             "solutions": [{"file": s.file, "dsl": s.dsl, "kind": s.kind, "defect": s.defect, "note": s.note,
                            "cpu_status": s.cpu_status} for s in self.solutions],
