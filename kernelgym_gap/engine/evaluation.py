@@ -3,18 +3,24 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kernelgym_gap.core.backend import Backend
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.lane import held
 from kernelgym_gap.core.record import CheckResult, EvalRecord, Job, Trial
+from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
 from kernelgym_gap.sandbox.launch import ChildResult, Launcher, child_spec
+
+log = logging.getLogger(__name__)
+
 
 class Evaluation:
     """One submission on one task, DSL and backend. Stages read and fill it in; `record` turns the verdict
@@ -70,9 +76,12 @@ class Evaluation:
         t = time.perf_counter()
         # on cuda the checker runs on the GPU beside other evaluations' trials, never beside a timing
         lane_dir = self.config.sandbox.lane_dir if self.backend.name == "cuda" else None
-        with held(lane_dir, self.config.gpu_index, "shared", self.latency, "check_lane_wait"):
-            self.check_result = check_in_process(self.task, self.job, self.child.report, self.backend.name,
-                                                 self._private, self.config, self.checker)
+        self.check_result, retried = checked_alone_if_failed(
+            lambda: check_in_process(self.task, self.job, self.child.report, self.backend.name, self._private,
+                                     self.config, self.checker),
+            lane_dir, self.config.gpu_index, self.latency)
+        if retried:
+            self.flags.append(retried)
         self.latency["check"] = time.perf_counter() - t
         return self.check_result
 
@@ -103,3 +112,25 @@ class Evaluation:
             self._launcher.close(keep=self.config.keep_scratch)
         if self._private is not None and not self.config.keep_scratch:
             shutil.rmtree(self._private, ignore_errors=True)
+
+
+def checked_alone_if_failed(run: Callable[[], CheckResult], lane_dir: str | None, gpu_index: int,
+                            latency: dict) -> tuple[CheckResult, str | None]:
+    """The trusted check under the GPU's shared lane (beside other evaluations' trials and checks); if it
+    comes back a protocol_error, once more under the exclusive lane, alone on the GPU. A float64 reference
+    can need tens of GiB (attention at S = 16384: B H S^2 scores); beside three others on one GPU the
+    checker ran out of memory on the H200 (2026-12-04) where alone it passes, and the submission was
+    blamed. A verdict the checker reaches on its own (an unreadable output) comes back the same the second
+    time. Returns the result and, when it was retried, a flag saying so (in the record's terms)."""
+    with held(lane_dir, gpu_index, "shared", latency, "check_lane_wait"):
+        result = run()
+    if lane_dir is None or result.status is not Status.PROTOCOL_ERROR:
+        return result, None
+    log.warning("the trusted check failed beside other evaluations (%s); checking again alone on GPU %d",
+                result.message[:200], gpu_index)
+    t = time.perf_counter()
+    with held(lane_dir, gpu_index, "exclusive", latency, "check_retry_lane_wait"):
+        again = run()
+    latency["check_retry"] = time.perf_counter() - t
+    first = result.message.strip().splitlines()[-1][:160] if result.message.strip() else ""
+    return again, f"check_retried_alone: the first check, beside other evaluations, failed ({first})"
