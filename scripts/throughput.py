@@ -3,6 +3,7 @@
     python scripts/throughput.py --backend cuda [--max 72] [--serial 10] [--per-gpu 4] [--out results]
     python scripts/throughput.py --backend cpu --tasks AddReLU,RowSum,LayerNorm --serial 0 ...
     python scripts/throughput.py --backend cuda --env-steps Softmax,LayerNorm,GELU ...   # + warm env.step p50
+    python scripts/throughput.py --from-records results/.../throughput_records.jsonl     # a run cut short
 
 The batch: every Triton reference solution of the suite (optimized and slow; `--tasks` to restrict, `--max N`
 to take N of them spread over the tasks), plus failing and hostile fixtures (tests/fixtures: a syntax error, a
@@ -172,6 +173,27 @@ def summarise(name, batch, records, seconds, n_gpus):
             "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r))}
 
 
+def from_records(path: Path, n_gpus: int = 1) -> list[dict]:
+    """The table again from a records file (throughput_records.jsonl), for a run cut short: per mode, the
+    evaluations completed and the rate up to the last of them (its `at_s`, seconds from the mode's start)."""
+    modes: dict[str, list[dict]] = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            modes.setdefault(r["mode"], []).append(r)
+    rows = []
+    for name, recs in modes.items():
+        walls = [r["latency"].get("total", 0.0) for r in recs]
+        seconds = max(r["at_s"] for r in recs) or 1e-9
+        q = statistics.quantiles(walls, n=20, method="inclusive") if len(walls) > 1 else walls * 19
+        rows.append({"mode": name, "evaluations": len(recs), "seconds": round(seconds, 1),
+                     "evals_per_gpu_hour": round(3600 * len(recs) / seconds / n_gpus, 1),
+                     "wall_p50_s": round(statistics.median(walls), 2), "wall_p95_s": round(q[18], 2),
+                     "wall_max_s": round(max(walls), 2),
+                     "statuses": {s: sum(r["status"] == s for r in recs) for s in sorted({r["status"] for r in recs})}})
+    return rows
+
+
 def agreement(batch, serial, lanes) -> dict:
     same = [a.status == b.status for a, b in zip(serial, lanes)]
     ratios = [b.terms["E"] / a.terms["E"] for a, b in zip(serial, lanes)
@@ -209,14 +231,23 @@ def main(argv=None) -> int:
                          "KernelEnv after the batch (the p50 env.step goal); default none")
     ap.add_argument("--think", type=float, default=3.0, help="seconds before each env.step (the agent's turn)")
     ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--from-records", metavar="JSONL",
+                    help="evaluate nothing: the table from a records file of an earlier run (one cut short)")
     args = ap.parse_args(argv)
+    if args.from_records:
+        rows = from_records(Path(args.from_records), len(args.gpus.split(",")) if args.gpus else 1)
+        for r in rows:
+            print(f"{r['mode']}: {r['statuses']}")
+        print(table(rows))
+        return 0
     from kernelgym_gap.api.lanes import visible_gpus
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else (visible_gpus() if args.backend == "cuda" else None)
     n_gpus = len(gpus) if gpus else 1
     batch = make_batch(args.tasks.split(",") if args.tasks else None, args.max, args.backend, args.fixtures)
     k = len(batch) if args.serial is None else min(args.serial, len(batch))
     # the serial subset: the optimized and slow solutions in batch order, and the fixtures, in proportion
-    subset = batch[:k] if k == len(batch) else (batch[:max(1, k - 2)] + batch[-2:])
+    tail = min(2, k // 2)          # K in all: the last `tail` (the fast fixtures), the first K - tail
+    subset = batch[:k] if k == len(batch) else (batch[:k - tail] + (batch[-tail:] if tail else []))
     rows, info = [], {}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,56 @@
+"""scripts/throughput.py on the cpu backend: both modes over a tiny batch through the real engine, the JSON it
+writes, the records file it appends as evaluations complete, and the table rebuilt from that file."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "throughput.py"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_cpu_run_writes_the_table_the_json_and_the_records(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--tasks", "AddReLU", "--max", "3",
+                           "--fixtures", "fast", "--serial", "2", "--per-gpu", "2", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=280, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(tmp_path.glob("throughput_cpu_*.json")).read_text())
+    # --max 3 with the five fast fixtures leaves no solution: the batch is the fixtures alone
+    subs = out["submissions"]
+    assert [s["submission"] for s in subs] == [f"fixture/{n}" for n in (
+        "failures/syntax_error.py", "failures/out_of_memory.py", "failures/crash.py", "hostile/segfault.py",
+        "failures/mismatch.py")]
+    assert out["fixtures_unexpected"] == []
+    assert [m["mode"] for m in out["modes"]] == ["serial", "lanes x2"]
+    assert out["agreement"]["compared"] == 2 and out["agreement"]["same_status"] == 2
+    records = [json.loads(x) for x in (tmp_path / "throughput_records.jsonl").read_text().splitlines()]
+    assert sum(r["mode"] == "serial" for r in records) == 2 and sum(r["mode"] == "lanes" for r in records) == 5
+    assert all(r["status"] != "ok" and r["message"] and "total" in r["latency"] for r in records)
+    assert (tmp_path / "throughput_serial_partial.json").is_file()
+    assert "== throughput, cpu" in proc.stdout and proc.stdout.rstrip().splitlines()[-1].startswith("lanes x2")
+
+    again = subprocess.run([sys.executable, str(SCRIPT), "--from-records", str(tmp_path / "throughput_records.jsonl")],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert again.returncode == 0, again.stderr
+    lines = again.stdout.splitlines()
+    assert lines[-2].split()[:2] == ["serial", "2"] and lines[-1].split()[:2] == ["lanes", "5"]
+
+
+def test_the_table_from_records_counts_what_completed(tmp_path):
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    path = tmp_path / "r.jsonl"
+    lines = [{"mode": "lanes", "status": s, "at_s": at, "latency": {"total": w}}
+             for s, at, w in (("ok", 10.0, 8.0), ("ok", 20.0, 12.0), ("timeout", 36.0, 30.0))]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (row,) = mod.from_records(path, n_gpus=1)
+    assert row["evaluations"] == 3 and row["seconds"] == 36.0
+    assert row["evals_per_gpu_hour"] == 300.0            # 3 in 36 s
+    assert row["wall_p50_s"] == 12.0 and row["wall_max_s"] == 30.0
+    assert row["statuses"] == {"ok": 2, "timeout": 1}
+    assert mod.from_records(path, n_gpus=2)[0]["evals_per_gpu_hour"] == 150.0
