@@ -173,18 +173,25 @@ def summarise(name, batch, records, seconds, n_gpus):
             "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r))}
 
 
-def from_records(path: Path, n_gpus: int = 1) -> list[dict]:
-    """The table again from a records file (throughput_records.jsonl), for a run cut short: per mode, the
-    evaluations completed and the rate up to the last of them (its `at_s`, seconds from the mode's start)."""
+def from_records(paths, n_gpus: int = 1) -> list[dict]:
+    """The table again from records files (throughput_records.jsonl), for runs cut short or a batch split
+    over several device calls (`--tasks`): per mode, the evaluations completed and the rate up to the last
+    of them (`at_s`, seconds from the mode's start), each file's seconds added up."""
     modes: dict[str, list[dict]] = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            modes.setdefault(r["mode"], []).append(r)
+    seconds_of: dict[str, float] = {}
+    for path in ([paths] if isinstance(paths, (str, Path)) else paths):
+        last: dict[str, float] = {}
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                modes.setdefault(r["mode"], []).append(r)
+                last[r["mode"]] = max(last.get(r["mode"], 0.0), r["at_s"])
+        for mode, t in last.items():
+            seconds_of[mode] = seconds_of.get(mode, 0.0) + t
     rows = []
     for name, recs in modes.items():
         walls = [r["latency"].get("total", 0.0) for r in recs]
-        seconds = max(r["at_s"] for r in recs) or 1e-9
+        seconds = seconds_of[name] or 1e-9
         q = statistics.quantiles(walls, n=20, method="inclusive") if len(walls) > 1 else walls * 19
         rows.append({"mode": name, "evaluations": len(recs), "seconds": round(seconds, 1),
                      "evals_per_gpu_hour": round(3600 * len(recs) / seconds / n_gpus, 1),
@@ -231,11 +238,12 @@ def main(argv=None) -> int:
                          "KernelEnv after the batch (the p50 env.step goal); default none")
     ap.add_argument("--think", type=float, default=3.0, help="seconds before each env.step (the agent's turn)")
     ap.add_argument("--out", default=str(ROOT / "results"))
-    ap.add_argument("--from-records", metavar="JSONL",
-                    help="evaluate nothing: the table from a records file of an earlier run (one cut short)")
+    ap.add_argument("--from-records", metavar="JSONL", nargs="+",
+                    help="evaluate nothing: the table from the records files of earlier runs (cut short, or one "
+                         "batch split over several calls)")
     args = ap.parse_args(argv)
     if args.from_records:
-        rows = from_records(Path(args.from_records), len(args.gpus.split(",")) if args.gpus else 1)
+        rows = from_records(args.from_records, len(args.gpus.split(",")) if args.gpus else 1)
         for r in rows:
             print(f"{r['mode']}: {r['statuses']}")
         print(table(rows))

@@ -54,3 +54,15 @@ def test_the_table_from_records_counts_what_completed(tmp_path):
     assert row["wall_p50_s"] == 12.0 and row["wall_max_s"] == 30.0
     assert row["statuses"] == {"ok": 2, "timeout": 1}
     assert mod.from_records(path, n_gpus=2)[0]["evals_per_gpu_hour"] == 150.0
+
+
+def test_records_of_a_batch_split_over_two_calls_add_up(tmp_path):
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(json.dumps({"mode": "lanes", "status": "ok", "at_s": 30.0, "latency": {"total": 9.0}}) + "\n")
+    b.write_text("".join(json.dumps({"mode": "lanes", "status": "ok", "at_s": t, "latency": {"total": 5.0}}) + "\n"
+                         for t in (10.0, 42.0)))
+    (row,) = mod.from_records([a, b])
+    assert row["evaluations"] == 3 and row["seconds"] == 72.0 and row["evals_per_gpu_hour"] == 150.0
