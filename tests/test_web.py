@@ -341,10 +341,25 @@ def server(tmp_path):
             proc.kill()
             proc.wait()
     deadline = time.monotonic() + 15
-    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.2)
     for pid in workers:                                # stopping the server stops its worker
-        assert not Path(f"/proc/{pid}").exists(), f"worker {pid} outlived the server"
+        assert not _running(pid), f"worker {pid} outlived the server (state {_state(pid)}, 15 s after it)"
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (R, S, D, Z, ...), None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and has not exited. A worker that exited after its server (uvicorn may end
+    the server by re-raising the signal, before it reaps the worker) stays a zombie where nothing reaps
+    orphans (a container whose init does not): it is gone all the same."""
+    return _state(pid) not in (None, "Z", "X")
 
 
 def test_browser_submits_a_reference_solution_and_sees_it_ranked(browser, server, tmp_path):
