@@ -77,7 +77,7 @@ def make_batch(tasks: list[str] | None, max_n: int | None, backend: str, fixture
     return solutions + fixtures
 
 
-def run_mode(name: str, batch, backend: str, per_gpu: int, warm, library_time: str, gpus, recorder: Path):
+def run_mode(name: str, batch, backend: str, per_gpu: int, warm: bool, library_time: str, gpus, recorder: Path):
     from kernelgym_gap.api.batch import evaluate_many
     from kernelgym_gap.core.config import EvalConfig
     # compile_baseline "cached": the torch.compile baseline is a once-per-device cost (seconds per shape, then
@@ -85,10 +85,7 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm, library_time: s
     config = EvalConfig(trial_seed=20261204, library_time=library_time, compile_baseline="cached")
     print(f"{name}: {len(batch)} evaluations, per_gpu={per_gpu}, warm={warm}, library_time={library_time}",
           file=sys.stderr, flush=True)
-    done = [0]
-
     def progress(n, total, what):
-        done[0] = n
         print(f"  {name} {n}/{total} {time.perf_counter() - t0:.0f}s {what}", file=sys.stderr, flush=True)
 
     kw = {"workers": per_gpu * max(1, len(gpus or [0]))} if backend == "cpu" else {"per_gpu": per_gpu, "gpus": gpus}
@@ -106,9 +103,9 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm, library_time: s
         return r
 
     t0 = time.perf_counter()
-    # the built-in evaluator behind a recorder: warm "auto" would turn the warm pool off for a custom one
+    # the built-in evaluator behind a recorder, so warm is said outright ("auto" means cold for a custom one)
     records = evaluate_many([r for _, _, r in batch], config=config, progress=progress, evaluator=recording,
-                            warm=bool(warm) if backend == "cuda" else False, **kw)
+                            warm=warm, **kw)
     seconds = time.perf_counter() - t0
     return records, seconds
 
@@ -155,20 +152,24 @@ def per_shape(r) -> list[dict]:
     return list((r.terms or {}).get("per_shape") or ())
 
 
+def rate_and_walls(name: str, walls: list[float], statuses: list[str], seconds: float, n_gpus: int) -> dict:
+    """A mode's row: evaluations per GPU-hour over `seconds`, p50/p95/max of the evaluations' walls, statuses."""
+    q = statistics.quantiles(walls, n=20, method="inclusive") if len(walls) > 1 else walls * 19
+    return {"mode": name, "evaluations": len(walls), "seconds": round(seconds, 1),
+            "evals_per_gpu_hour": round(3600 * len(walls) / seconds / n_gpus, 1),
+            "wall_p50_s": round(statistics.median(walls), 2), "wall_p95_s": round(q[18], 2),
+            "wall_max_s": round(max(walls), 2), "statuses": {s: statuses.count(s) for s in sorted(set(statuses))}}
+
+
 def summarise(name, batch, records, seconds, n_gpus):
     walls = [r.latency.get("total", 0.0) for r in records]
     honest = [w for (_, kind, _), w in zip(batch, walls) if kind == "optimized"]
     hostile = [w for (_, kind, _), w in zip(batch, walls) if kind == "hostile"]
     solutions = [w for (_, kind, _), w in zip(batch, walls) if kind != "hostile"]
-    q = statistics.quantiles(walls, n=20, method="inclusive") if len(walls) > 1 else walls * 19
-    return {"mode": name, "evaluations": len(records), "seconds": round(seconds, 1),
-            "evals_per_gpu_hour": round(3600 * len(records) / seconds / n_gpus, 1),
-            "wall_p50_s": round(statistics.median(walls), 2), "wall_p95_s": round(q[18], 2),
-            "wall_max_s": round(max(walls), 2),
+    return {**rate_and_walls(name, walls, [r.status.value for r in records], seconds, n_gpus),
             "honest_p50_s": round(statistics.median(honest), 2) if honest else None,
             "solutions_max_s": round(max(solutions), 2) if solutions else None,
             "hostile_max_s": round(max(hostile), 2) if hostile else None,
-            "statuses": {s: sum(r.status.value == s for r in records) for s in sorted({r.status.value for r in records})},
             "early_exits": sum(any(p.get("early_exit") for p in per_shape(r)) for r in records),
             "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r))}
 
@@ -188,17 +189,8 @@ def from_records(paths, n_gpus: int = 1) -> list[dict]:
                 last[r["mode"]] = max(last.get(r["mode"], 0.0), r["at_s"])
         for mode, t in last.items():
             seconds_of[mode] = seconds_of.get(mode, 0.0) + t
-    rows = []
-    for name, recs in modes.items():
-        walls = [r["latency"].get("total", 0.0) for r in recs]
-        seconds = seconds_of[name] or 1e-9
-        q = statistics.quantiles(walls, n=20, method="inclusive") if len(walls) > 1 else walls * 19
-        rows.append({"mode": name, "evaluations": len(recs), "seconds": round(seconds, 1),
-                     "evals_per_gpu_hour": round(3600 * len(recs) / seconds / n_gpus, 1),
-                     "wall_p50_s": round(statistics.median(walls), 2), "wall_p95_s": round(q[18], 2),
-                     "wall_max_s": round(max(walls), 2),
-                     "statuses": {s: sum(r["status"] == s for r in recs) for s in sorted({r["status"] for r in recs})}})
-    return rows
+    return [rate_and_walls(name, [r["latency"].get("total", 0.0) for r in recs], [r["status"] for r in recs],
+                           seconds_of[name] or 1e-9, n_gpus) for name, recs in modes.items()]
 
 
 def agreement(batch, serial, lanes) -> dict:
@@ -265,8 +257,8 @@ def main(argv=None) -> int:
         rows.append(summarise("serial", subset, serial, secs, n_gpus))
         # kept even if the lanes half does not finish (a device call has a hard limit)
         (out / "throughput_serial_partial.json").write_text(json.dumps(rows[0], indent=1) + "\n")
-    lanes, secs = run_mode("lanes", batch, args.backend, args.per_gpu, "auto" if args.backend == "cuda" else False,
-                           "cached", gpus, recorder)
+    lanes, secs = run_mode("lanes", batch, args.backend, args.per_gpu, args.backend == "cuda", "cached", gpus,
+                           recorder)
     rows.append(summarise(f"lanes x{args.per_gpu}", batch, lanes, secs, n_gpus))
     if subset:
         index = {tag: i for i, (tag, _, _) in enumerate(batch)}

@@ -276,7 +276,7 @@ class ChildRun:
             self.marks.end()                    # writing the report is not the call's time
             return self.failed_stretch(e, where, watch, **kw)
         seconds = time.perf_counter() - start
-        self.phases["correctness_calls"] = self.phases.get("correctness_calls", 0.0) + seconds
+        self.phases["correctness_calls"] += seconds
         self.marks.end()
         done = self.verdict(where, watch, **kw)
         if done is not None:
@@ -288,7 +288,7 @@ class ChildRun:
             out_file = f"trial_{trial.index}.pt"
             t_save = time.perf_counter()
             torch.save(out.detach().to("cpu").contiguous().clone(), self.outputs / out_file)
-            self.phases["correctness_save"] = self.phases.get("correctness_save", 0.0) + time.perf_counter() - t_save
+            self.phases["correctness_save"] += time.perf_counter() - t_save
         with integ.submission_code():
             output_type = _output_type(out)
             out = None          # the submission's finalizers, if any, run watched

@@ -47,17 +47,18 @@ def _load_output(path: Path, max_bytes: int) -> torch.Tensor:
     return obj
 
 
+def _float64(ins: tuple) -> tuple:
+    return tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in ins)
+
+
 def _reference(task: TaskSpec, ins: tuple) -> torch.Tensor:
     with torch.no_grad():
-        if task.reference_in_float64:
-            ins = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in ins)
-        return task.reference(*ins)
+        return task.reference(*(_float64(ins) if task.reference_in_float64 else ins))
 
 
 def _error_bound(task: TaskSpec, ins: tuple, dtype: str) -> torch.Tensor:
     with torch.no_grad():
-        ins = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in ins)
-        return task.error_bound(ins, dtype).double().abs()
+        return task.error_bound(_float64(ins), dtype).double().abs()
 
 
 def _value(x: float) -> float | str:
