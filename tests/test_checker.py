@@ -9,6 +9,7 @@ import torch
 from kernelgym_gap.core.record import Trial
 from kernelgym_gap.core.registry import default_registry
 from kernelgym_gap.core.status import Status
+from kernelgym_gap.core.tensor_file import write_tensor
 from kernelgym_gap.judge import checker
 
 K = 4096
@@ -34,8 +35,9 @@ def cancelling_inputs(sign=None):
 
 def judge(task, out, ins, tmp_path):
     trial = Trial(index=0, shape=(1, 1, K), dtype="float16", seed=1, distribution="large", split="public")
-    path = tmp_path / "out.pt"
-    torch.save(out, path)
+    path = tmp_path / "out.tensor"
+    path.unlink(missing_ok=True)
+    write_tensor(path, out)
     return checker._judge(task, trial, path, ins, "trial 0", "cpu")
 
 

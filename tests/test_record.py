@@ -41,8 +41,8 @@ def _job(**kw):
 def _report(**kw):
     timing = ShapeTiming(shape=(16, 128), dtype="float16", split="public", kernel_ms=0.1, kernel_spread=0.01,
                          kernel_reps=50, library_ms=0.2, library_spread=0.02, library_reps=50, launches_per_call=1,
-                         programs=16, recheck_output_file="recheck_0.pt", recheck_trial=TRIAL)
-    base = dict(status=Status.OK, message="", trials=(TrialOutcome(0, "trial_0.pt", 1, 16, 0.1, "a" * 64, "a" * 64),),
+                         programs=16, recheck_output_file="recheck_0.tensor", recheck_trial=TRIAL)
+    base = dict(status=Status.OK, message="", trials=(TrialOutcome(0, "trial_0.tensor", 1, 16, 0.1, "a" * 64, "a" * 64),),
                 timings=(timing,), integrity=("none",), phases={"setup": 1.0}, device={"kind": "cuda", "sm": 132},
                 versions={"triton": "3.7.1"}, failed_trial=None, launched=(SPEC,))
     base.update(kw)

@@ -331,7 +331,7 @@ def test_symlinks_and_fifos_left_in_scratch_are_removed(tmp_path):
     out = run(tmp_path, """
         import os
         os.makedirs("outputs", exist_ok=True)
-        os.symlink("/etc/passwd", "outputs/trial_0.pt")
+        os.symlink("/etc/passwd", "outputs/trial_0.tensor")
         os.symlink("/", "rootlink")
         os.mkfifo("report.json")
         open("kept.txt", "w").write("ok")

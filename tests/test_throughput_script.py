@@ -66,3 +66,11 @@ def test_records_of_a_batch_split_over_two_calls_add_up(tmp_path):
                          for t in (10.0, 42.0)))
     (row,) = mod.from_records([a, b])
     assert row["evaluations"] == 3 and row["seconds"] == 72.0 and row["evals_per_gpu_hour"] == 150.0
+
+
+def test_held_output_values_parse_in_bytes_or_mib():
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod._held_values(None) == [None]
+    assert mod._held_values("0,4096M,1024") == [0, 4 << 30, 1024]

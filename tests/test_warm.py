@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.core.tensor_file import write_tensor
 from kernelgym_gap.judge.checker import check
 from kernelgym_gap.sandbox.child_io import backend_env
 from kernelgym_gap.core.config import EvalConfig
@@ -51,9 +52,9 @@ def _case(task, tmp_path, wrong: bool):
             out = task.reference(*ins).clone()
         if wrong:
             out = out + 1
-        torch.save(out, out_dir / f"{tr.index}.pt")
+        write_tensor(out_dir / f"{tr.index}.tensor", out)
         d = inputs_mod.digest(ins)
-        outcomes.append(TrialOutcome(index=tr.index, output_file=f"{tr.index}.pt", launches=1, programs=1,
+        outcomes.append(TrialOutcome(index=tr.index, output_file=f"{tr.index}.tensor", launches=1, programs=1,
                                      seconds=0.0, input_digest_before=d, input_digest_after=d))
     job = Job(task_id=task.id, dsl="triton", backend="cpu", source_file=str(tmp_path / "s.py"),
               outputs_dir=str(out_dir), report_file=str(tmp_path / "report.json"), trials=trials, timing=None)

@@ -4,7 +4,7 @@ pre-started submission children (prestart.ChildPool), the warm pool of one worke
 On the cuda backend every evaluation used to start `python -m kernelgym_gap.judge.checker CHECK.json`, a fresh
 process that imports torch and creates a CUDA context (4-6 s of a ~20 s step on the H200) to regenerate the
 inputs on the device and judge the child's outputs. The checker is trusted code: it never imports a
-submission, it only reads the tensors the child saved (torch.load with weights_only=True). So its process
+submission, it only reads the tensors the child saved (raw tensor files, core/tensor_file.py). So its process
 can be reused; the submission's own child stays one fresh sandboxed process per submission.
 
     with WarmChecker(gpu_index=0) as checker:              # starts `checker --serve` now, in the background

@@ -25,12 +25,14 @@ from kernelgym_gap.child import compile_modes
 from kernelgym_gap.child import integrity as integ
 from kernelgym_gap.child.failure import Failure, classify
 from kernelgym_gap.child.marks import CallMarks
+from kernelgym_gap.child.outputs import HeldOutputs
 from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.lane import LaneTimeout, hold_if_possible, inherited
 from kernelgym_gap.core.record import IMPORT_MARKER, ChildReport, Job, TrialOutcome
 from kernelgym_gap.core.status import Status
+from kernelgym_gap.core.tensor_file import output_name
 
 # Everything used once the submission is loaded is bound here, before it: a name looked up in sys.modules
 # later could be the submission's replacement.
@@ -93,6 +95,7 @@ class ChildRun:
         self.timings: tuple = ()
         self.common: dict = {}           # fields every report carries: versions, device
         self.marks = CallMarks(self.report_path.parent, job.call_bounds)   # the parent's call deadlines
+        self.held = HeldOutputs(self.outputs, job.held_output_bytes)       # written once the lanes are let go
 
     @classmethod
     def from_file(cls, job_path: Path, preimport_s: float | None = None) -> ChildRun:
@@ -285,9 +288,12 @@ class ChildRun:
         out_file, aliases = None, False
         if type(out) is torch.Tensor:
             aliases = _aliases(out, ins)
-            out_file = f"trial_{trial.index}.pt"
+            out_file = output_name("trial", trial.index)
             t_save = time.perf_counter()
-            torch.save(out.detach().to("cpu").contiguous().clone(), self.outputs / out_file)
+            try:        # a host copy, written after the lanes (child/outputs.py)
+                self.held.add(out_file, out)
+            except BaseException as e:  # noqa: BLE001 - a file over the size limit, memory
+                return self.fail(self.classify(e, f"{where}: while keeping its output for the checker"), **kw)
             self.phases["correctness_save"] += time.perf_counter() - t_save
         with integ.submission_code():
             output_type = _output_type(out)
@@ -309,7 +315,7 @@ class ChildRun:
         t = time.perf_counter()
         try:
             # one call mark per timed shape, after the correctness trials' (Job.call_bounds' order)
-            self.timings = time_submission(self.task, self.job, watched_entry, self.adapter, self.outputs,
+            self.timings = time_submission(self.task, self.job, watched_entry, self.adapter, self.held,
                                            on_shape=lambda k: self.marks.begin(len(self.job.trials) + k))
         except BaseException as e:  # noqa: BLE001
             self.marks.end()
@@ -318,13 +324,29 @@ class ChildRun:
         self.phases["timing"] = time.perf_counter() - t
         return self.verdict("while timing", timing_ops, trials=tuple(self.outcomes), timings=self.timings)
 
+    def write_outputs(self) -> int | None:
+        """Writes the outputs held for the checker (child/outputs.py), outside both of the GPU's lanes."""
+        try:
+            self.phases["outputs_write"] = self.held.write()
+        except BaseException as e:  # noqa: BLE001 - a file over the size limit, a full scratch
+            return self.fail(self.classify(e, "while writing the outputs for the checker"),
+                             trials=tuple(self.outcomes), timings=self.timings)
+        if self.held.written_at_once:
+            self.phases["outputs_written_at_once"] = float(self.held.written_at_once)
+        return None
+
     def wrap_up(self) -> int:
-        """The submission's leftovers collected under watch, a last check, and the ok report."""
+        """The submission's leftovers collected under watch, a last check, the outputs written, and the ok
+        report."""
         timings = self.timings
         self.buffers.clear()
         with integ.submission_code():
             gc.collect()
         done = self.verdict("after the last call", None, trials=tuple(self.outcomes), timings=timings)
+        if done is not None:
+            return done
+        # last: after the lanes, and after the submission's last code (its finalizers, just collected)
+        done = self.write_outputs()
         if done is not None:
             return done
         notes = "; ".join(sorted(self.adapter.log.notes))

@@ -31,6 +31,7 @@ import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.record import ShapeTiming, TimingConfig
+from kernelgym_gap.core.tensor_file import output_name
 
 
 SPIN_MS = 0.3     # longer than the host-side cost of a Triton or TileLang launch from Python
@@ -235,8 +236,10 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     return k, fields
 
 
-def time_submission(task, job, entry, adapter, outputs, on_shape=None) -> tuple[ShapeTiming, ...]:
-    """`on_shape(i)` is called as the i-th timed shape starts (run.py's call marks)."""
+def time_submission(task, job, entry, adapter, held, on_shape=None) -> tuple[ShapeTiming, ...]:
+    """`on_shape(i)` is called as the i-th timed shape starts (run.py's call marks). Each shape's recheck
+    output goes to `held` (child/outputs.HeldOutputs): a host copy, written once the exclusive lane is
+    released, not while the GPU waits for the disk."""
     cfg: TimingConfig = job.timing
     bench = Bench(cfg)
     hints = {(tuple(shape), dtype): ms for shape, dtype, ms in job.library_hint}
@@ -264,8 +267,8 @@ def time_submission(task, job, entry, adapter, outputs, on_shape=None) -> tuple[
         torch.cuda.synchronize()
         name = None
         if type(out) is torch.Tensor:
-            name = f"recheck_{trial.index}.pt"
-            torch.save(out.detach().to("cpu").contiguous().clone(), outputs / name)
+            name = output_name("recheck", trial.index)
+            held.add(name, out)
         results.append(ShapeTiming(
             shape=trial.shape, dtype=trial.dtype, split=trial.split, kernel_ms=kernel.median_ms,
             kernel_spread=kernel.spread, kernel_reps=kernel.reps, launches_per_call=launches,

@@ -11,6 +11,7 @@ REWARD_MODES = ("full", "correctness")
 REWARD_BASELINES = ("eager", "compile")      # which library time E is taken against in the reward
 COMPILE_BASELINE_MODES = ("measure", "cached", "off")
 LIBRARY_TIME_MODES = ("cached", "measure")   # the library's time: from the parent's cache (checked), or timed anew
+CPU_HELD_OUTPUT_BYTES = 512 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +140,10 @@ class EvalConfig:
     diagnosis: DiagnosisConfig = DiagnosisConfig()   # screening thresholds (judge/diagnosis.py)
     floor_tolerance: float = 0.9         # a kernel measured under this fraction of its floor is a failure
     scratch_root: str | None = None      # where per-evaluation scratch directories go (system temp by default)
+    # host memory a child holds its outputs in until it lets the GPU's lanes go, then writes them for the
+    # checker (child/outputs.py); on the cpu backend at most CPU_HELD_OUTPUT_BYTES (its memory limit is
+    # SandboxConfig.memory_bytes). 0: each output written as it comes, inside the lane.
+    held_output_bytes: int = 4 << 30
     keep_scratch: bool = False           # keep them for debugging
     gpu_index: int = 0                   # which GPU the child is pinned to on the cuda backend
     calibration_path: str | None = None  # device ceilings cache (cuda); default under ~/.cache/kernelgym_gap
@@ -154,6 +159,8 @@ class EvalConfig:
     library_cache_path: str | None = None   # that cache; default ~/.cache/kernelgym_gap/library_times.json
 
     def __post_init__(self):
+        if self.held_output_bytes < 0:
+            raise ValueError("held_output_bytes must be non-negative")
         if self.compile_baseline not in COMPILE_BASELINE_MODES:
             raise UnknownChoiceError("compile baseline mode", self.compile_baseline, COMPILE_BASELINE_MODES)
         if self.library_time not in LIBRARY_TIME_MODES:
@@ -163,3 +170,7 @@ class EvalConfig:
 
     def replace(self, **changes) -> "EvalConfig":
         return dataclasses.replace(self, **changes)
+
+    def held_output_bytes_for(self, backend: str) -> int:
+        """What a child on `backend` may hold (see held_output_bytes)."""
+        return self.held_output_bytes if backend == "cuda" else min(self.held_output_bytes, CPU_HELD_OUTPUT_BYTES)

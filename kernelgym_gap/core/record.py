@@ -190,6 +190,9 @@ class Job(_Record):
     # entry per timing trial it knows, as (shape, dtype, ms); empty: none known (cpu, or not measured yet)
     library_hint: tuple[tuple[tuple[int, ...], str, float], ...] = ()
     call_bounds: tuple[CallBound, ...] = ()     # the stage deadline of each call (empty: wall_s alone)
+    # host memory the child may hold outputs in until its lanes are released (child/outputs.py); past it an
+    # output is written as soon as it comes. 0: every output written at once.
+    held_output_bytes: int = 0
     schema: str = "kernelgym_gap.job"
     schema_version: int = SCHEMA_VERSION
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.core import tensor_file
 from kernelgym_gap.core.record import BadElement, CheckResult, ChildReport, FailureDetail, Job, Trial
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec, itemsize, numel
@@ -33,18 +34,16 @@ class _Fail(Exception):
 
 
 def _load_output(path: Path, max_bytes: int) -> torch.Tensor:
+    """The output the child wrote (core/tensor_file.py); a file the child wrote is hostile input."""
     if not path.is_file():
         raise _Fail(Status.PROTOCOL_ERROR, f"the child reported an output file it did not write ({path.name})")
     size = path.stat().st_size
-    if size > max_bytes:
+    if size > max_bytes + tensor_file.MAX_HEADER + 16:
         raise _Fail(Status.WRONG_SHAPE, f"the output file is {size} bytes, far larger than the expected output")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - a file the child wrote is hostile input
-        raise _Fail(Status.PROTOCOL_ERROR, f"output file unreadable: {type(e).__name__}: {e}") from None
-    if type(obj) is not torch.Tensor:
-        raise _Fail(Status.WRONG_TYPE, f"output is {type(obj).__name__}, not exactly torch.Tensor")
-    return obj
+        return tensor_file.read_tensor(path, max_bytes)
+    except (tensor_file.TensorFileError, OSError) as e:
+        raise _Fail(Status.PROTOCOL_ERROR, f"output file {path.name} unreadable: {e}") from None
 
 
 def _float64(ins: tuple) -> tuple:

@@ -1,0 +1,53 @@
+"""The outputs a child hands to the trusted checker (core/tensor_file.py), held in host memory until the
+GPU's lane is released.
+
+Each output is copied to the host right after its call (a private copy: the submission may overwrite the
+tensor it returned in a later call) and written to the outputs directory only after the timing, outside
+both lanes (child/run.py). On the H200 (2026-12-04) writing the correctness outputs took 1-8 s per
+evaluation (16 outputs of up to 256 MiB to an ext2 /tmp) inside the shared lane, where every other
+evaluation's timing waits for it, and each timed shape's recheck output was written inside the exclusive
+lane itself. Past `budget_bytes` held, an output is written at once, as before.
+
+The names used after the submission loads are bound at import; this module is among
+child.snapshots.HARNESS_MODULES.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from kernelgym_gap.core.tensor_file import host_copy, write_tensor
+
+_clock = time.perf_counter
+
+
+class HeldOutputs:
+    def __init__(self, directory: Path, budget_bytes: int):
+        self.directory = Path(directory)
+        self.budget_bytes = max(int(budget_bytes), 0)
+        self.held: list[tuple[str, torch.Tensor]] = []
+        self.held_bytes = 0
+        self.written_at_once = 0        # outputs written when they came (the budget was full)
+
+    def add(self, name: str, t: torch.Tensor) -> None:
+        """Keeps a host copy of `t` under `name`, or writes it now when the budget has no room for it."""
+        copy = host_copy(t)
+        size = copy.numel() * copy.element_size()
+        if self.held_bytes + size > self.budget_bytes:
+            write_tensor(self.directory / name, copy)
+            self.written_at_once += 1
+            return
+        self.held.append((name, copy))
+        self.held_bytes += size
+
+    def write(self) -> float:
+        """Writes every held output; the seconds it took."""
+        t = _clock()
+        while self.held:
+            name, copy = self.held.pop(0)
+            self.held_bytes -= copy.numel() * copy.element_size()
+            write_tensor(self.directory / name, copy)
+            del copy
+        return _clock() - t

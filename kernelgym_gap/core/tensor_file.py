@@ -1,0 +1,150 @@
+"""The file in which a child hands one output tensor to the trusted checker: a short header (magic, dtype,
+shape) and the tensor's bytes, nothing else.
+
+Until 2026-12-04 outputs went through torch.save and torch.load(weights_only=True). A raw file is cheaper
+(no zip container, no CRC over every byte, no defensive clone: `scripts/handoff_bench.py`) and simpler to
+read safely: the checker parses a bounded header, allows a fixed list of dtypes and checks that the file's
+size is exactly what the header implies, so a file the child forged (it can: same uid, its own scratch)
+is rejected before a byte of data is read, and no unpickler ever sees it.
+
+Layout: MAGIC, a 4-byte little-endian header length, the header (JSON {"dtype": "float16", "shape": [..]}),
+then numel x itemsize bytes in the tensor's row-major order, native (little-endian) byte order.
+
+The child uses `write_tensor` after the submission has run: the names it needs are bound at import, and
+this module is among child.snapshots.HARNESS_MODULES.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import struct
+
+import torch
+
+MAGIC = b"KGGT\x01"
+MAX_HEADER = 4096
+MAX_DIMS = 16
+SUFFIX = ".tensor"
+DTYPES = {name: getattr(torch, name) for name in (
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
+    "complex64", "complex128")}
+_NAMES = {v: k for k, v in DTYPES.items()}
+
+_open, _write, _close, _fstat, _read = os.open, os.write, os.close, os.fstat, os.read
+_W_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+_R_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_CHUNK = 1 << 30          # os.write of more than ~2 GiB at once is not portable
+
+
+class TensorFileError(ValueError):
+    """The file is not a tensor file this module wrote, or not one consistent with its own header."""
+
+
+def host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous cpu tensor that shares no memory with `t`: what is written later must be what `t` held
+    now, even if its owner (the submission) overwrites `t` in a later call."""
+    return t.detach().to("cpu", copy=True).contiguous()
+
+
+def _bytes_view(t: torch.Tensor):
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def write_tensor(path: str | os.PathLike, t: torch.Tensor) -> int:
+    """Writes `t` (any device; copied to the host if needed) to a new file at `path`; the bytes written."""
+    if t.dtype not in _NAMES:
+        raise TensorFileError(f"dtype {t.dtype} has no tensor-file encoding")
+    t = t.detach()
+    if t.device.type != "cpu" or not t.is_contiguous():
+        t = t.to("cpu").contiguous()
+    header = json.dumps({"dtype": _NAMES[t.dtype], "shape": list(t.shape)}).encode()
+    data = _bytes_view(t) if t.numel() else memoryview(b"")
+    fd = _open(os.fspath(path), _W_FLAGS, 0o644)
+    try:
+        _write_all(fd, MAGIC + struct.pack("<I", len(header)) + header)
+        for start in range(0, len(data), _CHUNK):
+            _write_all(fd, data[start:start + _CHUNK])
+    finally:
+        _close(fd)
+    return len(data)
+
+
+def _write_all(fd: int, buf) -> None:
+    view = memoryview(buf)
+    while view:
+        n = _write(fd, view)
+        view = view[n:]
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    parts, got = [], 0
+    while got < n:
+        chunk = _read(fd, n - got)
+        if not chunk:
+            raise TensorFileError(f"the file ends {n - got} bytes early")
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def _parse_header(raw: bytes) -> tuple[torch.dtype, tuple[int, ...]]:
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise TensorFileError("the header is not JSON") from None
+    if not isinstance(header, dict) or set(header) != {"dtype", "shape"}:
+        raise TensorFileError("the header must hold exactly 'dtype' and 'shape'")
+    dtype, shape = header["dtype"], header["shape"]
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise TensorFileError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
+    if (not isinstance(shape, list) or len(shape) > MAX_DIMS
+            or not all(type(d) is int and 0 <= d < 1 << 48 for d in shape)):
+        raise TensorFileError(f"shape {shape!r} is not a list of at most {MAX_DIMS} non-negative ints")
+    return DTYPES[dtype], tuple(shape)
+
+
+def read_tensor(path: str | os.PathLike, max_bytes: int) -> torch.Tensor:
+    """The tensor in `path`: a regular file (a link is not followed, a FIFO cannot block), a valid header, a
+    data size of at most `max_bytes` and exactly the header's numel x itemsize. Raises TensorFileError
+    (or OSError when the file cannot be opened)."""
+    fd = _open(os.fspath(path), _R_FLAGS)
+    try:
+        st = _fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TensorFileError("not a regular file")
+        os.set_blocking(fd, True)
+        head = _read_exact(fd, len(MAGIC) + 4)
+        if head[:len(MAGIC)] != MAGIC:
+            raise TensorFileError("not a tensor file (bad magic)")
+        (header_len,) = struct.unpack("<I", head[len(MAGIC):])
+        if header_len > MAX_HEADER:
+            raise TensorFileError(f"a header of {header_len} bytes (at most {MAX_HEADER})")
+        dtype, shape = _parse_header(_read_exact(fd, header_len))
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        if nbytes > max_bytes:
+            raise TensorFileError(f"the header declares {nbytes} bytes of data, over the {max_bytes} expected")
+        data_at = len(MAGIC) + 4 + header_len
+        if st.st_size != data_at + nbytes:
+            raise TensorFileError(f"the file holds {st.st_size - data_at} bytes of data, the header declares "
+                                  f"{nbytes}")
+        flat = torch.empty(nbytes, dtype=torch.uint8)
+        if nbytes:
+            # pages faulted in by a memset first, not one by one inside the read: 0.15 s against 0.19 s for
+            # 256 MiB on the 2-core CI host (scripts/handoff_bench.py)
+            flat.zero_()
+            view, done = memoryview(flat.numpy()), 0
+            while done < nbytes:
+                n = os.readv(fd, [view[done:done + _CHUNK]])
+                if n == 0:
+                    raise TensorFileError("the file shrank while it was read")
+                done += n
+    finally:
+        _close(fd)
+    return flat.view(dtype).reshape(shape)
+
+
+def output_name(kind: str, index: int) -> str:
+    """The file name of an output: `trial_3.tensor`, `recheck_3.tensor`."""
+    return f"{kind}_{index}{SUFFIX}"

@@ -1,0 +1,32 @@
+"""The child's held outputs (child/outputs.py): kept as private host copies until written, within a budget."""
+import torch
+
+from kernelgym_gap.child.outputs import HeldOutputs
+from kernelgym_gap.core.tensor_file import read_tensor
+
+
+def test_outputs_are_held_until_written_and_keep_what_the_call_returned(tmp_path):
+    held = HeldOutputs(tmp_path, budget_bytes=1 << 20)
+    returned = torch.arange(8.0)
+    held.add("trial_0.tensor", returned)
+    returned.fill_(-1)                       # the submission reuses its buffer in the next call
+    assert not (tmp_path / "trial_0.tensor").exists() and held.held_bytes == 32
+    assert held.write() >= 0
+    assert torch.equal(read_tensor(tmp_path / "trial_0.tensor", 1 << 20), torch.arange(8.0))
+    assert held.held == [] and held.held_bytes == 0 and held.written_at_once == 0
+
+
+def test_past_the_budget_an_output_is_written_at_once(tmp_path):
+    held = HeldOutputs(tmp_path, budget_bytes=40)
+    held.add("a.tensor", torch.zeros(8))          # 32 bytes: held
+    held.add("b.tensor", torch.zeros(8))          # 64 > 40: written now
+    assert not (tmp_path / "a.tensor").exists() and (tmp_path / "b.tensor").exists()
+    assert held.written_at_once == 1
+    held.write()
+    assert (tmp_path / "a.tensor").exists()
+
+
+def test_a_zero_budget_writes_everything_as_it_comes(tmp_path):
+    held = HeldOutputs(tmp_path, budget_bytes=0)
+    held.add("a.tensor", torch.zeros(1))
+    assert (tmp_path / "a.tensor").exists() and held.held == []

@@ -1,0 +1,86 @@
+"""The output hand-off file (core/tensor_file.py): what the child writes comes back bit for bit, and a file
+forged in the child's scratch is rejected by its header and size before any data is read."""
+import json
+import os
+import struct
+
+import pytest
+import torch
+
+from kernelgym_gap.core import tensor_file as tf
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "int64", "bool", "uint8"])
+def test_a_tensor_comes_back_bit_for_bit(tmp_path, dtype):
+    t = (torch.randn(3, 5, 7) * 100).to(getattr(torch, dtype))
+    n = tf.write_tensor(tmp_path / "a.tensor", t)
+    back = tf.read_tensor(tmp_path / "a.tensor", max_bytes=n)
+    assert back.dtype == t.dtype and back.shape == t.shape
+    assert torch.equal(back.view(torch.uint8) if dtype != "bool" else back, t.view(torch.uint8) if dtype != "bool" else t)
+
+
+def test_non_finite_values_scalars_empty_and_strided_tensors(tmp_path):
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0], dtype=torch.bfloat16)
+    cases = {"special": special, "scalar": torch.tensor(2.5), "empty": torch.empty(0, 4),
+             "strided": torch.arange(24.0).reshape(4, 6).t()[1:, ::2]}
+    for name, t in cases.items():
+        tf.write_tensor(tmp_path / name, t)
+        back = tf.read_tensor(tmp_path / name, max_bytes=1 << 20)
+        assert back.shape == t.shape and back.dtype == t.dtype
+        assert torch.equal(back.view(torch.int16) if name == "special" else back,
+                           t.view(torch.int16) if name == "special" else t)
+
+
+def test_the_host_copy_is_private():
+    """Held outputs must keep what the call returned even if the submission overwrites its tensor later."""
+    t = torch.ones(4)
+    copy = tf.host_copy(t)
+    t.fill_(7)
+    assert torch.equal(copy, torch.ones(4))
+
+
+def _forge(path, header, data=b"", magic=tf.MAGIC, header_len=None):
+    raw = json.dumps(header).encode() if isinstance(header, dict) else header
+    with open(path, "wb") as f:
+        f.write(magic + struct.pack("<I", len(raw) if header_len is None else header_len) + raw + data)
+
+
+@pytest.mark.parametrize("forged, words", [
+    (dict(header={"dtype": "float32", "shape": [4]}, magic=b"PK\x03\x04\x00"), "bad magic"),
+    (dict(header=b"{not json"), "not JSON"),
+    (dict(header={"dtype": "object", "shape": [1]}), "not one of"),
+    (dict(header={"dtype": "float32", "shape": [-1]}), "non-negative"),
+    (dict(header={"dtype": "float32", "shape": [1.5]}), "non-negative"),
+    (dict(header={"dtype": "float32", "shape": [1], "pickle": "x"}), "exactly"),
+    (dict(header={"dtype": "float32", "shape": [1 << 40]}), "over the"),
+    (dict(header={"dtype": "float32", "shape": [4]}, data=b"\0" * 12), "holds 12 bytes"),
+    (dict(header={"dtype": "float32", "shape": [4]}, data=b"\0" * 20), "holds 20 bytes"),
+    (dict(header={"dtype": "float32", "shape": [1]}, header_len=1 << 30), "at most"),
+    (dict(header={"dtype": "float32", "shape": [1]}, header_len=200), "ends"),
+])
+def test_a_forged_file_is_rejected_with_the_reason(tmp_path, forged, words):
+    _forge(tmp_path / "f", **forged)
+    with pytest.raises(tf.TensorFileError, match=words):
+        tf.read_tensor(tmp_path / "f", max_bytes=1 << 20)
+
+
+def test_a_pickle_written_by_torch_save_is_not_read(tmp_path):
+    torch.save(torch.ones(3), tmp_path / "old.pt")
+    with pytest.raises(tf.TensorFileError, match="bad magic"):
+        tf.read_tensor(tmp_path / "old.pt", max_bytes=1 << 20)
+
+
+def test_links_and_fifos_are_not_followed_or_waited_on(tmp_path):
+    tf.write_tensor(tmp_path / "real", torch.ones(2))
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    with pytest.raises(OSError):
+        tf.read_tensor(tmp_path / "link", max_bytes=1 << 20)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(tf.TensorFileError, match="regular"):
+        tf.read_tensor(tmp_path / "fifo", max_bytes=1 << 20)
+
+
+def test_an_existing_file_is_not_overwritten(tmp_path):
+    (tmp_path / "a").write_text("there")
+    with pytest.raises(FileExistsError):
+        tf.write_tensor(tmp_path / "a", torch.ones(1))
