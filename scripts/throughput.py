@@ -4,8 +4,8 @@
     python scripts/throughput.py --backend cpu --tasks AddReLU,RowSum,LayerNorm --serial 0 ...
     python scripts/throughput.py --backend cuda --env-steps Softmax,LayerNorm,GELU ...   # + warm env.step p50
     python scripts/throughput.py --from-records results/.../throughput_records.jsonl     # a run cut short
-    python scripts/throughput.py --backend cuda --serial 0 --held-output-bytes 0,4096M ...  # outputs written
-                                                                  # inside the lanes (0) vs after them, side by side
+    python scripts/throughput.py --backend cuda --serial 0 --variant held_output_bytes=0 --variant '' \
+        --variant timed_shapes=2 ...      # the lanes mode once per variant of EvalConfig, side by side
 
 The batch: every Triton reference solution of the suite (optimized and slow; `--tasks` to restrict, `--max N`
 to take N of them spread over the tasks), plus failing and hostile fixtures (tests/fixtures: a syntax error, a
@@ -80,16 +80,17 @@ def make_batch(tasks: list[str] | None, max_n: int | None, backend: str, fixture
 
 
 def run_mode(name: str, batch, backend: str, per_gpu: int, warm: bool, library_time: str, gpus, recorder: Path,
-             held_output_bytes: int | None = None):
+             overrides: dict | None = None):
     from kernelgym_gap.api.batch import evaluate_many
     from kernelgym_gap.core.config import EvalConfig
     # compile_baseline "cached": the torch.compile baseline is a once-per-device cost (seconds per shape, then
     # cached); it cost the first device run most of its serial budget (2026-12-04), so neither mode pays it
     config = EvalConfig(trial_seed=20261204, library_time=library_time, compile_baseline="cached")
-    if held_output_bytes is not None:
-        config = config.replace(held_output_bytes=held_output_bytes)
+    if overrides:
+        config = config.replace(**overrides)
     print(f"{name}: {len(batch)} evaluations, per_gpu={per_gpu}, warm={warm}, library_time={library_time}, "
-          f"held_output_bytes={config.held_output_bytes}", file=sys.stderr, flush=True)
+          f"held_output_bytes={config.held_output_bytes}, timed_shapes={config.timed_shapes}",
+          file=sys.stderr, flush=True)
     def progress(n, total, what):
         print(f"  {name} {n}/{total} {time.perf_counter() - t0:.0f}s {what}", file=sys.stderr, flush=True)
 
@@ -219,11 +220,18 @@ def table(rows) -> str:
     return "\n".join(out + ["  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in cells])
 
 
-def _held_values(text: str | None) -> list[int | None]:
-    """`--held-output-bytes`: [None] (the config's default) or each value in bytes ("512M", "0", "4294967296")."""
-    if not text:
-        return [None]
-    return [int(v[:-1]) << 20 if v.upper().endswith("M") else int(v) for v in text.split(",") if v]
+VARIANT_FIELDS = {"held_output_bytes": int, "timed_shapes": int}
+
+
+def parse_variant(text: str) -> dict:
+    """`--variant`: "held_output_bytes=0,timed_shapes=2" -> EvalConfig overrides ({} for ""); sizes may end in M."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        if key not in VARIANT_FIELDS:
+            raise SystemExit(f"--variant: {key!r} is not one of {sorted(VARIANT_FIELDS)}")
+        out[key] = int(value[:-1]) << 20 if value.upper().endswith("M") else VARIANT_FIELDS[key](value)
+    return out
 
 
 def main(argv=None) -> int:
@@ -241,10 +249,10 @@ def main(argv=None) -> int:
                     help="comma-separated tasks whose optimized Triton solution is stepped twice through a warm "
                          "KernelEnv after the batch (the p50 env.step goal); default none")
     ap.add_argument("--think", type=float, default=3.0, help="seconds before each env.step (the agent's turn)")
-    ap.add_argument("--held-output-bytes", default=None,
-                    help="comma-separated EvalConfig.held_output_bytes values (MiB with an M suffix): the lanes mode "
-                         "runs once per value, side by side (0: each output written inside the lane, as before "
-                         "2026-12-04; default: the config's)")
+    ap.add_argument("--variant", action="append", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
+                    help="the lanes mode once more with these EvalConfig fields (held_output_bytes, timed_shapes; "
+                         "'' for the defaults), side by side; repeatable. held_output_bytes=0 writes each output "
+                         "inside the lane, as before 2026-12-04")
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--from-records", metavar="JSONL", nargs="+",
                     help="evaluate nothing: the table from the records files of earlier runs (cut short, or one "
@@ -273,10 +281,11 @@ def main(argv=None) -> int:
         rows.append(summarise("serial", subset, serial, secs, n_gpus))
         # kept even if the lanes half does not finish (a device call has a hard limit)
         (out / "throughput_serial_partial.json").write_text(json.dumps(rows[0], indent=1) + "\n")
-    for held in _held_values(args.held_output_bytes):
-        suffix = "" if held is None else f" held={held >> 20}M"
+    for variant in args.variant or [""]:
+        overrides = parse_variant(variant)
+        suffix = f" [{variant}]" if overrides else ""
         lanes, secs = run_mode("lanes" + suffix, batch, args.backend, args.per_gpu, args.backend == "cuda", "cached",
-                               gpus, recorder, held)
+                               gpus, recorder, overrides)
         rows.append(summarise(f"lanes x{args.per_gpu}{suffix}", batch, lanes, secs, n_gpus))
     if subset:
         index = {tag: i for i, (tag, _, _) in enumerate(batch)}

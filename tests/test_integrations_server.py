@@ -133,3 +133,14 @@ def test_dataset_rows_for_each_trainer():
     assert set(dd["test"]["task"]) == {"GELU"} and "GELU" not in dd["train"]["task"]
     v = verl_rows(tasks=["GELU"], dsls=["triton"], backend="cpu")[0]
     assert v["extra_info"]["task"] == "GELU" and v["data_source"] == "kernelgym_gap/GELU-v0"
+
+
+def test_serve_reward_maps_timed_shapes_into_the_config():
+    import argparse
+
+    from kernelgym_gap.cli.options import eval_config
+    from kernelgym_gap.integrations.reward_server import add_commands
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers())
+    assert eval_config(parser.parse_args(["serve-reward", "--timed-shapes", "2"])).timed_shapes == 2
+    assert eval_config(parser.parse_args(["serve-reward"])).timed_shapes is None

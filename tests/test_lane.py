@@ -245,3 +245,10 @@ def test_auto_is_one_lane_directory_per_user_and_host():
     path = resolve("auto")
     assert path == resolve("auto") and str(os.getuid()) in os.path.basename(path)
     assert resolve(None) is None and resolve("/x/y") == "/x/y"
+
+
+def test_where_outputs_wait_is_not_part_of_the_cache_key_and_what_is_timed_is():
+    from kernelgym_gap.store.cache_key import settings_hash
+    base = EvalConfig(trial_seed=0)
+    assert settings_hash(base) == settings_hash(base.replace(held_output_bytes=0))
+    assert settings_hash(base) != settings_hash(base.replace(timed_shapes=2))

@@ -15,7 +15,8 @@ SCRIPT = ROOT / "scripts" / "throughput.py"
 @pytest.mark.timeout(300)
 def test_cpu_run_writes_the_table_the_json_and_the_records(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--tasks", "AddReLU", "--max", "3",
-                           "--fixtures", "fast", "--serial", "2", "--per-gpu", "2", "--out", str(tmp_path)],
+                           "--fixtures", "fast", "--serial", "2", "--per-gpu", "2", "--out", str(tmp_path),
+                           "--variant", "held_output_bytes=0", "--variant", ""],
                           capture_output=True, text=True, timeout=280, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(next(tmp_path.glob("throughput_cpu_*.json")).read_text())
@@ -25,10 +26,11 @@ def test_cpu_run_writes_the_table_the_json_and_the_records(tmp_path):
         "failures/syntax_error.py", "failures/out_of_memory.py", "failures/crash.py", "hostile/segfault.py",
         "failures/mismatch.py")]
     assert out["fixtures_unexpected"] == []
-    assert [m["mode"] for m in out["modes"]] == ["serial", "lanes x2"]
+    assert [m["mode"] for m in out["modes"]] == ["serial", "lanes x2 [held_output_bytes=0]", "lanes x2"]
     assert out["agreement"]["compared"] == 2 and out["agreement"]["same_status"] == 2
     records = [json.loads(x) for x in (tmp_path / "throughput_records.jsonl").read_text().splitlines()]
     assert sum(r["mode"] == "serial" for r in records) == 2 and sum(r["mode"] == "lanes" for r in records) == 5
+    assert sum(r["mode"] == "lanes [held_output_bytes=0]" for r in records) == 5
     assert all(r["status"] != "ok" and r["message"] and "total" in r["latency"] for r in records)
     assert (tmp_path / "throughput_serial_partial.json").is_file()
     assert "== throughput, cpu" in proc.stdout and proc.stdout.rstrip().splitlines()[-1].startswith("lanes x2")
@@ -37,7 +39,8 @@ def test_cpu_run_writes_the_table_the_json_and_the_records(tmp_path):
                            capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert again.returncode == 0, again.stderr
     lines = again.stdout.splitlines()
-    assert lines[-2].split()[:2] == ["serial", "2"] and lines[-1].split()[:2] == ["lanes", "5"]
+    assert [line.split()[0] for line in lines[-3:]] == ["serial", "lanes", "lanes"]
+    assert lines[-1].split()[:2] == ["lanes", "5"] and "held_output_bytes=0" in lines[-2]
 
 
 def test_the_table_from_records_counts_what_completed(tmp_path):
@@ -68,9 +71,12 @@ def test_records_of_a_batch_split_over_two_calls_add_up(tmp_path):
     assert row["evaluations"] == 3 and row["seconds"] == 72.0 and row["evals_per_gpu_hour"] == 150.0
 
 
-def test_held_output_values_parse_in_bytes_or_mib():
+def test_a_variant_is_a_set_of_config_overrides():
     spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
     mod = __import__("importlib.util").util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod._held_values(None) == [None]
-    assert mod._held_values("0,4096M,1024") == [0, 4 << 30, 1024]
+    assert mod.parse_variant("") == {}
+    assert mod.parse_variant("held_output_bytes=4096M,timed_shapes=2") == {"held_output_bytes": 4 << 30,
+                                                                          "timed_shapes": 2}
+    with pytest.raises(SystemExit, match="not one of"):
+        mod.parse_variant("wall_s=3")

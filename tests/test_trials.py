@@ -45,3 +45,25 @@ def test_trials_are_reproducible_with_a_fixed_seed():
     a, b = trial_rng(cfg), trial_rng(cfg)
     assert make_trials(task, "cpu", cfg, a) == make_trials(task, "cpu", cfg, b)
     assert make_timing_trials(task, cfg, a) == make_timing_trials(task, cfg, b)
+
+
+def test_timed_shapes_spreads_a_subset_over_splits_and_keeps_every_dtype():
+    task = default_registry().get("Softmax")          # 2 public and 2 held-out shapes, 2 dtypes
+    every = list(cases(task, "cuda"))
+    shapes = list(dict.fromkeys((s, sh) for s, sh, _ in every))
+    for n, expect in ((1, [shapes[0]]), (2, [shapes[0], shapes[-1]]), (3, [shapes[0], shapes[1], shapes[3]])):
+        trials = make_timing_trials(task, EvalConfig(timed_shapes=n), random.Random(1))
+        assert list(dict.fromkeys((t.split, t.shape) for t in trials)) == expect
+        assert len(trials) == n * len(task.workload("cuda").dtypes)
+    assert len(make_timing_trials(task, EvalConfig(timed_shapes=99), random.Random(1))) == len(every)
+    with pytest.raises(ValueError, match="timed_shapes"):
+        EvalConfig(timed_shapes=0)
+
+
+def test_the_timed_subset_is_the_same_on_every_evaluation():
+    task = default_registry().get("LayerNorm")
+    cfg = EvalConfig(timed_shapes=2)
+    a = make_timing_trials(task, cfg, random.Random(1))
+    b = make_timing_trials(task, cfg, random.Random(2))
+    assert [(t.split, t.shape, t.dtype) for t in a] == [(t.split, t.shape, t.dtype) for t in b]
+    assert {t.split for t in a} == {"public", "heldout"}

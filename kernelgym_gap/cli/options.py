@@ -49,7 +49,8 @@ def add_dsl(p) -> None:
 
 
 def eval_config(args):
-    """The EvalConfig that `--seed`, `--reward-mode` and `--gpu` ask for (defaults for flags a command lacks)."""
+    """The EvalConfig that `--seed`, `--reward-mode`, `--gpu` and `--timed-shapes` ask for (defaults for flags a
+    command lacks)."""
     from kernelgym_gap.core.config import EvalConfig
     from kernelgym_gap.judge.reward import RewardConfig
     cfg = EvalConfig()
@@ -60,6 +61,8 @@ def eval_config(args):
         changes["reward"] = RewardConfig(mode=args.reward_mode)
     if getattr(args, "gpu", None) is not None:
         changes["gpu_index"] = args.gpu
+    if getattr(args, "timed_shapes", None) is not None:
+        changes["timed_shapes"] = args.timed_shapes
     return cfg.replace(**changes) if changes else cfg
 
 

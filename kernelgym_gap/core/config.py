@@ -131,6 +131,11 @@ class DiagnosisConfig:
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
     seeds_per_shape: int = 2             # trials per (shape, dtype), each with its own seed and distribution
+    # shapes timed on cuda (engine/trials.timed_cases): None, every public and held-out shape in every dtype
+    # (8-10 per task, 0.3-0.5 s each in the exclusive timing lane on the H200); n, that many, evenly spread
+    # and the same on every evaluation: an RL trainer's throughput knob. E is then the geometric mean over
+    # those shapes only, so compare records timed with the same setting (the record lists its shapes).
+    timed_shapes: int | None = None
     trial_seed: int | None = None        # None: fresh random seeds every evaluation (hard to cache against)
     max_source_bytes: int = 256 * 1024
     max_child_output_bytes: int = 16 << 20   # a child printing more than this fails (output_too_large)
@@ -159,6 +164,8 @@ class EvalConfig:
     library_cache_path: str | None = None   # that cache; default ~/.cache/kernelgym_gap/library_times.json
 
     def __post_init__(self):
+        if self.timed_shapes is not None and self.timed_shapes < 1:
+            raise ValueError("timed_shapes must be None (every shape) or at least 1")
         if self.held_output_bytes < 0:
             raise ValueError("held_output_bytes must be non-negative")
         if self.compile_baseline not in COMPILE_BASELINE_MODES:

@@ -243,6 +243,8 @@ def add_commands(sub) -> None:
                    help="full: correctness then speed; correctness: 1 for a correct kernel (default: full)")
     s.add_argument("--seed", type=int, help="seed the generator of the trial seeds (default: fresh random seeds)")
     s.add_argument("--gpu", type=int, help="GPU index for the cuda backend (default: the first visible GPU)")
+    s.add_argument("--timed-shapes", type=int, help="cuda: time this many of each task's shapes (evenly spread, "
+                                                    "held-out ones included from 2; default: all of them)")
     s.set_defaults(func=cmd_serve_reward)
 
 
