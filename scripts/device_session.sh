@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The device runs still owed (docs/measurement.md, "Device runs still to make"), one step per `run` call of
+# the lent H200 (a call may last 600 s; the machine goes back 30 s after one). Each step writes under $OUT and
+# stops itself (`timeout`) early enough for its files to come back. Run from the repository's root:
+#
+#   call 1, carry [".whl1"]:  bash scripts/device_session.sh setup1
+#   call 2, carry [".whl2"]:  bash scripts/device_session.sh setup2 swiglu handoff
+#   then, one or two per call: replay (resumes), throughput, slow, throughput-full, gpu-tests
+#
+# Steps, with what each settles:
+#   setup1 / setup2   the wheels of ../shared/device/fetch_wheels.sh installed into /tmp/site
+#   swiglu            #17/#14: LinearSwiGLU v1's status, E, U and fidelity rows (~90 s)
+#   handoff           #15: the output hand-off, torch.save vs the raw tensor file, on this host (~40 s)
+#   throughput        #15: the light batch, outputs written inside the lanes vs after them, and 2 timed
+#                     shapes, side by side (--variant), with the warm env.step (~420 s)
+#   replay            #20: the replay agent over the corpus; resumes from /tmp/kgg_bench.sqlite3; copies
+#                     the store with sqlite's backup API and writes the report when it is complete
+#   slow              #14: fidelity rows for the slow solutions, each capped (--cap-ms)
+#   throughput-full   #15: the full mix (attention and convolution first), records kept per evaluation
+#   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines
+set -uo pipefail
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+STEP_S=${STEP_S:-540}          # a step's own limit: the call's 600 s less the time to send $OUT back
+DB=${DB:-/tmp/kgg_bench.sqlite3}
+BACKEND=${BACKEND:-cuda}       # replay only: cpu to try the step here
+TASKS=${TASKS:-all}
+
+install_wheels() {   # $1: the carried folder
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$1"/*.whl >/dev/null 2>&1 \
+    || { echo "installing $1 failed"; return 1; }
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, \
+torch.cuda.get_device_name(0))"
+}
+
+copy_store() {
+  python3 - "$DB" "$OUT/bench_store.sqlite3" <<'EOF'
+import sqlite3, sys
+src, dst = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])
+src.backup(dst)          # a consistent copy, -wal included
+dst.close(); src.close()
+print("store copied to", sys.argv[2])
+EOF
+}
+
+for step in "$@"; do
+  echo "== $step ($(date -u +%H:%M:%S))"
+  case $step in
+    setup1) install_wheels .whl1 ;;
+    setup2) install_wheels .whl2 && python3 -c "import tilelang; print('tilelang', tilelang.__version__)" ;;
+    swiglu)
+      timeout "$STEP_S" python3 scripts/fidelity.py --kinds optimized --only LinearSwiGLU --compile-for none \
+        --out "$OUT" --gap-out "$OUT/gap_swiglu" 2>&1 | tail -40 ;;
+    handoff)
+      timeout 120 python3 scripts/handoff_bench.py --reps 3 --json "$OUT/handoff_h200.json" 2>/dev/null ;;
+    throughput)
+      timeout "$STEP_S" python3 scripts/throughput.py --backend cuda \
+        --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 12 --fixtures none --serial 3 --per-gpu 4 \
+        --variant held_output_bytes=0 --variant "" --variant timed_shapes=2 --env-steps Softmax,LayerNorm \
+        --out "$OUT" 2>&1 | tail -30 ;;
+    replay)
+      timeout "$STEP_S" python3 -m kernelgym_gap.cli.main bench --agent replay --tasks "$TASKS" \
+        --backend "$BACKEND" --samples 1 --steps 1 --name replay-h200 --db "$DB" --out "$OUT/bench" 2>&1 | tail -15
+      copy_store
+      python3 -m kernelgym_gap.cli.main bench report replay-h200 --db "$DB" --json > "$OUT/bench_replay.json" \
+        2>"$OUT/bench_report.err" ;;
+    slow)
+      timeout "$STEP_S" python3 scripts/fidelity.py --kinds slow --cap-ms 50 --deadline-s $((STEP_S - 90)) \
+        --compile-for none --out "$OUT" 2>&1 | tail -40 ;;
+    throughput-full)
+      timeout "$STEP_S" python3 scripts/throughput.py --backend cuda --max 64 --serial 0 --per-gpu 4 \
+        --out "$OUT" 2>&1 | tail -30 ;;
+    gpu-tests)
+      timeout "$STEP_S" python3 -m pytest -q -m gpu tests/test_gpu.py \
+        -k "library_time or hopeless or tight_call or lanes" 2>&1 | tail -15 ;;
+    *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
+  esac
+done
