@@ -88,6 +88,10 @@ class TaskSpec:
     # error a correct float32-accumulating kernel may reach at each element beyond atol + rtol |expected|.
     # Its docstring says how it is derived (shown in the contract). None: the tolerance alone decides.
     error_bound: Callable[..., Any] | None = None
+    # The checker's float64 reference where the reference's own float64 call would not fit the GPU (attention's
+    # math backend materialises [B, H, S, S] float64 scores): the same values computed in pieces
+    # (core/reference_parts.py). The library timed for E is always `reference` itself. None: `reference`.
+    float64_reference: Callable[..., Any] | None = None
     # The distribution the kernel and the library are timed on: what the task's real data looks like. The
     # others are correctness stress inputs only (a library's speed can depend on the values: torch's
     # softmax is 2.4x slower on std-30 inputs than on normal ones, so timing on them inflates E).
@@ -159,6 +163,7 @@ class TaskSpec:
             "distributions": list(self.distributions), "timed_distribution": self.timed_distribution,
             "reference_in_float64": self.reference_in_float64, "baselines": list(self.baselines),
             "error_bound": inspect.cleandoc(self.error_bound.__doc__ or "") if self.error_bound else None,
+            "float64_reference_in_parts": self.float64_reference is not None,
             "changelog": list(self.changelog),
             "solutions": [{"file": s.file, "dsl": s.dsl, "kind": s.kind, "defect": s.defect, "note": s.note,
                            "cpu_status": s.cpu_status} for s in self.solutions],

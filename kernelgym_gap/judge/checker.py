@@ -52,7 +52,9 @@ def _float64(ins: tuple) -> tuple:
 
 def _reference(task: TaskSpec, ins: tuple) -> torch.Tensor:
     with torch.no_grad():
-        return task.reference(*(_float64(ins) if task.reference_in_float64 else ins))
+        if not task.reference_in_float64:
+            return task.reference(*ins)
+        return (task.float64_reference or task.reference)(*_float64(ins))
 
 
 def _error_bound(task: TaskSpec, ins: tuple, dtype: str) -> torch.Tensor:
