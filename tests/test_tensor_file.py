@@ -84,3 +84,23 @@ def test_an_existing_file_is_not_overwritten(tmp_path):
     (tmp_path / "a").write_text("there")
     with pytest.raises(FileExistsError):
         tf.write_tensor(tmp_path / "a", torch.ones(1))
+
+
+def test_a_float8_output_reaches_the_checker_and_is_named_a_wrong_dtype(tmp_path):
+    """A kernel returning float8 instead of float16: the file carries it, the checker says wrong_dtype."""
+    import random
+
+    from kernelgym_gap.core import inputs as inputs_mod
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.core.status import Status
+    from kernelgym_gap.engine.trials import make_trials
+    from kernelgym_gap.judge import checker
+    task = default_registry().get("GELU")
+    trial = next(t for t in make_trials(task, "cpu", EvalConfig(seeds_per_shape=1), random.Random(0))
+                 if t.dtype == "float16")
+    ins = inputs_mod.make_trial_inputs(task, trial, "cpu")
+    tf.write_tensor(tmp_path / "o", task.reference(*ins).to(torch.float8_e4m3fn))
+    with pytest.raises(checker._Fail) as e:
+        checker._judge(task, trial, tmp_path / "o", ins, "trial 0", "cpu")
+    assert e.value.status is Status.WRONG_DTYPE and "float8_e4m3fn" in e.value.message

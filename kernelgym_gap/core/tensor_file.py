@@ -27,9 +27,12 @@ MAGIC = b"KGGT\x01"
 MAX_HEADER = 4096
 MAX_DIMS = 16
 SUFFIX = ".tensor"
+# every whole-byte dtype a kernel might return, so that a wrong one reaches the checker and is named there
+# (`wrong_dtype`); those an older torch lacks are left out
 DTYPES = {name: getattr(torch, name) for name in (
-    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
-    "complex64", "complex128")}
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+    "uint64", "bool", "complex32", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+    "float8_e5m2fnuz", "float8_e8m0fnu") if isinstance(getattr(torch, name, None), torch.dtype)}
 _NAMES = {v: k for k, v in DTYPES.items()}
 
 _open, _write, _close, _fstat, _read = os.open, os.write, os.close, os.fstat, os.read
