@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -63,6 +64,10 @@ def run(dirs: list[Path], mibs: list[int], dtypes: list[str], reps: int) -> list
     rows = []
     for directory in dirs:
         for mib in mibs:
+            free = shutil.disk_usage(directory).free
+            if free < 3 * (mib << 20):          # two files at once, and room to spare
+                print(f"  {directory}: {free >> 20} MiB free, too little for {mib} MiB: skipped", file=sys.stderr)
+                continue
             for dtype in dtypes:
                 dt = getattr(torch, dtype)
                 n = (mib << 20) // torch.empty((), dtype=dt).element_size()
