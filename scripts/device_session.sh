@@ -15,7 +15,9 @@
 #                     shapes, side by side (--variant), with the warm env.step (~420 s)
 #   replay            #20: the replay agent over the corpus; resumes from /tmp/kgg_bench.sqlite3; copies
 #                     the store with sqlite's backup API and writes the report when it is complete
-#   slow              #14: fidelity rows for the slow solutions, each capped (--cap-ms)
+#   slow              #14: fidelity rows for the slow solutions, each capped (--cap-ms); ~30 s a solution,
+#                     so over several calls: put each call's fidelity JSON in the working tree and name
+#                     them all in RESUME="a.json b.json" for the next (scripts/fidelity.py --resume)
 #   throughput-full   #15: the full mix (attention and convolution first), records kept per evaluation
 #   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines
 set -uo pipefail
@@ -66,8 +68,9 @@ for step in "$@"; do
       python3 -m kernelgym_gap.cli.main bench report replay-h200 --db "$DB" --json > "$OUT/bench_replay.json" \
         2>"$OUT/bench_report.err" ;;
     slow)
-      timeout "$STEP_S" python3 scripts/fidelity.py --kinds slow --cap-ms 50 --deadline-s $((STEP_S - 90)) \
-        --compile-for none --out "$OUT" 2>&1 | tail -40 ;;
+      # RESUME: fidelity JSONs of earlier calls, committed or left in the working tree so that they travel
+      timeout "$STEP_S" python3 scripts/fidelity.py --kinds slow --cap-ms 50 --deadline-s $((STEP_S - 120)) \
+        --compile-for none --out "$OUT" ${RESUME:+--resume $RESUME} 2>&1 | tail -40 ;;
     throughput-full)
       timeout "$STEP_S" python3 scripts/throughput.py --backend cuda --max 64 --serial 0 --per-gpu 4 \
         --out "$OUT" 2>&1 | tail -30 ;;

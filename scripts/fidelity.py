@@ -152,6 +152,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def earlier_run(path: Path) -> tuple[list[dict], list[str], set[str]]:
+    """An earlier run's rows, its skips (less those its deadline made) and the kernels it settled, as
+    "Task/solution.py" names (the names `skipped` uses)."""
+    from kernelgym_gap.core.registry import default_registry
+    data = json.loads(path.read_text())
+    names = {}
+    for task in default_registry():
+        for sol in task.solutions:
+            names[(task.id, Path(sol.file).stem, sol.dsl)] = f"{task.name}/{sol.file}"
+    rows = data.get("rows", [])
+    skipped = [s for s in data.get("skipped", []) if not s.endswith(": deadline")]
+    settled = {names[k] for r in rows if (k := (r["task"], r["kernel"], r["dsl"])) in names}
+    settled |= {s.split(": ", 1)[0] for s in skipped}
+    return rows, skipped, settled
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--independent"]:
@@ -163,6 +179,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cap-ms", type=float, default=50.0,
                     help="no independent measurement of a kernel slower than this per call")
     ap.add_argument("--deadline-s", type=float, default=None, help="start no new kernel after this many seconds")
+    ap.add_argument("--resume", nargs="+", default=(), metavar="JSON",
+                    help="fidelity JSONs of earlier runs (a run split over device calls): their kernels are not "
+                         "evaluated again (but those a --deadline-s left out), and their rows and skips are kept "
+                         "in this run's JSON and table")
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--gap-out", help="also write the gap study's outputs (csv, json, chart) here")
     ap.add_argument("--compile-for", default="all",
@@ -178,9 +198,17 @@ def main(argv=None) -> int:
     chosen = [(t, s) for t, s in gap_study.select(default_registry(), args.only, None) if s.kind in kinds]
     config = EvalConfig(seeds_per_shape=2, trial_seed=20261203)
     rows, fidelity, skipped = [], [], []
+    done = set()
+    for path in args.resume:
+        fidelity_, skipped_, done_ = earlier_run(Path(path))
+        fidelity += fidelity_
+        skipped += skipped_
+        done |= done_
     t_start = time.monotonic()
     with WarmPool(device="cuda", gpu_index=0) as pool:
         for i, (task, sol) in enumerate(chosen):
+            if f"{task.name}/{sol.file}" in done:
+                continue
             if args.deadline_s is not None and time.monotonic() - t_start > args.deadline_s:
                 skipped.append(f"{task.name}/{sol.file}: deadline")
                 continue
@@ -200,6 +228,8 @@ def main(argv=None) -> int:
             elif row["status"] == "ok":
                 note = f" (no independent measurement: {slowest:.1f} ms per call > --cap-ms)"
                 skipped.append(f"{task.name}/{sol.file}: {slowest:.1f} ms per call, over --cap-ms")
+            else:
+                skipped.append(f"{task.name}/{sol.file}: status {row['status']}")
             print(f"[{i + 1}/{len(chosen)}] {task.name}/{sol.file}: {row['status']} E={gap_study.fmt(row['E'])} "
                   f"{row['seconds']:.1f} s{note}", file=sys.stderr, flush=True)
     meta = gap_study.run_meta(rows, "cuda", args.workload, config)
