@@ -13,8 +13,10 @@
 #   handoff           #15: the output hand-off, torch.save vs the raw tensor file, on this host (~40 s)
 #   throughput        #15: the light batch, outputs written inside the lanes vs after them, and 2 timed
 #                     shapes, side by side (--variant), with the warm env.step (~420 s)
-#   replay            #20: the replay agent over the corpus; resumes from /tmp/kgg_bench.sqlite3; copies
-#                     the store with sqlite's backup API and writes the report when it is complete
+#   replay            #20: the replay agent over the corpus; resumes from $DB (/tmp/kgg_bench.sqlite3 while
+#                     the machine stays warm; after it went back, put the returned bench_store.sqlite3 in the
+#                     working tree, name it in DB= and in the call's carry if git ignores it); copies the
+#                     store with sqlite's backup API and writes the JSON report
 #   slow              #14: fidelity rows for the slow solutions, each capped (--cap-ms); ~30 s a solution,
 #                     so over several calls: put each call's fidelity JSON in the working tree and name
 #                     them all in RESUME="a.json b.json" for the next (scripts/fidelity.py --resume)
