@@ -30,3 +30,21 @@ def test_a_zero_budget_writes_everything_as_it_comes(tmp_path):
     held = HeldOutputs(tmp_path, budget_bytes=0)
     held.add("a.tensor", torch.zeros(1))
     assert (tmp_path / "a.tensor").exists() and held.held == []
+
+
+def test_through_the_engine_a_full_budget_writes_at_once_and_says_so():
+    """The real child on the cpu backend: with room for no output, every output is written as it comes, the
+    check still reads them all, and the record's message says why."""
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.core.status import Status
+    from kernelgym_gap.engine.pipeline import evaluate
+    task = default_registry().get("AddReLU")
+    sol = next(s for s in task.solutions if s.kind == "optimized" and s.dsl == "triton")
+    source = task.solution_path(sol).read_text()
+    held = evaluate(task, source, "triton", "cpu", EvalConfig(trial_seed=1))
+    at_once = evaluate(task, source, "triton", "cpu", EvalConfig(trial_seed=1, held_output_bytes=0))
+    assert held.status is Status.OK and at_once.status is Status.OK, (held.message, at_once.message)
+    assert held.trials_checked == at_once.trials_checked > 0
+    assert "written as they came" in at_once.message and "as they came" not in held.message
+    assert "child_outputs_write" in held.latency

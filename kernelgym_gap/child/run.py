@@ -332,7 +332,8 @@ class ChildRun:
             return self.fail(self.classify(e, "while writing the outputs for the checker"),
                              trials=tuple(self.outcomes), timings=self.timings)
         if self.held.written_at_once:
-            self.phases["outputs_written_at_once"] = float(self.held.written_at_once)
+            self.adapter.log.notes.add(f"{self.held.written_at_once} output(s) written as they came, not after "
+                                       f"the GPU's lanes: over held_output_bytes ({self.held.budget_bytes} B)")
         return None
 
     def wrap_up(self) -> int:
