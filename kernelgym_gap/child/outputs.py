@@ -30,13 +30,16 @@ class HeldOutputs:
         self.held: list[tuple[str, torch.Tensor]] = []
         self.held_bytes = 0
         self.written_at_once = 0        # outputs written when they came (the budget was full)
+        self.at_once_s = 0.0            # and the seconds that took, inside the lane
 
     def add(self, name: str, t: torch.Tensor) -> None:
         """Keeps a host copy of `t` under `name`, or writes it now when the budget has no room for it."""
         copy = host_copy(t)
         size = copy.numel() * copy.element_size()
         if self.held_bytes + size > self.budget_bytes:
+            t = _clock()
             write_tensor(self.directory / name, copy)
+            self.at_once_s += _clock() - t
             self.written_at_once += 1
             return
         self.held.append((name, copy))
