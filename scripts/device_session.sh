@@ -16,7 +16,9 @@
 #   replay            #20: the replay agent over the corpus; resumes from $DB (/tmp/kgg_bench.sqlite3 while
 #                     the machine stays warm; after it went back, put the returned bench_store.sqlite3 in the
 #                     working tree, name it in DB= and in the call's carry if git ignores it); copies the
-#                     store with sqlite's backup API and writes the JSON report
+#                     store with sqlite's backup API and writes the JSON report. --compile-baseline off:
+#                     compiling 40 references (seconds per shape, each holding the GPU) took most of the
+#                     first attempt's 545 s; the report's metrics are against torch eager
 #   slow              #14: fidelity rows for the slow solutions, each capped (--cap-ms); ~30 s a solution,
 #                     so over several calls: put each call's fidelity JSON in the working tree and name
 #                     them all in RESUME="a.json b.json" for the next (scripts/fidelity.py --resume)
@@ -65,7 +67,8 @@ for step in "$@"; do
         --out "$OUT" 2>&1 | tail -30 ;;
     replay)
       timeout "$STEP_S" python3 -m kernelgym_gap.cli.main bench --agent replay --tasks "$TASKS" \
-        --backend "$BACKEND" --samples 1 --steps 1 --name replay-h200 --db "$DB" --out "$OUT/bench" 2>&1 | tail -15
+        --backend "$BACKEND" --samples 1 --steps 1 --name replay-h200 --db "$DB" --out "$OUT/bench" \
+        --compile-baseline off 2>&1 | tail -15
       copy_store
       python3 -m kernelgym_gap.cli.main bench report replay-h200 --db "$DB" --json > "$OUT/bench_replay.json" \
         2>"$OUT/bench_report.err" ;;

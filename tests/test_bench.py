@@ -325,3 +325,13 @@ def test_a_label_in_use_with_other_settings_is_refused(tmp_path):
     with pytest.raises(BenchError):
         run_bench(BenchSpec(label="bad label", agent="replay", task_ids=["AddReLU"], backend="cpu"), store,
                   evaluator=fake)
+
+
+def test_bench_maps_compile_baseline_into_the_config():
+    """`bench --compile-baseline off`: a replay over the corpus need not compile 40 references first."""
+    from kernelgym_gap.cli.main import build_parser
+    from kernelgym_gap.cli.options import eval_config
+    parser = build_parser()
+    assert eval_config(parser.parse_args(["bench", "--agent", "replay", "--compile-baseline", "off"])) \
+        .compile_baseline == "off"
+    assert eval_config(parser.parse_args(["bench", "--agent", "replay"])).compile_baseline == "measure"

@@ -50,6 +50,7 @@ def add_commands(subparsers) -> None:
     s.add_argument("--seed", type=int, help="seeds the trials and each sample's agent (sample k gets seed + k; "
                                             "default: fresh trial seeds, agent seeds 0..K-1)")
     s.add_argument("--reward-mode", choices=["full", "correctness"], help=options.REWARD_MODE_HELP)
+    options.add_compile_baseline(s)
     stop = s.add_mutually_exclusive_group()
     stop.add_argument("--keep-going", dest="stop_when_correct", action="store_false", default=None,
                       help="use the whole budget even after a correct kernel (the default where speed is scored)")

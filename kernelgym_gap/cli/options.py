@@ -44,13 +44,23 @@ def add_backend(p, default: str = "auto") -> None:
     p.add_argument("--backend", default=default, choices=["cpu", "cuda", "auto"], help=BACKEND_HELP)
 
 
+COMPILE_BASELINE_HELP = ("cuda: the torch.compile baseline (E_compile): measure it where the cache lacks it (seconds "
+                         "per shape, once per task, device and software, holding the GPU), cached (only what the "
+                         "cache holds), off; the reward is against torch eager either way")
+
+
+def add_compile_baseline(p) -> None:
+    p.add_argument("--compile-baseline", choices=["measure", "cached", "off"], help=COMPILE_BASELINE_HELP
+                   + " (default: measure)")
+
+
 def add_dsl(p) -> None:
     p.add_argument("--dsl", default="triton", choices=["triton", "tilelang"], help=DSL_HELP)
 
 
 def eval_config(args):
-    """The EvalConfig that `--seed`, `--reward-mode`, `--gpu` and `--timed-shapes` ask for (defaults for flags a
-    command lacks)."""
+    """The EvalConfig that `--seed`, `--reward-mode`, `--gpu`, `--timed-shapes` and `--compile-baseline` ask for
+    (defaults for flags a command lacks)."""
     from kernelgym_gap.core.config import EvalConfig
     from kernelgym_gap.judge.reward import RewardConfig
     cfg = EvalConfig()
@@ -63,6 +73,8 @@ def eval_config(args):
         changes["gpu_index"] = args.gpu
     if getattr(args, "timed_shapes", None) is not None:
         changes["timed_shapes"] = args.timed_shapes
+    if getattr(args, "compile_baseline", None):
+        changes["compile_baseline"] = args.compile_baseline
     return cfg.replace(**changes) if changes else cfg
 
 
