@@ -17,8 +17,8 @@
 #                     the machine stays warm; after it went back, put the returned bench_store.sqlite3 in the
 #                     working tree, name it in DB= and in the call's carry if git ignores it); copies the
 #                     store with sqlite's backup API and writes the JSON report. --compile-baseline off:
-#                     compiling 40 references (seconds per shape, each holding the GPU) took most of the
-#                     first attempt's 545 s; the report's metrics are against torch eager
+#                     the first attempt (15 tasks in 545 s) compiled every task's reference first (seconds
+#                     per shape, holding the GPU); the report's metrics are against torch eager
 #   slow              #14: fidelity rows for the slow solutions, each capped (--cap-ms); ~30 s a solution,
 #                     so over several calls: put each call's fidelity JSON in the working tree and name
 #                     them all in RESUME="a.json b.json" for the next (scripts/fidelity.py --resume)
