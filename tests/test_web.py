@@ -281,11 +281,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60.0, log=None) -> None:
+    """Until `url` answers 200; `log`: the file the server writes to (else its stderr pipe)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"the server exited with {proc.returncode}: {proc.stderr.read()}")
+            said = log.read_text()[-4000:] if log is not None else proc.stderr.read()
+            raise AssertionError(f"the server exited with {proc.returncode}: {said}")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
@@ -323,13 +325,15 @@ def browser():
 def server(tmp_path):
     db, port = tmp_path / "served.sqlite3", _free_port()
     cli = [sys.executable, "-m", "kernelgym_gap.cli.main"]
+    # the server's and its worker's output to a file: a pipe nobody reads can fill and block either of them
+    log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(cli + ["leaderboard", "serve", "--port", str(port), "--backend", "cpu", "--db", str(db),
-                                   "--token", TOKEN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path)
+                                   "--token", TOKEN], stdout=log, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    log.close()
     base = f"http://127.0.0.1:{port}"
     workers: list[int] = []
     try:
-        _wait_http(base + "/api/health", proc)
+        _wait_http(base + "/api/health", proc, log=tmp_path / "server.log")
         workers = [int(line.split()[0]) for line in _children(proc.pid, "pid=,args=")
                    if "kernelgym_gap.web.worker" in line]
         yield {"base": base, "db": db, "proc": proc, "cli": cli, "workers": workers}
