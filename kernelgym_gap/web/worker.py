@@ -193,8 +193,9 @@ if __name__ == "__main__":
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    # Leave without the interpreter's finalisation: a daemon thread still inside SQLite (waiting out a lock,
-    # up to the store's 60 s timeout) holds its connection's mutex, and closing that connection at shutdown
-    # waited for it; a CI run saw this worker alive 15 s after its server. Its claimed submission's lease
-    # runs out and is requeued, as after a kill.
+    # Leave without the interpreter's finalisation, which nothing here needs: a daemon thread still inside
+    # SQLite (waiting out a lock, up to the store's 60 s timeout) holds its connection's mutex, which closing
+    # that connection at shutdown would wait for. That is the suspected cause of a CI run (2026-12-04) that
+    # saw this worker alive 15 s after its server; it did not reproduce here. A submission claimed and not
+    # finished is requeued when its lease runs out, as after a kill.
     os._exit(code)
