@@ -3,8 +3,8 @@
 The checker recomputes every trial's reference in float64 (judge/checker.py). For attention, torch's
 float64 scaled_dot_product_attention is the math backend: it materialises the [B, H, Sq, Sk] scores and
 their softmax in float64, 16 GiB each at [8, 16, 4096, 4096] and 32 GiB at [2, 32, 8192, 8192]. On the H200
-(2026-12-04) that ran the checker out of GPU memory beside three other evaluations (CausalAttention
-`protocol_error` under lanes). Attention is independent per batch element and per head (per group of
+(2026-12-04) that is the likely reason a check failed beside three other evaluations (CausalAttention
+`protocol_error` under lanes; its message was lost). Attention is independent per batch element and per head (per group of
 query heads that share a kv head), so the same call over slices of the batch and the heads gives the same
 values with a bounded score matrix.
 """
