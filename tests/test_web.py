@@ -260,6 +260,24 @@ def test_worker_serves_the_cache_and_reports_harness_failures(store, registry, m
     assert store.claim_next() is None
 
 
+def test_the_worker_signal_handler_takes_no_lock(store, registry):
+    """The handler may run while the stop Event's lock is held (by wait() in the main thread, or another
+    handler): it only sets a flag, and wait() turns that into a stop. Calling Event.set() there deadlocked a
+    worker in CI (2026-12-04)."""
+    import threading
+    from kernelgym_gap.core.config import EvalConfig
+    w = Worker(store, registry, EvalConfig())
+    returned = threading.Event()
+    with w._stop._cond:                     # the Event's own lock, held as wait() holds it between waits
+        t = threading.Thread(target=lambda: (w.on_signal(signal.SIGTERM, None), returned.set()))
+        t.start()
+        assert returned.wait(2.0), "the handler blocked on the Event's lock"
+    t.join()
+    start = time.monotonic()
+    w.wait(poll_s=0.05)
+    assert w._stop.is_set() and time.monotonic() - start < 2.0
+
+
 def test_cli_results_and_show(store, capsys):
     from kernelgym_gap.cli.main import main
     _fill(store)

@@ -37,6 +37,7 @@ class Worker:
         self.lease_s = max(1.0, float(lease_s))
         self.owner = owner or new_owner("worker")
         self._stop = threading.Event()
+        self.signalled = False              # set by the signal handler; wait() turns it into a stop
         self._threads: list[threading.Thread] = []
         self.busy: dict[int, int] = {}          # thread index -> submission id being evaluated
 
@@ -67,15 +68,24 @@ class Worker:
             for sid in ids - held:
                 log.warning("submission %d: this worker's lease was lost; its result will not be stored", sid)
 
+    def on_signal(self, signum, frame) -> None:
+        """The SIGTERM/SIGINT handler: a flag, no lock. The handler runs in the main thread between bytecodes,
+        possibly inside the stop Event's own lock (in wait()) or inside another handler. Calling Event.set()
+        here deadlocked a worker in CI (2026-12-04): SIGTERM and the parent-death SIGTERM came back to back,
+        the main thread's handlers waited on the Event's lock, and every thread queued behind them."""
+        self.signalled = True
+
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         for t in self._threads:
             t.join(timeout)
 
-    def wait(self, parent_pid: int | None = None) -> None:
-        """Blocks until stop() or, with parent_pid, until that process is gone."""
-        while not self._stop.wait(1.0):
-            if parent_pid is not None and not _alive(parent_pid):
+    def wait(self, parent_pid: int | None = None, poll_s: float = 0.2) -> None:
+        """Blocks until stop(), a signal (`signalled`) or, with parent_pid, until that process is gone."""
+        while not self._stop.wait(poll_s):
+            if self.signalled:
+                self._stop.set()
+            elif parent_pid is not None and not _alive(parent_pid):
                 log.warning("the server (pid %d) is gone: the worker stops", parent_pid)
                 self._stop.set()
 
@@ -172,10 +182,8 @@ def main(argv=None) -> int:
             threads = gpus
     worker = Worker(store, default_registry(), EvalConfig(), threads=threads, gpu_count=gpus, lease_s=args.lease_s)
 
-    def _terminate(signum, frame):
-        worker._stop.set()
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _terminate)
+    signal.signal(signal.SIGTERM, worker.on_signal)
+    signal.signal(signal.SIGINT, worker.on_signal)
     if args.parent_pid is not None:
         _die_with_parent()
         if not _alive(args.parent_pid):                 # it exited before the line above
@@ -193,9 +201,7 @@ if __name__ == "__main__":
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    # Leave without the interpreter's finalisation, which nothing here needs: a daemon thread still inside
-    # SQLite (waiting out a lock, up to the store's 60 s timeout) holds its connection's mutex, which closing
-    # that connection at shutdown would wait for. That is the suspected cause of a CI run (2026-12-04) that
-    # saw this worker alive 15 s after its server; it did not reproduce here. A submission claimed and not
-    # finished is requeued when its lease runs out, as after a kill.
+    # Leave without the interpreter's finalisation, which nothing here needs: a daemon thread may still be
+    # inside an evaluation or a SQLite call, and nothing it holds is wanted once stop() returned. A
+    # submission claimed and not finished is requeued when its lease runs out, as after a kill.
     os._exit(code)
