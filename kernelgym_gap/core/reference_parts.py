@@ -4,9 +4,9 @@ The checker recomputes every trial's reference in float64 (judge/checker.py). Fo
 float64 scaled_dot_product_attention is the math backend: it materialises the [B, H, Sq, Sk] scores and
 their softmax in float64, 16 GiB each at [8, 16, 4096, 4096] and 32 GiB at [2, 32, 8192, 8192]. On the H200
 (2026-12-04) that is the likely reason a check failed beside three other evaluations (CausalAttention
-`protocol_error` under lanes; its message was lost). Attention is independent per batch element and per head (per group of
-query heads that share a kv head), so the same call over slices of the batch and the heads gives the same
-values with a bounded score matrix.
+`protocol_error` under lanes; its message was lost). Attention is independent per batch element and per
+head (per group of query heads that share a kv head), so the same call over slices of the batch and the
+heads gives the same values with a bounded score matrix.
 """
 from __future__ import annotations
 

@@ -59,9 +59,7 @@ def write_tensor(path: str | os.PathLike, t: torch.Tensor) -> int:
     """Writes `t` (any device; copied to the host if needed) to a new file at `path`; the bytes written."""
     if t.dtype not in _NAMES:
         raise TensorFileError(f"dtype {t.dtype} has no tensor-file encoding")
-    t = t.detach()
-    if t.device.type != "cpu" or not t.is_contiguous():
-        t = t.to("cpu").contiguous()
+    t = t.detach().to("cpu").contiguous()          # no copy when it already is both
     header = json.dumps({"dtype": _NAMES[t.dtype], "shape": list(t.shape)}).encode()
     data = _bytes_view(t) if t.numel() else memoryview(b"")
     fd = _open(os.fspath(path), _W_FLAGS, 0o644)
@@ -125,7 +123,7 @@ def read_tensor(path: str | os.PathLike, max_bytes: int) -> torch.Tensor:
         if header_len > MAX_HEADER:
             raise TensorFileError(f"a header of {header_len} bytes (at most {MAX_HEADER})")
         dtype, shape = _parse_header(_read_exact(fd, header_len))
-        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * dtype.itemsize
         if nbytes > max_bytes:
             raise TensorFileError(f"the header declares {nbytes} bytes of data, over the {max_bytes} expected")
         data_at = len(MAGIC) + 4 + header_len
