@@ -4,25 +4,29 @@
 # stops itself (`timeout`) early enough for its files to come back. Run from the repository's root:
 #
 #   call 1, carry [".whl1"]:  bash scripts/device_session.sh setup1
-#   call 2, carry [".whl2"]:  bash scripts/device_session.sh setup2 swiglu handoff
+#   call 2, carry [".whl2"]:  bash scripts/device_session.sh setup2 remeasure handoff
 #   then, one or two per call: replay (resumes), throughput, slow, throughput-full, gpu-tests
 #
 # Steps, with what each settles:
 #   setup1 / setup2   the wheels of ../shared/device/fetch_wheels.sh installed into /tmp/site
-#   swiglu            #17/#14: LinearSwiGLU v1's status, E, U and fidelity rows (~90 s)
-#   handoff           #15: the output hand-off, torch.save vs the raw tensor file, on this host (~40 s)
+#   remeasure         the optimized solutions of the tasks named in ONLY (default CrossEntropy: v1 since
+#                     the replay of 2026-12-05) through fidelity.py: status, E, U and fidelity rows, and the
+#                     gap study's files in $OUT/gap_remeasure to merge (~40 s a solution). 2026-12-05 did
+#                     LinearSwiGLU (v1)
+#   handoff           #15: the output hand-off, torch.save vs the raw tensor file, on this host (~40 s;
+#                     done 2026-12-05)
 #   throughput        #15: the light batch, outputs written inside the lanes vs after them, and 2 timed
-#                     shapes, side by side (--variant), with the warm env.step (~420 s)
-#   replay            #20: the replay agent over the corpus; resumes from $DB (/tmp/kgg_bench.sqlite3 while
-#                     the machine stays warm; after it went back, put the returned bench_store.sqlite3 in the
-#                     working tree, name it in DB= and in the call's carry if git ignores it); copies the
-#                     store with sqlite's backup API and writes the JSON report. --compile-baseline off:
-#                     the first attempt (15 tasks in 545 s) compiled every task's reference first (seconds
-#                     per shape, holding the GPU); the report's metrics are against torch eager
+#                     shapes, side by side (--variant), with the warm env.step (~370 s; done 2026-12-05)
+#   replay            #20: the replay agent over TASKS (default all); resumes from $DB (/tmp/kgg_bench.sqlite3
+#                     while the machine stays warm; after it went back, put the returned bench_store.sqlite3 in
+#                     the working tree, name it in DB= and in the call's carry if git ignores it); copies the
+#                     store with sqlite's backup API and writes the JSON report. --compile-baseline off: the
+#                     report's metrics are against torch eager. 2026-12-05: all 40 tasks in 408 s
 #   slow              #14: fidelity rows for the slow solutions, each capped (--cap-ms); ~30 s a solution,
 #                     so over several calls: put each call's fidelity JSON in the working tree and name
 #                     them all in RESUME="a.json b.json" for the next (scripts/fidelity.py --resume)
-#   throughput-full   #15: the full mix (attention and convolution first), records kept per evaluation
+#   throughput-full   #15: the full mix (attention and convolution first), records kept per evaluation;
+#                     2026-12-05 reached 50 of 64 in its 500 s
 #   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -32,6 +36,8 @@ STEP_S=${STEP_S:-540}          # a step's own limit: the call's 600 s less the t
 DB=${DB:-/tmp/kgg_bench.sqlite3}
 BACKEND=${BACKEND:-cuda}       # replay only: cpu to try the step here
 TASKS=${TASKS:-all}
+LABEL=${LABEL:-replay-h200}   # replay only: the run's label in the store
+ONLY=${ONLY:-CrossEntropy}   # remeasure only: tasks (or Task/solution substrings), comma-separated
 
 install_wheels() {   # $1: the carried folder
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$1"/*.whl >/dev/null 2>&1 \
@@ -55,9 +61,9 @@ for step in "$@"; do
   case $step in
     setup1) install_wheels .whl1 ;;
     setup2) install_wheels .whl2 && python3 -c "import tilelang; print('tilelang', tilelang.__version__)" ;;
-    swiglu)
-      timeout "$STEP_S" python3 scripts/fidelity.py --kinds optimized --only LinearSwiGLU --compile-for none \
-        --out "$OUT" --gap-out "$OUT/gap_swiglu" 2>&1 | tail -40 ;;
+    remeasure)
+      timeout "$STEP_S" python3 scripts/fidelity.py --kinds optimized --only "$ONLY" --compile-for none \
+        --out "$OUT" --gap-out "$OUT/gap_remeasure" 2>&1 | tail -40 ;;
     handoff)
       timeout 120 python3 scripts/handoff_bench.py --reps 3 --json "$OUT/handoff_h200.json" 2>/dev/null ;;
     throughput)
@@ -67,10 +73,10 @@ for step in "$@"; do
         --out "$OUT" 2>&1 | tail -30 ;;
     replay)
       timeout "$STEP_S" python3 -m kernelgym_gap.cli.main bench --agent replay --tasks "$TASKS" \
-        --backend "$BACKEND" --samples 1 --steps 1 --name replay-h200 --db "$DB" --out "$OUT/bench" \
+        --backend "$BACKEND" --samples 1 --steps 1 --name "$LABEL" --db "$DB" --out "$OUT/bench" \
         --compile-baseline off 2>&1 | tail -15
       copy_store
-      python3 -m kernelgym_gap.cli.main bench report replay-h200 --db "$DB" --json > "$OUT/bench_replay.json" \
+      python3 -m kernelgym_gap.cli.main bench report "$LABEL" --db "$DB" --json > "$OUT/bench_replay.json" \
         2>"$OUT/bench_report.err" ;;
     slow)
       # RESUME: fidelity JSONs of earlier calls, committed or left in the working tree so that they travel

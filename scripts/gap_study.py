@@ -38,6 +38,7 @@ import datetime as _dt
 import json
 import math
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -315,7 +316,7 @@ def main(argv=None) -> int:
                 by_kernel.pop((r["task"], r["kernel"]), None)
                 by_kernel[(r["task"], r["kernel"])] = r
             metas.append(data["meta"])
-        rows = list(by_kernel.values())
+        rows, superseded = latest_versions(list(by_kernel.values()))
         backend = metas[0]["backend"]
         # a merged file's own parts are kept: merging again never loses an earlier device call
         parts = [q for m in metas for q in (m.get("parts") or [{k: m.get(k) for k in ("date", "calibration",
@@ -323,6 +324,9 @@ def main(argv=None) -> int:
         meta = dict(metas[0], parts=parts)
         meta["date"] = max(m["date"] for m in metas)
         meta["versions"] = {k: v for m in metas for k, v in (m.get("versions") or {}).items()}
+        if superseded:
+            meta["superseded"] = sorted(set(meta.get("superseded", [])) | set(superseded))
+            print("superseded by a later version of their task: " + ", ".join(superseded), file=sys.stderr)
         notes = finalize(rows, meta, backend, out_dir)
         return report(rows, meta, notes)
 
@@ -350,6 +354,27 @@ def main(argv=None) -> int:
     notes = finalize(rows, meta, args.backend, out_dir)
     part.unlink(missing_ok=True)
     return report(rows, meta, notes)
+
+
+def latest_versions(rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """Keep each solution's row of the newest version of its task measured: a row of LinearSwiGLU-v1 replaces
+    one of LinearSwiGLU-v0 for the same kernel (a new version changes the task's contract, so the old row no
+    longer describes the suite). Returns the rows kept and 'TASK-vN/KERNEL (STATUS)' for each dropped."""
+    def split(task_id: str) -> tuple[str, int]:
+        m = re.fullmatch(r"(.*)-v(\d+)", task_id)
+        return (m.group(1), int(m.group(2))) if m else (task_id, 0)
+    newest: dict[tuple[str, str], int] = {}
+    for r in rows:
+        name, version = split(r["task"])
+        newest[(name, r["kernel"])] = max(version, newest.get((name, r["kernel"]), version))
+    kept, dropped = [], []
+    for r in rows:
+        name, version = split(r["task"])
+        if version < newest[(name, r["kernel"])]:
+            dropped.append(f"{r['task'].split('/')[-1]}/{r['kernel']} ({r['status']})")
+        else:
+            kept.append(r)
+    return kept, dropped
 
 
 def copy_note(meta: dict) -> str:

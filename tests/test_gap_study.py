@@ -114,3 +114,17 @@ def test_merging_a_merged_file_keeps_every_device_call(tmp_path):
     assert [p["date"] for p in twice["meta"]["parts"]] == ["2026-01-01", "2026-01-02", "2026-01-03"]
     assert {r["kernel"]: r["E"] for r in twice["rows"]} == {"fast": 1.4, "slow": 0.02}
     assert "copy 4.00-4.20 TB/s over 3 device calls" in out
+
+
+def test_a_newer_task_version_replaces_the_older_row_of_the_same_kernel():
+    """LinearSwiGLU-v0's mismatch row must leave the merged table once v1 of the same kernel is measured: the
+    table describes the suite as registered, and the dropped row is named, not lost silently."""
+    gs = _module()
+    old = dict(_row("LinearSwiGLU", "dual", "triton", "optimized", None, None, category="gemm"), status="mismatch")
+    new = dict(_row("LinearSwiGLU", "dual", "triton", "optimized", 1.0, 0.77, category="gemm"),
+               task="kernelgym_gap/LinearSwiGLU-v1")
+    other = dict(_row("LinearSwiGLU", "tl", "tilelang", "optimized", 0.9, 0.7, category="gemm"))
+    kept, dropped = gs.latest_versions([old, other, new])
+    assert kept == [other, new]
+    assert dropped == ["LinearSwiGLU-v0/dual (mismatch)"]
+    assert gs.latest_versions([new, other]) == ([new, other], [])

@@ -162,3 +162,25 @@ def test_a_task_in_another_directory_can_be_evaluated(request):
     record = evaluate(task, task.solution_path(sol).read_text(), "triton", "cpu",
                       EvalConfig(trial_seed=1, seeds_per_shape=1))
     assert record.status.value == "ok", record.message
+
+
+def test_cross_entropy_min_bytes_leave_out_exactly_the_ignored_rows(registry):
+    """CrossEntropy's statement says an ignored token's row need not be read, and its optimized solution reads
+    none: min_bytes must count only the other rows, or the memory floor sits above an honest kernel (v0 did:
+    faster_than_floor on the H200, 2026-12-05). The count of ignored tokens is exact, so the floor is too."""
+    task = registry.get("CrossEntropy")
+    assert task.version >= 1
+    for backend in ("cpu", "cuda"):
+        for shape in task.workload(backend).all_shapes():
+            tokens, vocab = shape
+            for dtype in task.workload(backend).dtypes:
+                if backend == "cuda":        # no 1-2 GB logits here: the arithmetic of the contract only
+                    read = tokens - max(1, tokens // 10)
+                else:
+                    for dist in task.distributions:
+                        logits, targets = task.make_inputs(shape, dtype, inputs_mod.generator(11, "cpu"), dist,
+                                                           "cpu")
+                        read = int((targets != -100).sum())
+                        assert 0 < read < tokens and read == tokens - max(1, tokens // 10)
+                itemsize = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+                assert task.min_bytes(shape, dtype) == read * vocab * itemsize + tokens * 8 + tokens * 4
