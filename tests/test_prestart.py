@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -122,6 +123,48 @@ def test_the_deadline_starts_at_the_handoff(tmp_path):
     assert not child.alive()
     with pytest.raises(RuntimeError):
         child.wait()
+
+
+@pytest.mark.parametrize("loads_in_s, expect_timeout", [(0.5, False), (None, True)])
+def test_the_import_deadline_starts_when_the_submission_starts_loading(tmp_path, loads_in_s, expect_timeout):
+    """A pre-started child can still be importing torch, or waiting for the GPU's shared lane to make its
+    CUDA context, when its job arrives (20-40 s under load on the H200, 2026-12-05, where an honest
+    StridedConv2d was called `timeout` at its import). The import's deadline counts from the byte the child
+    writes on its import-start pipe: 2 s before it do not count against a 1 s import deadline; a submission
+    that never finishes loading is still killed 1 s after it."""
+    cfg = SandboxConfig(wall_s=30.0, import_s=1.0)
+    finish = ("time.sleep(%r); open('import.done', 'w').close()" % loads_in_s if loads_in_s is not None
+              else "time.sleep(60)")
+    code = ("import os, sys, time; sys.stdin.readline(); time.sleep(2.0); "
+            "os.write(int(os.environ['KGG_IMPORT_START_FD']), b's'); " + finish)
+    child = SandboxedChild([sys.executable, "-S", "-c", code], tmp_path, child_env(tmp_path, {}), cfg,
+                           stdin_pipe=True)
+    assert child.send_line("job-path")
+    out = child.wait()
+    if expect_timeout:
+        assert out.timed_out and out.stage_timeout == "import" and 2.9 <= out.wall_s < 10, out
+    else:
+        assert not out.timed_out and out.stage_timeout is None and out.returncode == 0, out
+
+
+def test_a_submission_cannot_withhold_or_take_back_the_import_start(registry, tmp_path):
+    """The harness signals the import's start before the submission's module runs and closes the pipe: the
+    module finds neither the variable nor an open descriptor to write to, so it cannot delay its own import
+    deadline (a file marker could have been deleted before the parent saw it)."""
+    task = registry.get("AddReLU")
+    probe = textwrap.dedent("""
+        import os
+        leaked = os.environ.get("KGG_IMPORT_START_FD")
+        open_fds = sorted(int(f) for f in os.listdir("/proc/self/fd"))
+        raise RuntimeError(f"variable={leaked!r} fds={open_fds}")
+    """)
+    solution = next(task.solution_path(s) for s in task.solutions if s.file == "triton_blocked.py").read_text()
+    source = tmp_path / "probe.py"
+    source.write_text(solution + "\n" + probe)
+    record = evaluate(task, source.read_text(), "triton", "cpu", EvalConfig())
+    assert "variable=None" in record.message, record.message
+    fds = [int(x) for x in record.message.split("fds=[")[1].split("]")[0].split(", ") if x]
+    assert fds and not [fd for fd in fds if fd >= 200], record.message      # a cpu child has no lane either
 
 
 def test_send_line_to_a_dead_child_says_so(tmp_path):

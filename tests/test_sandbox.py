@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelgym_gap.core.record import IMPORT_START_FD_ENV
 from kernelgym_gap.sandbox import isolation as iso
 from kernelgym_gap.sandbox import process as sb
 from kernelgym_gap.core.registry import PROJECT_ROOT
@@ -145,7 +146,9 @@ def test_environment_is_cleared(tmp_path, monkeypatch):
     """)
     got = last_json(out)
     assert canary not in json.dumps(got)
-    assert set(got) <= set(child_env(Path("/x"), {})) | {"KGG_SANDBOX", "KGG_SANDBOX_CGROUP", "PWD", "_", "SHLVL"}
+    # the harness's own: the isolation, and the import-start pipe (a child runner pops it before the submission)
+    assert set(got) <= set(child_env(Path("/x"), {})) | {"KGG_SANDBOX", "KGG_SANDBOX_CGROUP", IMPORT_START_FD_ENV,
+                                                         "PWD", "_", "SHLVL"}
 
 
 def test_no_network_not_even_the_hosts_loopback(tmp_path):

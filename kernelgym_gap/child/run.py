@@ -30,7 +30,7 @@ from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.lane import LaneTimeout, hold_if_possible, inherited
-from kernelgym_gap.core.record import IMPORT_MARKER, ChildReport, Job, TrialOutcome
+from kernelgym_gap.core.record import IMPORT_MARKER, IMPORT_START_FD_ENV, ChildReport, Job, TrialOutcome
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.tensor_file import output_name
 
@@ -76,6 +76,19 @@ def _output_type(out) -> str:
     cls = type(out)
     name = f"{type.__getattribute__(cls, '__module__')}.{type.__getattribute__(cls, '__qualname__')}"
     return name if name != "torch.Tensor" else "torch.Tensor (a different class under the same name)"
+
+
+def _signal_import_start() -> None:
+    """One byte on the pipe the parent handed over (core/record.py, IMPORT_START_FD_ENV), then closed, so the
+    submission finds neither the descriptor nor the variable."""
+    fd = os.environ.pop(IMPORT_START_FD_ENV, None)
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), b"s")
+        os.close(int(fd))
+    except (ValueError, OSError):
+        pass
 
 
 class ChildRun:
@@ -207,6 +220,7 @@ class ChildRun:
         """Imports the submission (a real file: @triton.jit and @T.prim_func read their source) under watch;
         sets `module` and `entry`."""
         where = "while importing the submission"
+        _signal_import_start()                   # the parent's import deadline starts here
         t = time.perf_counter()
         watch = integ.watching()
         try:

@@ -199,6 +199,14 @@ class Job(_Record):
 
 # ---- child -> parent -------------------------------------------------------------------------------
 
+# The variable naming the write end of a pipe the parent hands every child (sandbox/process.py): the child
+# writes one byte to it and closes it just before the submission's module runs, and the parent's stage
+# deadline for the import (SandboxConfig.import_s) starts when it reads that byte, not when it handed the
+# job over. A pre-started child may still be importing torch or waiting for the GPU's shared lane to make
+# its CUDA context then (20-40 s under load on the H200, 2026-12-05), which is not the submission's time.
+# A pipe, not a file: the submission runs right after the write and could delete a file before the parent
+# saw it, but cannot take back a byte. Until the byte arrives, the wall-clock deadline alone applies.
+IMPORT_START_FD_ENV = "KGG_IMPORT_START_FD"
 # The file a child creates beside its report once the submission's import is done (SandboxConfig.import_s):
 # the parent's stage deadline for the import ends there. A child that creates it early only gets the whole
 # wall-clock deadline back, which every child had before.

@@ -27,6 +27,7 @@ starts the child under them (SandboxedChild) and enforces the deadline and limit
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import random
 import resource
@@ -41,8 +42,8 @@ from kernelgym_gap.sandbox.cgroup import ChildCgroups
 from kernelgym_gap.sandbox.deadlines import CallWatch
 from kernelgym_gap.sandbox.isolation import bwrap_argv, choose_isolation, unshare_argv
 from kernelgym_gap.core.config import SandboxConfig
-from kernelgym_gap.core.lane import child_fds
-from kernelgym_gap.core.record import CALL_MARKER, IMPORT_MARKER
+from kernelgym_gap.core.lane import FD_BASE, child_fds
+from kernelgym_gap.core.record import CALL_MARKER, IMPORT_MARKER, IMPORT_START_FD_ENV
 from kernelgym_gap.core.registry import PROJECT_ROOT
 
 
@@ -238,6 +239,11 @@ class SandboxedChild:
         self.started = time.monotonic()
         self.begun: float | None = None if stdin_pipe else self.started
         lane_fds: tuple[int, ...] = ()
+        # the import's start comes back as one byte on this pipe (core/record.py, IMPORT_START_FD_ENV)
+        self._import_start, w = os.pipe()
+        os.set_blocking(self._import_start, False)
+        import_w = fcntl.fcntl(w, fcntl.F_DUPFD_CLOEXEC, FD_BASE)   # beside the lane's, clear of 0-2's reuse
+        os.close(w)
         try:
             # its GPU's lane, on descriptors of its own (core/lane.py); the default lanes ("auto") are the
             # GPUs' only: a cpu child gets none
@@ -245,15 +251,17 @@ class SandboxedChild:
                 lane_fds, lane_env = child_fds(config.lane_dir, config.gpu_devices[0] if gpu else 0,
                                                config.wall_s / 2)
                 env.update(lane_env)
+            env[IMPORT_START_FD_ENV] = str(import_w)
             self.proc = subprocess.Popen(list(argv), cwd=scratch, env=env,
                                          stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                         preexec_fn=preexec, close_fds=True, pass_fds=lane_fds)
+                                         preexec_fn=preexec, close_fds=True, pass_fds=lane_fds + (import_w,))
         except BaseException:
             cgroups.close()
+            os.close(self._import_start)
             raise
         finally:
-            for fd in lane_fds:                 # the child's copies alone hold its locks
+            for fd in lane_fds + (import_w,):   # the child's copies alone hold its locks and the pipe's end
                 os.close(fd)
         lock = threading.Lock()
         self._readers = [_TailReader(s, config.max_output_bytes, self._total, lock, config.kill_output_bytes,
@@ -278,10 +286,23 @@ class SandboxedChild:
         self.begun = time.monotonic()
         return True
 
+    def _import_started(self) -> bool:
+        """Whether the child has signalled that the submission's module is about to run."""
+        try:
+            return os.read(self._import_start, 1) != b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return False
+
     def _end(self) -> dict:
         # Whatever happened, nothing of this child survives it: its process group, then its cgroups
         # (a child that left its group with setsid is still in them), then the namespace dies with bwrap.
         self._ended = True
+        try:
+            os.close(self._import_start)
+        except OSError:
+            pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -314,7 +335,8 @@ class SandboxedChild:
         limits_hit: list[str] = []
         timed_out = False
         deadline = start + config.wall_s
-        import_deadline = start + config.import_s if config.import_s is not None else None
+        # the import's deadline counts from the child's import-start marker (core/record.py), not from `start`
+        import_pending, import_deadline = config.import_s is not None, None
         stage_timeout = stage_detail = None
         call_watch = CallWatch(scratch / CALL_MARKER, calls) if calls else None
         next_quota = time.monotonic() + 1.0
@@ -324,11 +346,13 @@ class SandboxedChild:
                 if now >= deadline:
                     timed_out = True
                     break
+                if import_pending and import_deadline is None and self._import_started():
+                    import_deadline = now + config.import_s
                 if import_deadline is not None and now >= import_deadline:
                     if not (scratch / IMPORT_MARKER).exists():
                         timed_out, stage_timeout = True, "import"
                         break
-                    import_deadline = None
+                    import_pending, import_deadline = False, None
                 if call_watch is not None:
                     stage_detail = call_watch.overdue(now)
                     if stage_detail is not None:
