@@ -1,0 +1,84 @@
+"""How much of a throughput run the GPU's lanes were held, from the per-evaluation records that
+scripts/throughput.py keeps (throughput_records.jsonl: each record's end time `at_s` and its stage latencies).
+
+    python3 scripts/lane_occupancy.py results/h200_2026-12-05/throughput_full_records.jsonl
+
+The records hold durations, not the stages' start times, so each evaluation's lane intervals are rebuilt from
+its end time and the stages' known order: the child's pre-import, set-up, import and shared-lane wait, then
+the correctness stretch (shared lane), the exclusive-lane wait and the timing (exclusive lane); the trusted
+check ends at `at_s` and holds the shared lane for its duration less its own lane wait. The rebuild is
+approximate (unrecorded gaps move intervals by up to a second or so); the lanes forbid shared and exclusive
+holders at once, so the time the rebuilt intervals overlap that way is printed as the rebuild's error. A
+serial mode holds no lane (one evaluation at a time): its row says when the same stages ran.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+BEFORE_CORRECTNESS = ("child_preimport", "child_setup", "child_import", "child_lane_wait_shared")
+
+
+def lane_intervals(record: dict) -> dict[str, list[tuple[float, float]]]:
+    """One evaluation's rebuilt lane holdings on the run's clock: {"shared": [...], "exclusive": [...]}."""
+    lat = record["latency"]
+    t = record["at_s"] - lat["total"] + lat.get("gate", 0.0)
+    t += sum(lat.get(k, 0.0) for k in BEFORE_CORRECTNESS)
+    correctness = (t, t + lat.get("child_correctness", 0.0))
+    t = correctness[1] + lat.get("child_lane_wait_exclusive", 0.0)
+    timing = (t, t + lat.get("child_timing", 0.0))
+    check = (record["at_s"] - lat.get("check", 0.0) + lat.get("check_lane_wait", 0.0), record["at_s"])
+    return {"shared": [correctness, check], "exclusive": [timing]}
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, None
+    start = None
+    for a, b in sorted(i for i in intervals if i[1] > i[0]):
+        if end is None or a > end:
+            if end is not None:
+                total += end - start
+            start, end = a, b
+        else:
+            end = max(end, b)
+    return total + (end - start if end is not None else 0.0)
+
+
+def occupancy(records: list[dict]) -> dict:
+    """The span from the first evaluation's start to the last one's end, and how long each lane, either lane,
+    and neither was held in it (seconds)."""
+    shared, exclusive = [], []
+    for r in records:
+        iv = lane_intervals(r)
+        shared += iv["shared"]
+        exclusive += iv["exclusive"]
+    t0 = min(r["at_s"] - r["latency"]["total"] for r in records)
+    span = max(r["at_s"] for r in records) - t0
+    s, e, either = union_length(shared), union_length(exclusive), union_length(shared + exclusive)
+    return {"evaluations": len(records), "span_s": span, "shared_s": s, "exclusive_s": e, "either_s": either,
+            "idle_s": span - either, "rebuild_overlap_s": s + e - either}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("records", help="a throughput_records.jsonl")
+    args = ap.parse_args(argv)
+    rows = [json.loads(line) for line in Path(args.records).read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("latency") and "child_timing" in r["latency"]]
+    if not rows:
+        print("no record with a timing stage", file=sys.stderr)
+        return 2
+    print(f"{'mode':30} {'evals':>5} {'span s':>7} {'exclusive':>14} {'shared':>14} {'either':>14} {'idle s':>7} "
+          f"{'rebuild error s':>15}")
+    for mode in sorted({r["mode"] for r in rows}):
+        o = occupancy([r for r in rows if r["mode"] == mode])
+        pct = lambda k: f"{o[k]:6.0f} ({o[k] / o['span_s']:4.0%})"   # noqa: E731
+        print(f"{mode:30} {o['evaluations']:5d} {o['span_s']:7.0f} {pct('exclusive_s'):>14} {pct('shared_s'):>14} "
+              f"{pct('either_s'):>14} {o['idle_s']:7.0f} {o['rebuild_overlap_s']:15.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""scripts/lane_occupancy.py: lane intervals rebuilt from the records' end times and stage durations, their
+union per lane, and the table per mode."""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "lane_occupancy.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("lane_occupancy", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _record(at_s, mode="lanes", **lat):
+    base = {"gate": 0.0, "child_preimport": 1.0, "child_setup": 0.0, "child_import": 0.0,
+            "child_lane_wait_shared": 0.0, "child_correctness": 2.0, "child_lane_wait_exclusive": 0.0,
+            "child_timing": 1.0, "check_lane_wait": 0.0, "check": 1.0}
+    base.update(lat)
+    return {"mode": mode, "task": "T", "status": "ok", "at_s": at_s, "latency": base}
+
+
+def test_one_evaluation_is_rebuilt_in_stage_order():
+    """start 0: pre-import [0, 1), correctness [1, 3) shared, a 0.5 s wait, timing [3.5, 4.5) exclusive, the
+    check [5, 6) shared less its 0.25 s lane wait."""
+    mod = _module()
+    rec = _record(6.0, total=6.0, child_lane_wait_exclusive=0.5, check_lane_wait=0.25)
+    iv = mod.lane_intervals(rec)
+    assert iv["shared"] == [(1.0, 3.0), (5.25, 6.0)]
+    assert iv["exclusive"] == [(3.5, 4.5)]
+
+
+def test_overlapping_holders_count_once_and_the_gaps_are_idle():
+    mod = _module()
+    assert mod.union_length([(0, 2), (1, 3), (5, 6), (6, 6)]) == pytest.approx(4.0)
+    a = _record(6.0, total=6.0)                              # shared [1,3) [5,6), exclusive [3,4)
+    b = _record(7.0, total=6.0)                              # shared [2,4) [6,7), exclusive [4,5)
+    o = mod.occupancy([a, b])
+    assert o["span_s"] == pytest.approx(7.0)
+    assert o["shared_s"] == pytest.approx(3.0 + 2.0)         # [1,4) and [5,7)
+    assert o["exclusive_s"] == pytest.approx(2.0)            # [3,5)
+    assert o["either_s"] == pytest.approx(6.0)               # [1,7)
+    assert o["idle_s"] == pytest.approx(1.0)
+    assert o["rebuild_overlap_s"] == pytest.approx(1.0)      # [3,4): b's correctness under a's timing
+
+
+def test_the_script_prints_one_row_per_mode(tmp_path):
+    path = tmp_path / "records.jsonl"
+    rows = [_record(6.0, total=6.0), _record(7.0, total=6.0), _record(9.0, mode="serial", total=6.0),
+            {"mode": "lanes", "task": "U", "status": "timeout", "at_s": 60.0, "latency": {"total": 60.0}}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 3 and lines[1].split()[:3] == ["lanes", "2", "7"] and lines[2].startswith("serial")
