@@ -38,7 +38,6 @@ import datetime as _dt
 import json
 import math
 import platform
-import re
 import sys
 import time
 from pathlib import Path
@@ -324,8 +323,10 @@ def main(argv=None) -> int:
         meta = dict(metas[0], parts=parts)
         meta["date"] = max(m["date"] for m in metas)
         meta["versions"] = {k: v for m in metas for k, v in (m.get("versions") or {}).items()}
+        # every merged file's earlier drops are kept, as its parts are
+        superseded = sorted({d for m in metas for d in m.get("superseded", [])} | set(superseded))
         if superseded:
-            meta["superseded"] = sorted(set(meta.get("superseded", [])) | set(superseded))
+            meta["superseded"] = superseded
             print("superseded by a later version of their task: " + ", ".join(superseded), file=sys.stderr)
         notes = finalize(rows, meta, backend, out_dir)
         return report(rows, meta, notes)
@@ -360,20 +361,17 @@ def latest_versions(rows: list[dict]) -> tuple[list[dict], list[str]]:
     """Keep each solution's row of the newest version of its task measured: a row of LinearSwiGLU-v1 replaces
     one of LinearSwiGLU-v0 for the same kernel (a new version changes the task's contract, so the old row no
     longer describes the suite). Returns the rows kept and 'TASK-vN/KERNEL (STATUS)' for each dropped."""
-    def split(task_id: str) -> tuple[str, int]:
-        m = re.fullmatch(r"(.*)-v(\d+)", task_id)
-        return (m.group(1), int(m.group(2))) if m else (task_id, 0)
+    from kernelgym_gap.core import ids
+    keyed = []                                  # ((task name, kernel), version, row)
+    for r in rows:
+        name, version = ids.parse(r["task"])
+        keyed.append(((name, r["kernel"]), version or 0, r))
     newest: dict[tuple[str, str], int] = {}
-    for r in rows:
-        name, version = split(r["task"])
-        newest[(name, r["kernel"])] = max(version, newest.get((name, r["kernel"]), version))
-    kept, dropped = [], []
-    for r in rows:
-        name, version = split(r["task"])
-        if version < newest[(name, r["kernel"])]:
-            dropped.append(f"{r['task'].split('/')[-1]}/{r['kernel']} ({r['status']})")
-        else:
-            kept.append(r)
+    for key, version, _ in keyed:
+        newest[key] = max(version, newest.get(key, version))
+    kept = [r for key, version, r in keyed if version == newest[key]]
+    dropped = [f"{ids.short(r['task'])}/{r['kernel']} ({r['status']})"
+               for key, version, r in keyed if version < newest[key]]
     return kept, dropped
 
 

@@ -34,16 +34,13 @@ def lane_intervals(record: dict) -> dict[str, list[tuple[float, float]]]:
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, None
-    start = None
-    for a, b in sorted(i for i in intervals if i[1] > i[0]):
-        if end is None or a > end:
-            if end is not None:
-                total += end - start
-            start, end = a, b
-        else:
-            end = max(end, b)
-    return total + (end - start if end is not None else 0.0)
+    """The time covered by at least one of the intervals."""
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
 
 
 def occupancy(records: list[dict]) -> dict:

@@ -290,9 +290,7 @@ class SandboxedChild:
         """Whether the child has signalled that the submission's module is about to run."""
         try:
             return os.read(self._import_start, 1) != b""
-        except BlockingIOError:
-            return False
-        except OSError:
+        except OSError:                         # BlockingIOError: nothing yet
             return False
 
     def _end(self) -> dict:
