@@ -23,7 +23,7 @@
 #                     store with sqlite's backup API and writes the JSON report. --compile-baseline off: the
 #                     report's metrics are against torch eager. 2026-12-05: all 40 tasks in 408 s
 #   slow              #14: fidelity rows for the slow solutions, each capped (--cap-ms); ~30 s a solution,
-#                     so over several calls: put each call's fidelity JSON in the working tree and name
+#                     JOBS (default 3) at once through the lane, so over one or two calls: put each call's fidelity JSON in the working tree and name
 #                     them all in RESUME="a.json b.json" for the next (scripts/fidelity.py --resume)
 #   throughput-full   #15: the full mix (attention and convolution first), records kept per evaluation;
 #                     2026-12-05 reached 50 of 64 in its 500 s
@@ -80,8 +80,8 @@ for step in "$@"; do
         2>"$OUT/bench_report.err" ;;
     slow)
       # RESUME: fidelity JSONs of earlier calls, committed or left in the working tree so that they travel
-      timeout "$STEP_S" python3 scripts/fidelity.py --kinds slow --cap-ms 50 --deadline-s $((STEP_S - 120)) \
-        --compile-for none --out "$OUT" ${RESUME:+--resume $RESUME} 2>&1 | tail -40 ;;
+      timeout "$STEP_S" python3 scripts/fidelity.py --kinds slow --cap-ms 50 --deadline-s $((STEP_S - 150)) \
+        --jobs "${JOBS:-3}" --compile-for none --out "$OUT" ${RESUME:+--resume $RESUME} 2>&1 | tail -60 ;;
     throughput-full)
       timeout "$STEP_S" python3 scripts/throughput.py --backend cuda --max 64 --serial 0 --per-gpu 4 \
         --out "$OUT" 2>&1 | tail -30 ;;

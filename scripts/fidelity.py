@@ -63,18 +63,23 @@ def independent(spec_path: str, out_path: str) -> int:
     mod_spec = importlib.util.spec_from_file_location("solution_under_test", spec["file"])
     module = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(module)
+    from kernelgym_gap.core.lane import held
     fn = getattr(module, task.entry_point)
+    lane_dir = spec.get("lane_dir")
     results = []
     for case in spec["cases"]:
         trial = Trial(index=0, shape=tuple(case["shape"]), dtype=case["dtype"], seed=case["seed"],
                       distribution=case["distribution"], split=case["split"])
         ins = inputs.make_trial_inputs(task, trial, "cuda")
         with torch.no_grad():
-            fn(*ins)        # compile outside the measurement
-            torch.cuda.synchronize()
-            k = triton.testing.do_bench(lambda: fn(*ins), warmup=25, rep=200, return_mode="median")
-            lib = triton.testing.do_bench(lambda: task.reference(*ins), warmup=25, rep=200, return_mode="median")
-            graph_k, graph_lib = _graph_ms(lambda: fn(*ins)), _graph_ms(lambda: task.reference(*ins))
+            with held(lane_dir, 0, "shared"):
+                fn(*ins)        # compile outside the measurement
+                torch.cuda.synchronize()
+            with held(lane_dir, 0, "exclusive"):
+                k = triton.testing.do_bench(lambda: fn(*ins), warmup=25, rep=200, return_mode="median")
+                lib = triton.testing.do_bench(lambda: task.reference(*ins), warmup=25, rep=200,
+                                              return_mode="median")
+                graph_k, graph_lib = _graph_ms(lambda: fn(*ins)), _graph_ms(lambda: task.reference(*ins))
         results.append(dict(case, kernel_ms=k, library_ms=lib, graph_kernel_ms=graph_k, graph_library_ms=graph_lib))
         del ins
         torch.cuda.empty_cache()
@@ -97,10 +102,50 @@ def _graph_ms(fn) -> float | None:
         return None
 
 
-def measure_independently(task, sol, cases: list[dict], timeout_s: float) -> list[dict] | str:
+def run_jobs(items: list, jobs: int, make_pool, work) -> None:
+    """`work(item, pool)` for every item on `jobs` threads, each with its own pool (`make_pool()`, a context
+    manager) taken from a shared queue in order. A worker whose pool cannot start, or whose work raises,
+    stops the run: the first error is raised once every worker has stopped."""
+    import queue
+    import threading
+    if not items:
+        return
+    q: queue.Queue = queue.Queue()
+    for item in items:
+        q.put(item)
+    failed: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with make_pool() as pool:
+                while not failed:
+                    try:
+                        item = q.get_nowait()
+                    except queue.Empty:
+                        return
+                    work(item, pool)
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread below
+            failed.append(e)
+
+    threads = [threading.Thread(target=worker, name=f"fidelity-{k}", daemon=True)
+               for k in range(max(1, min(jobs, len(items))))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        raise failed[0]
+
+
+def measure_independently(task, sol, cases: list[dict], timeout_s: float,
+                          lane_dir: str | None = None) -> list[dict] | str:
+    """`lane_dir`: the environment's lanes, which the independent process also takes (exclusive for its
+    timings), so that evaluations running beside it (--jobs) never share the GPU with a measurement."""
+    from kernelgym_gap.core.lane import resolve
     with tempfile.TemporaryDirectory(prefix="kgg-fidelity-") as d:
         spec, out = Path(d) / "spec.json", Path(d) / "out.json"
-        spec.write_text(json.dumps({"task": task.id, "file": str(task.solution_path(sol)), "cases": cases}))
+        spec.write_text(json.dumps({"task": task.id, "file": str(task.solution_path(sol)), "cases": cases,
+                                    "lane_dir": resolve(lane_dir)}))
         try:
             proc = subprocess.run([sys.executable, __file__, "--independent", str(spec), str(out)],
                                   capture_output=True, text=True, timeout=timeout_s)
@@ -183,6 +228,9 @@ def main(argv=None) -> int:
                     help="fidelity JSONs of earlier runs (a run split over device calls): their kernels are not "
                          "evaluated again (but those a --deadline-s left out), and their rows and skips are kept "
                          "in this run's JSON and table")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="solutions evaluated at once, each worker with its own warm pool; they share the GPU "
+                         "through its lane (timings, the independent do_bench included, one at a time)")
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--gap-out", help="also write the gap study's outputs (csv, json, chart) here")
     ap.add_argument("--compile-for", default="all",
@@ -205,33 +253,38 @@ def main(argv=None) -> int:
         skipped += skipped_
         done |= done_
     t_start = time.monotonic()
-    with WarmPool(device="cuda", gpu_index=0) as pool:
-        for i, (task, sol) in enumerate(chosen):
-            if f"{task.name}/{sol.file}" in done:
-                continue
-            if args.deadline_s is not None and time.monotonic() - t_start > args.deadline_s:
-                skipped.append(f"{task.name}/{sol.file}: deadline")
-                continue
-            study = gap_study.study_task(task, "cuda", args.workload)
-            wanted = args.compile_for == "all" or task.name in args.compile_for.split(",")
-            cfg = config if wanted else config.replace(compile_baseline="cached")
-            row = gap_study.evaluate_one(study, sol, "cuda", cfg, checker=pool.checker, children=pool.children)
-            rows.append(row)
-            slowest = max((p["kernel_ms"] or 0 for p in row["per_shape"]), default=0)
-            note = ""
-            if row["status"] == "ok" and slowest <= args.cap_ms:
-                ind = measure_independently(study, sol, timing_cases(study, config), timeout_s=300)
-                if isinstance(ind, str):
-                    skipped.append(f"{task.name}/{sol.file}: {ind}")
-                else:
-                    fidelity += compare(row, ind)
-            elif row["status"] == "ok":
-                note = f" (no independent measurement: {slowest:.1f} ms per call > --cap-ms)"
-                skipped.append(f"{task.name}/{sol.file}: {slowest:.1f} ms per call, over --cap-ms")
+    todo = [(i, t, s) for i, (t, s) in enumerate(chosen) if f"{t.name}/{s.file}" not in done]
+    lane_dir = config.sandbox.lane_dir     # the environment's own lanes ("auto"): the independent process's too
+
+    def one(item, pool) -> None:
+        i, task, sol = item
+        if args.deadline_s is not None and time.monotonic() - t_start > args.deadline_s:
+            skipped.append(f"{task.name}/{sol.file}: deadline")
+            return
+        study = gap_study.study_task(task, "cuda", args.workload)
+        wanted = args.compile_for == "all" or task.name in args.compile_for.split(",")
+        cfg = config if wanted else config.replace(compile_baseline="cached")
+        row = gap_study.evaluate_one(study, sol, "cuda", cfg, checker=pool.checker, children=pool.children)
+        rows.append(row)
+        slowest = max((p["kernel_ms"] or 0 for p in row["per_shape"]), default=0)
+        note = ""
+        if row["status"] == "ok" and slowest <= args.cap_ms:
+            ind = measure_independently(study, sol, timing_cases(study, config), timeout_s=300, lane_dir=lane_dir)
+            if isinstance(ind, str):
+                skipped.append(f"{task.name}/{sol.file}: {ind}")
             else:
-                skipped.append(f"{task.name}/{sol.file}: status {row['status']}")
-            print(f"[{i + 1}/{len(chosen)}] {task.name}/{sol.file}: {row['status']} E={gap_study.fmt(row['E'])} "
-                  f"{row['seconds']:.1f} s{note}", file=sys.stderr, flush=True)
+                fidelity.extend(compare(row, ind))
+        elif row["status"] == "ok":
+            note = f" (no independent measurement: {slowest:.1f} ms per call > --cap-ms)"
+            skipped.append(f"{task.name}/{sol.file}: {slowest:.1f} ms per call, over --cap-ms")
+        else:
+            skipped.append(f"{task.name}/{sol.file}: status {row['status']}")
+        print(f"[{i + 1}/{len(chosen)}] {task.name}/{sol.file}: {row['status']} E={gap_study.fmt(row['E'])} "
+              f"{row['seconds']:.1f} s{note}", file=sys.stderr, flush=True)
+
+    run_jobs(todo, args.jobs, lambda: WarmPool(device="cuda", gpu_index=0), one)
+    order = {(t.id, Path(s.file).stem, s.dsl): i for i, t, s in todo}
+    rows.sort(key=lambda r: order.get((r["task"], r["kernel"], r["dsl"]), -1))
     meta = gap_study.run_meta(rows, "cuda", args.workload, config)
     device = (meta.get("device") or {}).get("name", "cuda").split()[-1].lower()
     date = _dt.date.today().isoformat()

@@ -31,3 +31,73 @@ def test_an_earlier_run_settles_its_measured_and_skipped_kernels_not_its_deadlin
     assert f"Softmax/{sol.file}" in settled
     assert {"GELU/triton_scalar.py", "LayerNorm/triton_two_pass.py", "RowSum/triton_loop.py"} <= settled
     assert "Conv2d/triton_direct.py" not in settled and len(skipped) == 3
+
+
+class _Pool:
+    made: list = []
+
+    def __init__(self):
+        self.closed = False
+        _Pool.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.closed = True
+
+
+def test_jobs_run_every_item_once_each_worker_with_its_own_pool_closed_at_the_end():
+    import threading
+    _Pool.made = []
+    seen, lock = [], threading.Lock()
+
+    def work(item, pool):
+        with lock:
+            seen.append((item, id(pool), threading.current_thread().name))
+
+    _script().run_jobs(list(range(9)), 3, _Pool, work)
+    assert sorted(i for i, _, _ in seen) == list(range(9))
+    assert len(_Pool.made) == 3 and all(p.closed for p in _Pool.made)
+    # a pool serves one thread only
+    by_pool = {}
+    for _, pid, name in seen:
+        by_pool.setdefault(pid, set()).add(name)
+    assert all(len(names) == 1 for names in by_pool.values())
+
+
+def test_jobs_stop_at_the_first_error_and_raise_it():
+    import pytest
+    _Pool.made = []
+    done = []
+
+    def work(item, pool):
+        if item == 0:
+            raise RuntimeError("boom")
+        done.append(item)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        _script().run_jobs(list(range(50)), 1, _Pool, work)
+    assert done == [] and all(p.closed for p in _Pool.made)
+
+
+def test_the_independent_process_is_told_the_environments_lane(monkeypatch):
+    """Its do_bench runs hold the lane the environment's timings hold (so --jobs never lets a measurement share
+    the GPU): the spec it reads names the resolved lane directory."""
+    import subprocess
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.lane import resolve
+    from kernelgym_gap.core.registry import default_registry
+    mod = _script()
+    task = default_registry().get("Softmax")
+    sol = next(s for s in task.solutions if s.kind == "optimized")
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen.update(json.loads(Path(cmd[3]).read_text()))
+        Path(cmd[4]).write_text(json.dumps({"results": []}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(mod.subprocess, "run", fake_run)
+    assert mod.measure_independently(task, sol, [], 10, lane_dir=EvalConfig().sandbox.lane_dir) == []
+    assert seen["lane_dir"] == resolve("auto") and seen["task"] == task.id
