@@ -58,6 +58,20 @@ def occupancy(records: list[dict]) -> dict:
             "idle_s": span - either, "rebuild_overlap_s": s + e - either}
 
 
+TIMING_PARTS = ("child_timing_setup", "child_timing_inputs", "child_timing_first_call", "child_timing_probe",
+                "child_timing_measure", "child_timing_recheck")
+
+
+def timing_parts(records: list[dict]) -> dict[str, float] | None:
+    """Mean seconds per evaluation of each part of the exclusive stretch (child/timing.time_submission's
+    phases), over the records that have them, with the stretch's mean (`child_timing`); None when none has
+    them (records from before 2026-12-05, 06:00 UTC)."""
+    rows = [r["latency"] for r in records if "child_timing_measure" in r["latency"]]
+    if not rows:
+        return None
+    return {k: sum(lat.get(k, 0.0) for lat in rows) / len(rows) for k in TIMING_PARTS + ("child_timing",)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("records", help="a throughput_records.jsonl")
@@ -74,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         pct = lambda k: f"{o[k]:6.0f} ({o[k] / o['span_s']:4.0%})"   # noqa: E731
         print(f"{mode:30} {o['evaluations']:5d} {o['span_s']:7.0f} {pct('exclusive_s'):>14} {pct('shared_s'):>14} "
               f"{pct('either_s'):>14} {o['idle_s']:7.0f} {o['rebuild_overlap_s']:15.0f}")
+    for mode in sorted({r["mode"] for r in rows}):
+        parts = timing_parts([r for r in rows if r["mode"] == mode])
+        if parts:
+            print(f"{mode}: the exclusive stretch, mean s per evaluation: "
+                  + ", ".join(f"{k.removeprefix('child_timing_')} {parts[k]:.2f}" for k in TIMING_PARTS)
+                  + f" (of {parts['child_timing']:.2f})")
     return 0
 
 

@@ -169,5 +169,8 @@ def test_lanes_share_one_gpu_and_time_alone(registry, cuda_config):
         for key in ("child_lane_wait_shared", "child_lane_wait_exclusive", "check_lane_wait"):
             assert key in rec.latency, (key, rec.latency)
         assert not any(k.startswith("child_lane_timeout") for k in rec.latency), rec.latency
+        # where the exclusive stretch went: its parts add up to (nearly all of) it
+        parts = sum(v for k, v in rec.latency.items() if k.startswith("child_timing_"))
+        assert 0.9 * rec.latency["child_timing"] <= parts <= rec.latency["child_timing"] + 1e-6, rec.latency
     # at least one waited for another's timing
     assert sum(r.latency["child_lane_wait_exclusive"] > 0.05 for r in recs) >= 1

@@ -60,3 +60,20 @@ def test_the_script_prints_one_row_per_mode(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 3 and lines[1].split()[:3] == ["lanes", "2", "7"] and lines[2].startswith("serial")
+
+
+def test_the_exclusive_stretchs_parts_are_averaged_over_the_records_that_have_them(tmp_path):
+    mod = _module()
+    parts = dict(child_timing_setup=0.4, child_timing_inputs=0.2, child_timing_first_call=0.1,
+                 child_timing_probe=0.3, child_timing_measure=1.0, child_timing_recheck=0.2)
+    a = _record(6.0, total=6.0, child_timing=2.2, **parts)
+    b = _record(7.0, total=6.0, child_timing=4.4, **{k: 2 * v for k, v in parts.items()})
+    old = _record(8.0, total=6.0)                  # from before the parts were recorded: left out
+    got = mod.timing_parts([a, b, old])
+    assert got["child_timing_measure"] == pytest.approx(1.5) and got["child_timing"] == pytest.approx(3.3)
+    assert mod.timing_parts([old]) is None
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (a, b)))
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "lanes: the exclusive stretch" in proc.stdout and "measure 1.50" in proc.stdout

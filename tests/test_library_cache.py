@@ -286,3 +286,15 @@ def test_the_hint_and_the_new_fields_cross_the_boundary():
     assert Job.from_json(j.to_json()) == j
     t = timing(1.0, 0.5, library_source="cached", library_check_ms=0.52, library_hint_ms=0.5, early_exit=True)
     assert ChildReport.from_json(report(t).to_json()).timings == (t,)
+
+
+def test_the_probe_and_the_full_measurement_are_laps_of_the_phase_clock():
+    from kernelgym_gap.child.timing import _PhaseClock
+    phases = {}
+    clock = _PhaseClock(phases)
+    time_shape(FakeBench(probe_kernel=1.0, check=0.6, library=0.61), TimingConfig(), lambda: "kernel",
+               lambda: "library", 0.5, clock)
+    time_shape(FakeBench(probe_kernel=1.0, check=0.5), TimingConfig(), lambda: "kernel", lambda: "library", 0.5,
+               clock)
+    assert set(phases) == {"timing_probe", "timing_measure"} and all(v >= 0 for v in phases.values())
+    _PhaseClock(None).lap("timing_probe")          # without a dict: nothing kept, nothing raised

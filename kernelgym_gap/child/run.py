@@ -330,7 +330,8 @@ class ChildRun:
         try:
             # one call mark per timed shape, after the correctness trials' (Job.call_bounds' order)
             self.timings = time_submission(self.task, self.job, watched_entry, self.adapter, self.held,
-                                           on_shape=lambda k: self.marks.begin(len(self.job.trials) + k))
+                                           on_shape=lambda k: self.marks.begin(len(self.job.trials) + k),
+                                           phases=self.phases)
         except BaseException as e:  # noqa: BLE001
             self.marks.end()
             return self.failed_stretch(e, "while timing", timing_ops, trials=tuple(self.outcomes))

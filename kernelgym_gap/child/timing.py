@@ -209,7 +209,8 @@ def side_stream_suspected(m: Measurement) -> bool:
 
 
 def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
-               library: Callable[[int], object], hint_ms: float | None) -> tuple[Measurement, dict]:
+               library: Callable[[int], object], hint_ms: float | None,
+               clock: _PhaseClock | None = None) -> tuple[Measurement, dict]:
     """One shape: the kernel's Measurement and the ShapeTiming fields of the library's time.
 
     A short interleaved probe first (Bench.probe). With a hint (the parent's cached library time) that the
@@ -219,6 +220,8 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     check) is timed no further: its probe is its measurement (early_exit). The parent re-derives both
     decisions from the numbers reported here (judge/library_cache.reconcile)."""
     k_probe, check = bench.probe(kernel, library, cfg.library_check_reps, cfg.early_exit_budget_ms)
+    if clock is not None:
+        clock.lap("timing_probe")
     agreed = hint_ms is not None and cfg.library_agrees(check.median_ms, hint_ms)
     early = cfg.hopeless(k_probe.median_ms, hint_ms if agreed else check.median_ms)
     if early:
@@ -227,6 +230,8 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
         k, lib = bench.measure(kernel), None
     else:
         k, lib = bench.measure_interleaved([kernel, library])
+    if clock is not None:
+        clock.lap("timing_measure")
     fields = dict(library_source="cached" if agreed else "measured", library_check_ms=check.median_ms,
                   library_hint_ms=hint_ms, early_exit=early)
     if lib is None:         # the hint stands; the check's spread and repetitions are what was seen of it
@@ -236,12 +241,18 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     return k, fields
 
 
-def time_submission(task, job, entry, adapter, held, on_shape=None) -> tuple[ShapeTiming, ...]:
+def time_submission(task, job, entry, adapter, held, on_shape=None,
+                    phases: dict | None = None) -> tuple[ShapeTiming, ...]:
     """`on_shape(i)` is called as the i-th timed shape starts (run.py's call marks). Each shape's recheck
     output goes to `held` (child/outputs.HeldOutputs): a host copy, written once the exclusive lane is
-    released, not while the GPU waits for the disk."""
+    released, not while the GPU waits for the disk. `phases` (optional) gets where the exclusive stretch's
+    time went, summed over the shapes, in seconds: `timing_setup` (the flush buffer, the clock warm-up, the
+    synchronize and spin calibration), `timing_inputs`, `timing_first_call`, `timing_probe` (warm-up and the
+    library check), `timing_measure`, `timing_recheck` (its call and the output's host copy)."""
     cfg: TimingConfig = job.timing
+    clock = _PhaseClock(phases)
     bench = Bench(cfg)
+    clock.lap("timing_setup")
     hints = {(tuple(shape), dtype): ms for shape, dtype, ms in job.library_hint}
     results = []
     for index, trial in enumerate(job.timing_trials):
@@ -249,15 +260,18 @@ def time_submission(task, job, entry, adapter, held, on_shape=None) -> tuple[Sha
             on_shape(index)
         sets = [inputs_mod.make_trial_inputs(task, dataclasses.replace(trial, seed=trial.seed + k), "cuda")
                 for k in range(cfg.n_input_sets)]
+        torch.cuda.synchronize()
+        clock.lap("timing_inputs")
         adapter.log.reset()
         with torch.no_grad():
             entry(*sets[0])
         torch.cuda.synchronize()
+        clock.lap("timing_first_call")
         launches, programs, handed = adapter.log.launches, adapter.log.max_programs, adapter.log.handed_bytes
         with torch.no_grad():
             kernel, library = time_shape(bench, cfg, lambda i: entry(*sets[i % len(sets)]),
                                          lambda i: task.reference(*sets[i % len(sets)]),
-                                         hints.get((tuple(trial.shape), trial.dtype)))
+                                         hints.get((tuple(trial.shape), trial.dtype)), clock)
         # the output of a call made after timing, on inputs it has not seen, is checked again
         recheck = dataclasses.replace(trial, seed=trial.seed + 7919, index=trial.index + 5000)
         ins = inputs_mod.make_trial_inputs(task, recheck, "cuda")
@@ -277,4 +291,18 @@ def time_submission(task, job, entry, adapter, held, on_shape=None) -> tuple[Sha
             handed_bytes=handed or None, **library))
         del ins, out
         torch.cuda.empty_cache()
+        clock.lap("timing_recheck")
     return tuple(results)
+
+
+class _PhaseClock:
+    """Adds the time since the last lap to `phases[key]` (nothing without a dict)."""
+
+    def __init__(self, phases: dict | None):
+        self.phases, self.t = phases, time.perf_counter()
+
+    def lap(self, key: str) -> None:
+        now = time.perf_counter()
+        if self.phases is not None:
+            self.phases[key] = self.phases.get(key, 0.0) + (now - self.t)
+        self.t = now
