@@ -101,3 +101,40 @@ def test_the_independent_process_is_told_the_environments_lane(monkeypatch):
     monkeypatch.setattr(mod.subprocess, "run", fake_run)
     assert mod.measure_independently(task, sol, [], 10, lane_dir=EvalConfig().sandbox.lane_dir) == []
     assert seen["lane_dir"] == resolve("auto") and seen["task"] == task.id
+
+
+def test_main_with_jobs_evaluates_each_kernel_once_and_writes_rows_in_batch_order(monkeypatch, tmp_path):
+    """The run's loop without a GPU: the warm pool, the evaluation and the independent process replaced by
+    fakes; two workers; every chosen kernel evaluated once, the rows compared and written."""
+    import threading
+    mod = _script()
+    import gap_study
+    import kernelgym_gap.api.warm as warm
+    calls, lock = [], threading.Lock()
+
+    class FakePool:
+        checker = children = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    def fake_evaluate(task, sol, backend, cfg, checker=None, children=None):
+        with lock:
+            calls.append(f"{task.name}/{sol.file}")
+        return {"task": task.id, "kernel": Path(sol.file).stem, "dsl": sol.dsl, "status": "ok", "E": 2.0,
+                "seconds": 0.1, "per_shape": [{"shape": [8, 8], "dtype": "float16", "kernel_ms": 0.05,
+                                               "library_ms": 0.1}],
+                "device": {"name": "NVIDIA H200"}, "versions": {"torch": "x"}}
+
+    monkeypatch.setattr(warm, "WarmPool", lambda **kw: FakePool())
+    monkeypatch.setattr(gap_study, "evaluate_one", fake_evaluate)
+    monkeypatch.setattr(mod, "timing_cases", lambda study, config: [])
+    monkeypatch.setattr(mod, "measure_independently", lambda *a, **kw: [
+        {"shape": [8, 8], "dtype": "float16", "distribution": "normal", "kernel_ms": 0.05, "library_ms": 0.1}])
+    assert mod.main(["--only", "normalization", "--kinds", "optimized", "--jobs", "2", "--out", str(tmp_path)]) == 0
+    out = json.loads(next(tmp_path.glob("fidelity_h200_*.json")).read_text())
+    assert len(calls) == len(set(calls)) == len(out["rows"]) >= 7
+    assert all(r["ratio"] == 1.0 and r["in_goal"] for r in out["rows"]) and out["skipped"] == []
