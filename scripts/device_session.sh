@@ -15,8 +15,9 @@
 #                     LinearSwiGLU (v1)
 #   handoff           #15: the output hand-off, torch.save vs the raw tensor file, on this host (~40 s;
 #                     done 2026-12-05)
-#   throughput        #15: the light batch, outputs written inside the lanes vs after them, and 2 timed
-#                     shapes, side by side (--variant), with the warm env.step (~370 s; done 2026-12-05)
+#   throughput        #15: the light batch: the defaults, compiles with the lane let go
+#                     (compile_outside_lane=1), and 2 timed shapes, side by side (--variant), with the warm
+#                     env.step (~370 s; 2026-12-05 ran held_output_bytes=0 in place of compile_outside_lane)
 #   replay            #20: the replay agent over TASKS (default all); resumes from $DB (/tmp/kgg_bench.sqlite3
 #                     while the machine stays warm; after it went back, put the returned bench_store.sqlite3 in
 #                     the working tree, name it in DB= and in the call's carry if git ignores it); copies the
@@ -69,7 +70,7 @@ for step in "$@"; do
     throughput)
       timeout "$STEP_S" python3 scripts/throughput.py --backend cuda \
         --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 12 --fixtures none --serial 3 --per-gpu 4 \
-        --variant held_output_bytes=0 --variant "" --variant timed_shapes=2 --env-steps Softmax,LayerNorm \
+        --variant "" --variant compile_outside_lane=1 --variant timed_shapes=2 --env-steps Softmax,LayerNorm \
         --out "$OUT" 2>&1 | tail -30 ;;
     replay)
       timeout "$STEP_S" python3 -m kernelgym_gap.cli.main bench --agent replay --tasks "$TASKS" \
@@ -87,7 +88,7 @@ for step in "$@"; do
         --out "$OUT" 2>&1 | tail -30 ;;
     gpu-tests)
       timeout "$STEP_S" python3 -m pytest -q -m gpu tests/test_gpu.py \
-        -k "library_time or hopeless or tight_call or lanes" 2>&1 | tail -15 ;;
+        -k "library_time or hopeless or tight_call or lanes" 2>&1 | tail -15 ;;   # lanes: compile_outside_lane too
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done

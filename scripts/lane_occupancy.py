@@ -26,8 +26,12 @@ def lane_intervals(record: dict) -> dict[str, list[tuple[float, float]]]:
     lat = record["latency"]
     t = record["at_s"] - lat["total"] + lat.get("gate", 0.0)
     t += sum(lat.get(k, 0.0) for k in BEFORE_CORRECTNESS)
-    correctness = (t, t + lat.get("child_correctness", 0.0))
-    t = correctness[1] + lat.get("child_lane_wait_exclusive", 0.0)
+    end = t + lat.get("child_correctness", 0.0)
+    # compiles with the lane let go (EvalConfig.compile_outside_lane) and the waits to take it back: not held,
+    # put at the stretch's start (the first calls come first; where exactly is not recorded)
+    let_go = lat.get("child_compile_unlaned", 0.0) + lat.get("child_lane_wait_after_compile", 0.0)
+    correctness = (min(t + let_go, end), end)
+    t = end + lat.get("child_lane_wait_exclusive", 0.0)
     timing = (t, t + lat.get("child_timing", 0.0))
     check = (record["at_s"] - lat.get("check", 0.0) + lat.get("check_lane_wait", 0.0), record["at_s"])
     return {"shared": [correctness, check], "exclusive": [timing]}

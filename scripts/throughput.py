@@ -220,7 +220,8 @@ def table(rows) -> str:
     return "\n".join(out + ["  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in cells])
 
 
-VARIANT_FIELDS = ("held_output_bytes", "timed_shapes")       # EvalConfig's integer fields a variant may set
+# EvalConfig's fields a variant may set: integers, and compile_outside_lane (0 or 1)
+VARIANT_FIELDS = ("held_output_bytes", "timed_shapes", "compile_outside_lane")
 
 
 def parse_variant(text: str) -> dict:
@@ -231,6 +232,8 @@ def parse_variant(text: str) -> dict:
         if key not in VARIANT_FIELDS:
             raise SystemExit(f"--variant: {key!r} is not one of {sorted(VARIANT_FIELDS)}")
         out[key] = int(value[:-1]) << 20 if value.upper().endswith("M") else int(value)
+        if key == "compile_outside_lane":
+            out[key] = bool(out[key])
     return out
 
 
@@ -250,7 +253,8 @@ def main(argv=None) -> int:
                          "KernelEnv after the batch (the p50 env.step goal); default none")
     ap.add_argument("--think", type=float, default=3.0, help="seconds before each env.step (the agent's turn)")
     ap.add_argument("--variant", action="append", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
-                    help="the lanes mode once more with these EvalConfig fields (held_output_bytes, timed_shapes; "
+                    help="the lanes mode once more with these EvalConfig fields (held_output_bytes, timed_shapes, "
+                         "compile_outside_lane=0/1; "
                          "'' for the defaults), side by side; repeatable. held_output_bytes=0 writes each output "
                          "inside the lane, as before 2026-12-04")
     ap.add_argument("--out", default=str(ROOT / "results"))

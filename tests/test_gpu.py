@@ -174,3 +174,21 @@ def test_lanes_share_one_gpu_and_time_alone(registry, cuda_config):
         assert 0.9 * rec.latency["child_timing"] <= parts <= rec.latency["child_timing"] + 1e-6, rec.latency
     # at least one waited for another's timing
     assert sum(r.latency["child_lane_wait_exclusive"] > 0.05 for r in recs) >= 1
+
+
+def test_lanes_with_compiles_outside_the_lane(registry, cuda_config):
+    """compile_outside_lane: four evaluations at once, each child's first calls compiled with the shared lane
+    let go (its compile time and the waits to take it back recorded), none gave up waiting, all ok; the
+    JITFunction._do_compile this triton has is the one the adapter wraps."""
+    from kernelgym_gap.api.batch import EvalRequest, evaluate_many
+    from kernelgym_gap.core.status import Status
+    task = registry.get("AddReLU")
+    source = task.solution_path(task.solutions[0]).read_text()
+    config = cuda_config.replace(compile_outside_lane=True)
+    reqs = [EvalRequest("AddReLU", source + f"\n# copy {i}\n", backend="cuda") for i in range(4)]
+    recs = evaluate_many(reqs, gpus=[0], per_gpu=4, config=config)
+    for rec in recs:
+        assert rec.status is Status.OK, rec.message
+        assert rec.latency.get("child_compile_unlaned", 0) > 0, rec.latency
+        assert "child_lane_wait_after_compile" in rec.latency
+        assert not any(k.startswith("child_lane_timeout") for k in rec.latency), rec.latency

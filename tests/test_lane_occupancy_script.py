@@ -37,6 +37,13 @@ def test_one_evaluation_is_rebuilt_in_stage_order():
     assert iv["exclusive"] == [(3.5, 4.5)]
 
 
+def test_compiles_with_the_lane_let_go_are_not_counted_as_held():
+    """compile_outside_lane: the compile time and the waits to take the lane back leave the shared stretch."""
+    mod = _module()
+    rec = _record(6.0, total=6.0, child_compile_unlaned=0.5, child_lane_wait_after_compile=0.25)
+    assert mod.lane_intervals(rec)["shared"][0] == (1.75, 3.0)
+
+
 def test_overlapping_holders_count_once_and_the_gaps_are_idle():
     mod = _module()
     assert mod.union_length([(0, 2), (1, 3), (5, 6), (6, 6)]) == pytest.approx(4.0)

@@ -78,5 +78,6 @@ def test_a_variant_is_a_set_of_config_overrides():
     assert mod.parse_variant("") == {}
     assert mod.parse_variant("held_output_bytes=4096M,timed_shapes=2") == {"held_output_bytes": 4 << 30,
                                                                           "timed_shapes": 2}
+    assert mod.parse_variant("compile_outside_lane=1") == {"compile_outside_lane": True}
     with pytest.raises(SystemExit, match="not one of"):
         mod.parse_variant("wall_s=3")

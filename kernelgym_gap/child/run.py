@@ -10,7 +10,6 @@ snapshots cannot name; this module is among snapshots.HARNESS_MODULES."""
 from __future__ import annotations
 
 import collections
-import contextlib
 import gc
 import importlib.util
 import os
@@ -29,7 +28,8 @@ from kernelgym_gap.child.outputs import HeldOutputs
 from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
-from kernelgym_gap.core.lane import LaneTimeout, hold_if_possible, inherited
+from kernelgym_gap.child.lanes import ChildLane
+from kernelgym_gap.core.lane import inherited
 from kernelgym_gap.core.record import IMPORT_MARKER, IMPORT_START_FD_ENV, ChildReport, Job, TrialOutcome
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.tensor_file import output_name
@@ -109,6 +109,9 @@ class ChildRun:
         self.common: dict = {}           # fields every report carries: versions, device
         self.marks = CallMarks(self.report_path.parent, job.call_bounds)   # the parent's call deadlines
         self.held = HeldOutputs(self.outputs, job.held_output_bytes)       # written once the lanes are let go
+        self.first_of_shape: dict = {}   # (shape, dtype) -> the index of its first correctness trial
+        for t in job.trials:
+            self.first_of_shape.setdefault((tuple(t.shape), t.dtype), t.index)
 
     @classmethod
     def from_file(cls, job_path: Path, preimport_s: float | None = None) -> ChildRun:
@@ -128,10 +131,10 @@ class ChildRun:
             return compile_modes.compile_probe(self, self.entry)
         if self.job.mode == "compile_specs":
             return compile_modes.compile_specs(self)
-        with self.lane_stage("shared"):
+        with self.lane.stage("shared"):
             done = self.run_trials()
         if done is None and self.job.timing is not None:
-            with self.lane_stage("exclusive"):
+            with self.lane.stage("exclusive"):
                 done = self.time_calls()
         return self.wrap_up() if done is None else done
 
@@ -145,8 +148,8 @@ class ChildRun:
         self.adapter = make_adapter(job.dsl, job.backend, compile_only=job.mode in ("compile_probe", "compile_specs"))
         self.adapter.install()
         self.common = dict(versions=_versions(self.adapter), device=_device_info(job.backend))
-        self.lane, self.lane_budget = inherited()     # the GPU's lane the parent handed over (core/lane.py)
-        self.lane_waited = 0.0
+        self.lane = ChildLane(*inherited(), self.phases)   # the GPU's lane the parent handed over (core/lane.py)
+        self.adapter.compile_hook = self.lane.let_go
         if job.backend == "cuda":
             torch.cuda.init()
             self.adapter.streams.expected = torch.cuda.current_stream().cuda_stream
@@ -157,24 +160,6 @@ class ChildRun:
         integ.watching()            # builds the recorder classes, so that they are in the snapshot
         self.integrity = integ.Integrity(self.adapter, task=self.task)
         self.phases["setup"] = time.perf_counter() - self.t0
-
-    @contextlib.contextmanager
-    def lane_stage(self, mode: str):
-        """Holds the GPU's lane for a stretch: shared for the correctness trials, exclusive for the timing
-        (a measurement never shares the GPU). The wait goes into phases as `lane_wait_<mode>`. Lanes are
-        optional: without one the stretch just runs; past the wait budget (or on a descriptor the submission
-        broke) it runs without the lane, and `lane_timeout_<mode>` says how long it waited."""
-        budget = None if self.lane_budget is None else max(self.lane_budget - self.lane_waited, 0.0)
-        with hold_if_possible(self.lane, mode, budget) as got:
-            if isinstance(got, LaneTimeout):
-                self.lane_waited += got.waited_s
-                self.phases[f"lane_timeout_{mode}"] = got.waited_s
-            elif got is not None:
-                self.lane_waited += got.wait_s
-                self.phases[f"lane_wait_{mode}"] = got.wait_s
-            elif self.lane is not None:         # its descriptors failed
-                self.phases[f"lane_timeout_{mode}"] = 0.0
-            yield
 
     # -- reports ---------------------------------------------------------------------------------------------
     def finish(self, status: Status, message: str, **kw) -> int:
@@ -283,9 +268,11 @@ class ChildRun:
                  f"{trial.distribution} inputs, seed {trial.seed})")
         kw = dict(trials=tuple(self.outcomes), failed_trial=trial.index)
         self.marks.begin(len(self.outcomes))       # this trial's position in job.trials
+        first = self.job.compile_outside_lane and trial.index == self.first_of_shape.get(
+            (tuple(trial.shape), trial.dtype))
         start = time.perf_counter()
         try:
-            with torch.no_grad(), watch:
+            with torch.no_grad(), self.lane.first_call(first), watch:
                 out = self.entry(*ins)
             if self.job.backend == "cuda":
                 torch.cuda.synchronize()

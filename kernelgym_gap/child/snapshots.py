@@ -28,6 +28,7 @@ HARNESS_MODULES = (
     "kernelgym_gap.child.runner", "kernelgym_gap.child.run", "kernelgym_gap.child.failure",
     "kernelgym_gap.child.compile_modes", "kernelgym_gap.child.module_entry", "kernelgym_gap.child.integrity",
     "kernelgym_gap.child.watch", "kernelgym_gap.child.marks", "kernelgym_gap.child.outputs",
+    "kernelgym_gap.child.lanes",
     "kernelgym_gap.child.guards", "kernelgym_gap.child.recorders", "kernelgym_gap.child.snapshots",
     "kernelgym_gap.dsl", "kernelgym_gap.dsl.base", "kernelgym_gap.dsl.triton", "kernelgym_gap.dsl.tilelang",
     "kernelgym_gap.core.inputs", "kernelgym_gap.core.record", "kernelgym_gap.core.lane",

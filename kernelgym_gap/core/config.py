@@ -149,6 +149,12 @@ class EvalConfig:
     # checker (child/outputs.py); on the cpu backend at most CPU_HELD_OUTPUT_BYTES (its memory limit is
     # SandboxConfig.memory_bytes). 0: each output written as it comes, inside the lane.
     held_output_bytes: int = 4 << 30
+    # while the DSL compiles a kernel in a shape's first correctness call (CPU work: Triton's
+    # JITFunction._do_compile, TileLang's JITKernel construction), the child lets the GPU's shared lane go, so
+    # that another evaluation's timing can run meanwhile, and takes it again before the launch
+    # (child/lanes.py). Only where the child has a lane (cuda; cpu only with an explicit sandbox.lane_dir).
+    # Off by default until the H200 throughput run compares it side by side.
+    compile_outside_lane: bool = False
     keep_scratch: bool = False           # keep them for debugging
     gpu_index: int = 0                   # which GPU the child is pinned to on the cuda backend
     calibration_path: str | None = None  # device ceilings cache (cuda); default under ~/.cache/kernelgym_gap

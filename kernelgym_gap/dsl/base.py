@@ -10,6 +10,7 @@ variables are set, sees the DSL's kernels launch (`install`, `log`, `streams`), 
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import threading
 from typing import Callable, ClassVar
@@ -157,6 +158,14 @@ class DSLAdapter:
 
     log: LaunchLog
     streams: StreamWatch
+    # set by the child (child/lanes.py) while compiles may run with the GPU's lane let go: a context manager
+    # factory entered around each compilation of the DSL's (CPU work); None: compiles run as they are
+    compile_hook: Callable[[], contextlib.AbstractContextManager] | None = None
+
+    def compiling(self) -> contextlib.AbstractContextManager:
+        """Entered around one compilation (`compile_hook`'s context, or nothing)."""
+        hook = self.compile_hook
+        return hook() if hook is not None else contextlib.nullcontext()
 
     # -- class level: safe in the parent -------------------------------------------------------------------
     @classmethod

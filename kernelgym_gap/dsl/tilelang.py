@@ -86,7 +86,8 @@ class TileLangAdapter(DSLAdapter):
                 kwargs["pass_configs"] = {**(kwargs.get("pass_configs") or {}), "tirx.disable_vectorize": True}
             with dsl_region():
                 try:
-                    original_init(k_self, func, *args, **kwargs)
+                    with adapter.compiling():       # the kernel compiles here (CPU work)
+                        original_init(k_self, func, *args, **kwargs)
                 except Exception as e:
                     if adapter.backend == "cpu" and func is not None and not kwargs.get("from_database"):
                         adapter._try_cuda(func, kwargs, e)

@@ -96,6 +96,7 @@ class TritonAdapter(DSLAdapter):
             driver.active.utils  # noqa: B018
         for cls in classes:
             cls.run = self._wrap_run(cls.run)
+        self._wrap_compile(jit.JITFunction)
         self._wrap_autotuner()
 
     def _wrap_run(self, original):
@@ -133,6 +134,20 @@ class TritonAdapter(DSLAdapter):
             return result
 
         return run
+
+    def _wrap_compile(self, cls) -> None:
+        """A kernel's compilation (JITFunction._do_compile, triton 3.6 and 3.7: a cache miss in run, before the
+        launch) inside `compiling()`. Without that method (another triton), compiles run as they are."""
+        original = getattr(cls, "_do_compile", None)
+        if original is None:
+            return
+        adapter = self
+
+        def _do_compile(fn_self, *args, _original=original, **kwargs):
+            with adapter.compiling():
+                return _original(fn_self, *args, **kwargs)
+
+        cls._do_compile = _do_compile
 
     def _wrap_autotuner(self) -> None:
         from triton.runtime.autotuner import Autotuner

@@ -62,7 +62,8 @@ class Evaluation:
                        tasks_dir=self.task.tasks_dir, outputs_dir=str(scratch / "outputs"),
                        report_file=str(scratch / "report.json"), trials=self.trials, timing=timing,
                        timing_trials=timing_trials, library_hint=self._library_hint(timing_trials),
-                       held_output_bytes=self.config.held_output_bytes_for(self.backend.name))
+                       held_output_bytes=self.config.held_output_bytes_for(self.backend.name),
+                       compile_outside_lane=self.config.compile_outside_lane)
         self.child = launcher.run(self.job, self.source)
         self.latency.update(self.child.latency)
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from kernelgym_gap.core.record import EvalRecord
 
-SETTINGS_NOT_HASHED = ("scratch_root", "keep_scratch", "gpu_index", "calibration_path", "held_output_bytes")
+SETTINGS_NOT_HASHED = ("scratch_root", "keep_scratch", "gpu_index", "calibration_path", "held_output_bytes",
+                       "compile_outside_lane")
 
 
 def source_bytes(source: str | bytes) -> bytes:

@@ -1,0 +1,113 @@
+"""The GPU's lane as one child holds it (core/lane.py has the lock itself): shared for the correctness trials,
+exclusive for the timing, and let go while the DSL compiles inside a shape's first correctness call.
+
+A first call compiles the kernel's specialization (and, autotuned, every config) before it launches anything:
+seconds of CPU work during which the child needs no GPU. Held shared all along, it keeps every other
+evaluation's timing waiting (a writer waits for the readers in). With `Job.compile_outside_lane` the child
+lets the lane go for each compilation and takes it again, shared, before the launch; the GPU work of the call
+still runs under the lane, so a measurement still never shares the GPU. Taking it again waits behind the
+timings that came meanwhile, at most LET_GO_WAIT_S (the call's own bound, 60 s for a first call, counts that
+wait); past it the call goes on without the lane, as a stage does past its lane budget, and says so in the
+phases. Only first calls let go: a later call's bound is a small multiple of the library's time, too short to
+queue behind a timing.
+
+Phases (seconds, the record's latency as child_<name>): `lane_wait_<mode>` and `lane_timeout_<mode>` as
+before; `compile_unlaned`, the compile time spent with the lane let go; `lane_wait_after_compile`, the waits
+to take it again (both summed over the calls)."""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+from kernelgym_gap.core.lane import Hold, Lane, LaneTimeout, hold_if_possible
+
+LET_GO_WAIT_S = 20.0      # the longest wait to take the lane back after a compile before going on without it
+_NOW = time.perf_counter
+
+
+class ChildLane:
+    """One child's hold of its GPU's lane (None: no lane, every method just runs its block)."""
+
+    def __init__(self, lane: Lane | None, budget_s: float | None, phases: dict):
+        self.lane, self.budget_s, self.phases = lane, budget_s, phases
+        self.waited = 0.0               # lane waits so far, against budget_s
+        self.holding: str | None = None
+        self.let_go_allowed = False     # set around a first call when the job asks for it
+        self._depth = 0                 # nested compiles let go once
+
+    def _left(self) -> float | None:
+        return None if self.budget_s is None else max(self.budget_s - self.waited, 0.0)
+
+    @contextlib.contextmanager
+    def stage(self, mode: str) -> Iterator[None]:
+        """Holds the lane for a stretch: shared for the correctness trials, exclusive for the timing. The wait
+        goes into the phases as `lane_wait_<mode>`. Without a lane the stretch just runs; past the wait budget
+        (or on a descriptor the submission broke) it runs without the lane, and `lane_timeout_<mode>` says how
+        long it waited."""
+        with hold_if_possible(self.lane, mode, self._left()) as got:
+            if isinstance(got, LaneTimeout):
+                self.waited += got.waited_s
+                self.phases[f"lane_timeout_{mode}"] = got.waited_s
+            elif isinstance(got, Hold):
+                self.waited += got.wait_s
+                self.phases[f"lane_wait_{mode}"] = got.wait_s
+                self.holding = mode
+            elif self.lane is not None:         # its descriptors failed
+                self.phases[f"lane_timeout_{mode}"] = 0.0
+            try:
+                yield
+            finally:
+                self.holding = None
+
+    @contextlib.contextmanager
+    def first_call(self, allowed: bool) -> Iterator[None]:
+        """Around a shape's first correctness call: compiles inside it may let the lane go (`let_go`)."""
+        self.let_go_allowed = allowed
+        try:
+            yield
+        finally:
+            self.let_go_allowed = False
+
+    @contextlib.contextmanager
+    def let_go(self) -> Iterator[None]:
+        """Around one compilation (dsl adapters' `compiling()`): the shared lane released for it and taken
+        again after, when a first call allows it and the lane is held shared; else nothing changes."""
+        if not self.let_go_allowed or self.holding != "shared" or self._depth:
+            yield
+            return
+        self._depth += 1
+        try:
+            self.lane.release()
+        except OSError:                     # a descriptor the submission broke: keep going as we are
+            self._depth -= 1
+            yield
+            return
+        self.holding = None
+        t = _NOW()
+        try:
+            yield
+        finally:
+            compiled = _NOW()
+            self._add("compile_unlaned", compiled - t)
+            self._take_back()
+            self._depth -= 1
+
+    def _take_back(self) -> None:
+        left = self._left()
+        wait = LET_GO_WAIT_S if left is None else min(LET_GO_WAIT_S, left)
+        try:
+            got = self.lane.acquire("shared", wait)
+        except LaneTimeout as e:
+            self.waited += e.waited_s
+            self._add("lane_timeout_shared", e.waited_s)
+            return
+        except OSError:
+            self._add("lane_timeout_shared", 0.0)
+            return
+        self.waited += got.wait_s
+        self._add("lane_wait_after_compile", got.wait_s)
+        self.holding = "shared"
+
+    def _add(self, key: str, seconds: float) -> None:
+        self.phases[key] = self.phases.get(key, 0.0) + seconds

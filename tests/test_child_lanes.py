@@ -1,0 +1,170 @@
+"""child/lanes.py: the child's hold of its GPU's lane, and letting it go while the DSL compiles in a first call.
+
+Real lane files (core/lane.py works the same on a CPU machine); a second Lane object plays another
+evaluation's timing."""
+import threading
+import time
+
+import pytest
+
+from kernelgym_gap.child import lanes as child_lanes
+from kernelgym_gap.child.lanes import ChildLane
+from kernelgym_gap.core.lane import Lane, LaneTimeout
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """(the child's ChildLane and phases, another holder's Lane) on one lane directory."""
+    mine, other = Lane.open(tmp_path, 0), Lane.open(tmp_path, 0)
+    phases = {}
+    yield ChildLane(mine, 30.0, phases), phases, other
+    mine.close()
+    other.close()
+
+
+def _free_for(other: Lane, mode: str) -> bool:
+    try:
+        other.acquire(mode, timeout_s=0)
+    except LaneTimeout:
+        return False
+    other.release()
+    return True
+
+
+def test_without_a_lane_every_block_just_runs():
+    phases = {}
+    child = ChildLane(None, None, phases)
+    ran = []
+    with child.stage("shared"), child.first_call(True), child.let_go():
+        ran.append(1)
+    assert ran == [1] and phases == {}
+
+
+def test_a_first_calls_compile_lets_the_lane_go_and_takes_it_back(pair):
+    child, phases, other = pair
+    with child.stage("shared"):
+        assert phases["lane_wait_shared"] >= 0 and not _free_for(other, "exclusive")
+        with child.first_call(True):
+            with child.let_go():
+                assert _free_for(other, "exclusive")         # another evaluation's timing can run now
+                time.sleep(0.05)
+            assert child.holding == "shared" and not _free_for(other, "exclusive")
+    assert phases["compile_unlaned"] >= 0.05 and phases["lane_wait_after_compile"] >= 0
+    assert _free_for(other, "exclusive")                     # the stage let it go at its end
+
+
+def test_outside_a_first_call_or_the_shared_stage_nothing_is_let_go(pair):
+    child, phases, other = pair
+    with child.stage("shared"):
+        with child.first_call(False), child.let_go():
+            assert not _free_for(other, "exclusive")
+        with child.let_go():                                 # not inside a first call at all
+            assert not _free_for(other, "exclusive")
+    with child.stage("exclusive"), child.first_call(True), child.let_go():
+        assert not _free_for(other, "shared")                # a timing's compile keeps its exclusive hold
+    assert "compile_unlaned" not in phases
+
+
+def test_nested_compiles_let_go_once(pair):
+    child, phases, other = pair
+    with child.stage("shared"), child.first_call(True):
+        with child.let_go():
+            with child.let_go():
+                assert _free_for(other, "exclusive")
+            assert _free_for(other, "exclusive")             # the inner one did not take it back early
+        assert not _free_for(other, "exclusive")
+
+
+def test_taking_it_back_waits_behind_a_timing_that_came_meanwhile(pair):
+    child, phases, other = pair
+    took = threading.Event()
+
+    def timing():
+        other.acquire("exclusive")
+        took.set()
+        time.sleep(0.3)
+        other.release()
+
+    with child.stage("shared"), child.first_call(True):
+        with child.let_go():
+            t = threading.Thread(target=timing)
+            t.start()
+            assert took.wait(5)
+        t.join()
+    assert phases["lane_wait_after_compile"] >= 0.2
+
+
+def test_past_its_wait_the_call_goes_on_without_the_lane_and_says_so(pair, monkeypatch):
+    child, phases, other = pair
+    monkeypatch.setattr(child_lanes, "LET_GO_WAIT_S", 0.2)
+    ran = []
+    with child.stage("shared"), child.first_call(True):
+        with child.let_go():
+            other.acquire("exclusive")                       # a timing that outlasts the wait
+        ran.append(child.holding)
+    other.release()
+    assert ran == [None] and phases["lane_timeout_shared"] >= 0.15
+
+
+def test_the_wait_budget_bounds_the_take_back(tmp_path):
+    mine, other = Lane.open(tmp_path, 0), Lane.open(tmp_path, 0)
+    phases = {}
+    child = ChildLane(mine, 0.1, phases)                     # nearly nothing left of the child's lane budget
+    with child.stage("shared"), child.first_call(True):
+        with child.let_go():
+            other.acquire("exclusive")
+    other.release()
+    assert phases["lane_timeout_shared"] < 1.0
+    mine.close()
+    other.close()
+
+
+def test_the_triton_adapter_wraps_the_compile_step_in_its_hook():
+    """The wrapper around JITFunction._do_compile (triton 3.6 and 3.7) enters the adapter's compile hook;
+    without the method (another triton) nothing is wrapped."""
+    import contextlib
+
+    import triton.runtime.jit as jit
+    from kernelgym_gap.dsl.triton import TritonAdapter
+    assert hasattr(jit.JITFunction, "_do_compile"), "the triton this runs has no JITFunction._do_compile"
+
+    class Fake:
+        def _do_compile(self, key, *rest, **kw):
+            entered.append(("compile", key))
+            return "kernel"
+
+    entered = []
+
+    @contextlib.contextmanager
+    def hook():
+        entered.append("let go")
+        yield
+        entered.append("taken back")
+
+    adapter = TritonAdapter.for_backend("cpu")
+    adapter._wrap_compile(Fake)
+    assert Fake()._do_compile("k") == "kernel" and entered == [("compile", "k")]   # no hook: as it was
+    adapter.compile_hook = hook
+    assert Fake()._do_compile("k2", 1, warmup=False) == "kernel"
+    assert entered[1:] == ["let go", ("compile", "k2"), "taken back"]
+    adapter._wrap_compile(object)                           # no _do_compile: left alone
+
+
+@pytest.mark.slow
+def test_a_real_tilelang_child_compiles_with_the_lane_let_go(registry, tmp_path):
+    """A TileLang kernel compiles when it is built in its first call (JITKernel): with compile_outside_lane
+    the child's phases show the compile time spent without the lane and the wait to take it back, and the
+    evaluation is unchanged (ok). On cpu a child has a lane only with an explicit lane_dir."""
+    pytest.importorskip("tilelang")
+    from kernelgym_gap.core.config import EvalConfig, SandboxConfig
+    from kernelgym_gap.core.status import Status
+    from kernelgym_gap.engine.pipeline import evaluate
+    task = registry.get("AddReLU")
+    sol = next(s for s in task.solutions if s.dsl == "tilelang" and s.cpu_status == "ok")
+    config = EvalConfig(trial_seed=0, compile_outside_lane=True).replace(
+        sandbox=SandboxConfig(lane_dir=str(tmp_path / "lanes")))
+    rec = evaluate(task, task.solution_path(sol).read_text(), "tilelang", "cpu", config)
+    assert rec.status is Status.OK, rec.message
+    assert rec.latency["child_compile_unlaned"] > 0.05, rec.latency
+    assert "child_lane_wait_after_compile" in rec.latency
+    assert not any(k.startswith("child_lane_timeout") for k in rec.latency), rec.latency
