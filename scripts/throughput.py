@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import hashlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -98,10 +100,14 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm: bool, library_t
     from kernelgym_gap.engine.pipeline import evaluate
     lock = threading.Lock()
 
+    tags = {hashlib.sha256(r.source.encode("utf-8", "surrogatepass")).hexdigest(): tag for tag, _, r in batch}
+
     def recording(task, source, dsl, backend_, config_, **parts):
         # each record's stage breakdown as it completes (a device call can end before the batch does)
+        started = round(time.perf_counter() - t0, 2)
         r = evaluate(task, source, dsl, backend_, config_, **parts)
         line = {"mode": name, "task": task.name, "status": r.status.value, "stage": r.stage,
+                "submission": tags.get(hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()), "started_s": started,
                 "E": (r.terms or {}).get("E"), "at_s": round(time.perf_counter() - t0, 2), "message": r.message[:600],
                 "latency": {k: round(v, 3) for k, v in r.latency.items()}}
         with lock, open(recorder, "a") as f:
@@ -110,10 +116,53 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm: bool, library_t
 
     t0 = time.perf_counter()
     # the built-in evaluator behind a recorder, so warm is said outright ("auto" means cold for a custom one)
-    records = evaluate_many([r for _, _, r in batch], config=config, progress=progress, evaluator=recording,
-                            warm=warm, **kw)
+    with HostSampler(recorder.with_name("throughput_host.jsonl"), name, t0):
+        records = evaluate_many([r for _, _, r in batch], config=config, progress=progress, evaluator=recording,
+                                warm=warm, **kw)
     seconds = time.perf_counter() - t0
     return records, seconds
+
+
+class HostSampler:
+    """Every `every_s` while a mode runs, one line of the host's state into `path`: the mode's clock (`at_s`,
+    as the records'), available memory, the 1-minute load, and the GPU's memory and utilisation where
+    nvidia-smi answers. For a stall no record explains (2026-12-05: four slow convolutions in flight, nothing
+    finished for 60 s): was the host out of memory, its cores busy, the GPU full or busy?"""
+
+    def __init__(self, path: Path, mode: str, t0: float, every_s: float = 5.0):
+        self.path, self.mode, self.t0, self.every_s = path, mode, t0, every_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="host-sampler", daemon=True)
+
+    def sample(self) -> dict:
+        line: dict = {"mode": self.mode, "at_s": round(time.perf_counter() - self.t0, 2)}
+        try:
+            mem = dict(x.split(":", 1) for x in Path("/proc/meminfo").read_text().splitlines() if ":" in x)
+            line["mem_available_gib"] = round(int(mem["MemAvailable"].split()[0]) / (1 << 20), 2)
+            line["load1"] = os.getloadavg()[0]
+        except (OSError, KeyError, ValueError):
+            pass
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,utilization.gpu",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+            if out.returncode == 0:
+                line["gpu"] = [[float(v) for v in row.split(",")] for row in out.stdout.strip().splitlines()]
+        except (OSError, subprocess.SubprocessError, ValueError):
+            pass
+        return line
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            with open(self.path, "a") as f:
+                f.write(json.dumps(self.sample()) + "\n")
+
+    def __enter__(self) -> "HostSampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(15)
 
 
 def env_steps(tasks: list[str], backend: str, think_s: float) -> dict:

@@ -32,6 +32,9 @@ def test_cpu_run_writes_the_table_the_json_and_the_records(tmp_path):
     assert sum(r["mode"] == "serial" for r in records) == 2 and sum(r["mode"] == "lanes" for r in records) == 5
     assert sum(r["mode"] == "lanes [held_output_bytes=0]" for r in records) == 5
     assert all(r["status"] != "ok" and r["message"] and "total" in r["latency"] for r in records)
+    # which submission each record is, and when its evaluation started on the mode's clock
+    assert {r["submission"] for r in records if r["mode"] == "lanes"} == {s["submission"] for s in subs}
+    assert all(0 <= r["started_s"] <= r["at_s"] for r in records)
     assert (tmp_path / "throughput_serial_partial.json").is_file()
     assert "== throughput, cpu" in proc.stdout and proc.stdout.rstrip().splitlines()[-1].startswith("lanes x2")
 
@@ -81,3 +84,17 @@ def test_a_variant_is_a_set_of_config_overrides():
     assert mod.parse_variant("compile_outside_lane=1") == {"compile_outside_lane": True}
     with pytest.raises(SystemExit, match="not one of"):
         mod.parse_variant("wall_s=3")
+
+
+def test_the_host_sampler_writes_memory_and_load_on_the_modes_clock(tmp_path):
+    import time
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    path = tmp_path / "throughput_host.jsonl"
+    with mod.HostSampler(path, "lanes", time.perf_counter(), every_s=0.05):
+        time.sleep(0.3)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert len(lines) >= 2 and all(x["mode"] == "lanes" for x in lines)
+    assert lines[0]["mem_available_gib"] > 0 and lines[0]["load1"] >= 0
+    assert lines == sorted(lines, key=lambda x: x["at_s"])
