@@ -23,12 +23,12 @@ import torch
 from kernelgym_gap.child import compile_modes
 from kernelgym_gap.child import integrity as integ
 from kernelgym_gap.child.failure import Failure, classify
+from kernelgym_gap.child.lanes import ChildLane
 from kernelgym_gap.child.marks import CallMarks
 from kernelgym_gap.child.outputs import HeldOutputs
 from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
-from kernelgym_gap.child.lanes import ChildLane
 from kernelgym_gap.core.lane import inherited
 from kernelgym_gap.core.record import IMPORT_MARKER, IMPORT_START_FD_ENV, ChildReport, Job, TrialOutcome
 from kernelgym_gap.core.status import Status

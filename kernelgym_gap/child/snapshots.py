@@ -124,6 +124,9 @@ class Integrity:
         modules += list(dsl_modules) + list(extra_modules)
         classes += list(extra_classes)
         self._launch_hooks = adapter.hook_reader()     # the DSL's launch hooks, read the same way each time
+        # harness code the adapter enters around each compile, inside the DSL's region (guards off there):
+        # a submission that swapped it would have its own code run unwatched
+        self._adapter = adapter
         # modules: their functions and classes (module-level flags and counters change legitimately)
         self._modules = [(m.__name__, m, {k: v for k, v in _stable_dict(m).items()
                                           if callable(v) and not isinstance(v, type(sys))})
@@ -162,6 +165,7 @@ class Integrity:
             except (ValueError, OSError):
                 pass
         state.update(self._launch_hooks())
+        state["the DSL adapter's compile hook"] = getattr(self._adapter, "compile_hook", None)
         return state
 
     def violations(self) -> list[str]:
