@@ -230,7 +230,9 @@ def main(argv=None) -> int:
                          "in this run's JSON and table")
     ap.add_argument("--jobs", type=int, default=1,
                     help="solutions evaluated at once, each worker with its own warm pool; they share the GPU "
-                         "through its lane (timings, the independent do_bench included, one at a time)")
+                         "through its lane (timings, the independent do_bench included, one at a time). For "
+                         "the slow solutions: do_bench times the host's launch gaps on kernels of tens of us, "
+                         "and a host busy compiling for the other workers lengthens them")
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--gap-out", help="also write the gap study's outputs (csv, json, chart) here")
     ap.add_argument("--compile-for", default="all",
