@@ -29,6 +29,13 @@
 #   throughput-full   #15: the full mix (attention and convolution first), records kept per evaluation;
 #                     2026-12-05 reached 50 of 64 in its 500 s
 #   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines
+#
+# Run here, not on the device, once a call's files came back:
+#   merge-remeasure   FILES=<that remeasure call's files_at>: its gap study rows merged into CORPUS (default
+#                     results/h200_2026-12-04_corpus; the newest version of a task kept), the table rewritten
+#                     (CORPUS/gap_study_table.txt), its best known E copied into BEST (results/best_known.json,
+#                     what the diagnosis reads; entries of tasks no longer measured are kept) and its fidelity
+#                     JSON copied into DEST (results/h200_<today>/)
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -86,6 +93,21 @@ for step in "$@"; do
     throughput-full)
       timeout "$STEP_S" python3 scripts/throughput.py --backend cuda --max 64 --serial 0 --per-gpu 4 \
         --out "$OUT" 2>&1 | tail -30 ;;
+    merge-remeasure)
+      CORPUS=${CORPUS:-results/h200_2026-12-04_corpus}
+      BEST=${BEST:-results/best_known.json}
+      DEST=${DEST:-results/h200_$(date -u +%F)}
+      [[ -n "${FILES:-}" && -f "${FILES:-}/gap_remeasure/gap_study_cuda.json" ]] \
+        || { echo "merge-remeasure: FILES must name a remeasure call's files (FILES/gap_remeasure/...)"; exit 2; }
+      python3 scripts/gap_study.py --merge "$CORPUS/gap_study_cuda.json" "$FILES/gap_remeasure/gap_study_cuda.json" \
+        --out "$CORPUS" > "$CORPUS/gap_study_table.txt" || exit 1
+      python3 scripts/gap_study.py --update-best-known "$CORPUS/best_known.json" "$BEST" || exit 1
+      mkdir -p "$DEST"
+      for f in "$FILES"/fidelity_*.json; do
+        [[ -f "$f" ]] && cp "$f" "$DEST/remeasure_$(basename "$f")"
+      done
+      tail -3 "$CORPUS/gap_study_table.txt"
+      echo "in $DEST: $(ls "$DEST" | tr '\n' ' ')" ;;
     gpu-tests)
       timeout "$STEP_S" python3 -m pytest -q -m gpu tests/test_gpu.py \
         -k "library_time or hopeless or tight_call or lanes" 2>&1 | tail -15 ;;   # lanes: compile_outside_lane too

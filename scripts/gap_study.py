@@ -246,6 +246,23 @@ def chart(rows: list[dict], meta: dict, path: Path) -> str:
     return f"chart written: {path}"
 
 
+def update_best_known(src: Path, dst: Path) -> int:
+    """`src`'s entries (device -> task id -> dsl -> E) copied into `dst`: each task's entry replaced whole,
+    the tasks `src` does not name kept (an older version's, still read by records of that version). Returns
+    how many task entries were copied."""
+    new = json.loads(src.read_text())
+    try:
+        best = json.loads(dst.read_text())
+    except FileNotFoundError:
+        best = {}
+    n = 0
+    for device, tasks in new.items():
+        best.setdefault(device, {}).update(tasks)
+        n += len(tasks)
+    dst.write_text(json.dumps(best, indent=2, sort_keys=True) + "\n")
+    return n
+
+
 def finalize(rows: list[dict], meta: dict, backend: str, out_dir: Path) -> list[str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     notes = []
@@ -302,8 +319,15 @@ def main(argv=None) -> int:
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="start no new evaluation after this many seconds (the rest are listed as skipped)")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="combine the rows of earlier runs' JSON files")
+    ap.add_argument("--update-best-known", nargs=2, metavar=("FROM", "INTO"),
+                    help="copy a run's best_known.json entries into another (results/best_known.json, what the "
+                         "diagnosis reads): per device, each task's entry replaced, the others kept")
     args = ap.parse_args(argv)
     out_dir = Path(args.out)
+    if args.update_best_known:
+        src, dst = (Path(p) for p in args.update_best_known)
+        print(f"best known E: {update_best_known(src, dst)} task entries copied into {dst}")
+        return 0
 
     from kernelgym_gap.core.config import EvalConfig
     config = EvalConfig(seeds_per_shape=args.seeds)

@@ -37,3 +37,35 @@ def test_an_unknown_step_is_refused(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPT), "nonsense"], cwd=ROOT, capture_output=True, text=True, timeout=30,
                           env=_env(tmp_path))
     assert proc.returncode == 2 and "unknown step nonsense" in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_merge_remeasure_merges_rewrites_the_table_updates_best_known_and_keeps_the_fidelity_file(tmp_path):
+    """Run here after a remeasure call: the 2026-12-05 LinearSwiGLU call's files merged into a copy of the
+    committed corpus (its row replaces the same row: the corpus stays 60 kernels)."""
+    import shutil
+    corpus, files, dest = tmp_path / "corpus", tmp_path / "files", tmp_path / "dest"
+    shutil.copytree(ROOT / "results" / "h200_2026-12-04_corpus", corpus)
+    (files / "gap_remeasure").mkdir(parents=True)
+    day = ROOT / "results" / "h200_2026-12-05"
+    shutil.copy(day / "gap_swiglu" / "gap_study_cuda.json", files / "gap_remeasure" / "gap_study_cuda.json")
+    shutil.copy(day / "fidelity_h200_2026-12-05.json", files / "fidelity_h200_2026-12-05.json")
+    best = tmp_path / "best_known.json"
+    best.write_text(json.dumps({"NVIDIA H200": {"kernelgym_gap/Softmax-v0": {"triton": 6.7}}}))
+    proc = subprocess.run(["bash", str(SCRIPT), "merge-remeasure"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=110, env=_env(tmp_path, FILES=str(files), CORPUS=str(corpus), BEST=str(best),
+                                                DEST=str(dest)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = json.loads((corpus / "gap_study_cuda.json").read_text())["rows"]
+    assert len(rows) == 60 and sum(r["task"].endswith("LinearSwiGLU-v1") for r in rows) == 1
+    assert "60 kernels" in (corpus / "gap_study_table.txt").read_text()
+    merged = json.loads(best.read_text())["NVIDIA H200"]
+    assert merged["kernelgym_gap/Softmax-v0"] == {"triton": 6.7}          # an older version's entry kept
+    assert "kernelgym_gap/LinearSwiGLU-v1" in merged and len(merged) == 41
+    assert (dest / "remeasure_fidelity_h200_2026-12-05.json").is_file()
+
+
+def test_merge_remeasure_without_files_says_what_it_needs(tmp_path):
+    proc = subprocess.run(["bash", str(SCRIPT), "merge-remeasure"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=30, env=_env(tmp_path, FILES=str(tmp_path / "nothing")))
+    assert proc.returncode == 2 and "FILES must name" in proc.stdout
