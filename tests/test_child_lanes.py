@@ -94,27 +94,47 @@ def test_taking_it_back_waits_behind_a_timing_that_came_meanwhile(pair):
     assert phases["lane_wait_after_compile"] >= 0.2
 
 
-def test_past_its_wait_the_call_goes_on_without_the_lane_and_says_so(pair, monkeypatch):
+def test_one_calls_waits_are_bounded_in_all_then_its_compiles_keep_the_lane(pair, monkeypatch):
+    """An autotuned first call compiles once per config: once that call has waited LET_GO_WAIT_S in all to
+    take the lane back (its own 60 s bound counts every wait), its further compiles keep the lane. A wait is
+    never cut short by that (no GPU work without the lane); the next first call starts afresh."""
     child, phases, other = pair
-    monkeypatch.setattr(child_lanes, "LET_GO_WAIT_S", 0.2)
+    monkeypatch.setattr(child_lanes, "LET_GO_WAIT_S", 0.3)
+
+    def timing(seconds, took):
+        other.acquire("exclusive")
+        took.set()
+        time.sleep(seconds)
+        other.release()
+
+    with child.stage("shared"):
+        with child.first_call(True):
+            for _ in range(2):                               # two compiles, each 0.2 s behind a timing
+                took = threading.Event()
+                with child.let_go():
+                    t = threading.Thread(target=timing, args=(0.2, took))
+                    t.start()
+                    assert took.wait(5)
+                t.join()
+                assert child.holding == "shared"             # waited it out, past the 0.3 s
+            with child.let_go():                             # spent: this compile keeps the lane
+                assert not _free_for(other, "exclusive")
+        with child.first_call(True), child.let_go():         # the next first call may let go again
+            assert _free_for(other, "exclusive")
+    assert phases["lane_wait_after_compile"] >= 0.35 and "lane_timeout_shared" not in phases
+
+
+def test_past_the_childs_lane_budget_the_call_goes_on_without_the_lane_and_says_so(tmp_path):
+    mine, other = Lane.open(tmp_path, 0), Lane.open(tmp_path, 0)
+    phases = {}
+    child = ChildLane(mine, 0.2, phases)                     # nearly nothing left of the child's lane budget
     ran = []
     with child.stage("shared"), child.first_call(True):
         with child.let_go():
-            other.acquire("exclusive")                       # a timing that outlasts the wait
+            other.acquire("exclusive")                       # a timing that outlasts the budget
         ran.append(child.holding)
     other.release()
-    assert ran == [None] and phases["lane_timeout_shared"] >= 0.15
-
-
-def test_the_wait_budget_bounds_the_take_back(tmp_path):
-    mine, other = Lane.open(tmp_path, 0), Lane.open(tmp_path, 0)
-    phases = {}
-    child = ChildLane(mine, 0.1, phases)                     # nearly nothing left of the child's lane budget
-    with child.stage("shared"), child.first_call(True):
-        with child.let_go():
-            other.acquire("exclusive")
-    other.release()
-    assert phases["lane_timeout_shared"] < 1.0
+    assert ran == [None] and 0.1 <= phases["lane_timeout_shared"] < 1.0
     mine.close()
     other.close()
 

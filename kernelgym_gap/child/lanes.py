@@ -6,10 +6,11 @@ seconds of CPU work during which the child needs no GPU. Held shared all along, 
 evaluation's timing waiting (a writer waits for the readers in). With `Job.compile_outside_lane` the child
 lets the lane go for each compilation and takes it again, shared, before the launch; the GPU work of the call
 still runs under the lane, so a measurement still never shares the GPU. Taking it again waits behind the
-timings that came meanwhile, at most LET_GO_WAIT_S (the call's own bound, 60 s for a first call, counts that
-wait); past it the call goes on without the lane, as a stage does past its lane budget, and says so in the
-phases. Only first calls let go: a later call's bound is a small multiple of the library's time, too short to
-queue behind a timing.
+timings that came meanwhile, for as long as the child's lane budget allows (as the stage's own wait does; past
+it the call goes on without the lane and says so in the phases). The call's own bound (60 s for a first call)
+counts those waits, and an autotuned kernel compiles once per config, so once a call has waited
+LET_GO_WAIT_S in all, its later compiles keep the lane. Only first calls let go: a later call's bound is a
+small multiple of the library's time, too short to queue behind a timing.
 
 Phases (seconds, the record's latency as child_<name>): `lane_wait_<mode>` and `lane_timeout_<mode>` as
 before; `compile_unlaned`, the compile time spent with the lane let go; `lane_wait_after_compile`, the waits
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 
 from kernelgym_gap.core.lane import Hold, Lane, LaneTimeout, hold_if_possible
 
-LET_GO_WAIT_S = 20.0      # the longest wait to take the lane back after a compile before going on without it
+LET_GO_WAIT_S = 20.0      # after this much waiting to take the lane back in one call, its compiles keep it
 _NOW = time.perf_counter
 
 
@@ -35,6 +36,7 @@ class ChildLane:
         self.holding: str | None = None
         self.let_go_allowed = False     # set around a first call when the job asks for it
         self._depth = 0                 # nested compiles let go once
+        self._call_wait = 0.0           # this call's waits to take the lane back, against LET_GO_WAIT_S
 
     def _left(self) -> float | None:
         return None if self.budget_s is None else max(self.budget_s - self.waited, 0.0)
@@ -63,7 +65,7 @@ class ChildLane:
     @contextlib.contextmanager
     def first_call(self, allowed: bool) -> Iterator[None]:
         """Around a shape's first correctness call: compiles inside it may let the lane go (`let_go`)."""
-        self.let_go_allowed = allowed
+        self.let_go_allowed, self._call_wait = allowed, 0.0
         try:
             yield
         finally:
@@ -73,7 +75,8 @@ class ChildLane:
     def let_go(self) -> Iterator[None]:
         """Around one compilation (dsl adapters' `compiling()`): the shared lane released for it and taken
         again after, when a first call allows it and the lane is held shared; else nothing changes."""
-        if not self.let_go_allowed or self.holding != "shared" or self._depth:
+        if (not self.let_go_allowed or self.holding != "shared" or self._depth
+                or self._call_wait >= LET_GO_WAIT_S):
             yield
             return
         self._depth += 1
@@ -88,24 +91,23 @@ class ChildLane:
         try:
             yield
         finally:
-            compiled = _NOW()
-            self._add("compile_unlaned", compiled - t)
+            self._add("compile_unlaned", _NOW() - t)
             self._take_back()
             self._depth -= 1
 
     def _take_back(self) -> None:
-        left = self._left()
-        wait = LET_GO_WAIT_S if left is None else min(LET_GO_WAIT_S, left)
         try:
-            got = self.lane.acquire("shared", wait)
+            got = self.lane.acquire("shared", self._left())
         except LaneTimeout as e:
             self.waited += e.waited_s
+            self._call_wait += e.waited_s
             self._add("lane_timeout_shared", e.waited_s)
             return
         except OSError:
             self._add("lane_timeout_shared", 0.0)
             return
         self.waited += got.wait_s
+        self._call_wait += got.wait_s
         self._add("lane_wait_after_compile", got.wait_s)
         self.holding = "shared"
 
