@@ -100,6 +100,7 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm: bool, library_t
     from kernelgym_gap.engine.pipeline import evaluate
     lock = threading.Lock()
 
+    # each record names its submission by the source's hash, as the record carries it (engine/pipeline.py)
     tags = {hashlib.sha256(r.source.encode("utf-8", "surrogatepass")).hexdigest(): tag for tag, _, r in batch}
 
     def recording(task, source, dsl, backend_, config_, **parts):
@@ -107,7 +108,7 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm: bool, library_t
         started = round(time.perf_counter() - t0, 2)
         r = evaluate(task, source, dsl, backend_, config_, **parts)
         line = {"mode": name, "task": task.name, "status": r.status.value, "stage": r.stage,
-                "submission": tags.get(hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()), "started_s": started,
+                "submission": tags.get(r.source_sha256), "started_s": started,
                 "E": (r.terms or {}).get("E"), "at_s": round(time.perf_counter() - t0, 2), "message": r.message[:600],
                 "latency": {k: round(v, 3) for k, v in r.latency.items()}}
         with lock, open(recorder, "a") as f:

@@ -189,3 +189,13 @@ def test_kernel_spec_key_is_its_content():
     assert same.key() == SPEC.key()
     assert KernelSpec(**{**SPEC.__dict__, "source_sha256": "ef" * 32}).key() != SPEC.key()
     assert KernelSpec(**{**SPEC.__dict__, "constexprs": {"BLOCK": 256}}).key() != SPEC.key()
+
+
+def test_the_first_trial_of_each_shape_and_dtype_is_the_one_that_compiles():
+    from kernelgym_gap.core.record import Trial, first_of_their_shape
+    t = lambda i, shape, dtype: Trial(index=i, shape=shape, dtype=dtype, seed=i, distribution="normal",  # noqa: E731
+                                      split="public")
+    trials = [t(0, (4, 8), "float16"), t(1, (4, 8), "float16"), t(2, (4, 8), "float32"), t(3, [4, 8], "float32"),
+              t(4, (2, 8), "float16")]
+    assert first_of_their_shape(trials) == {0, 2, 4}
+    assert first_of_their_shape(()) == frozenset()

@@ -30,7 +30,8 @@ from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.lane import inherited
-from kernelgym_gap.core.record import IMPORT_MARKER, IMPORT_START_FD_ENV, ChildReport, Job, TrialOutcome
+from kernelgym_gap.core.record import (IMPORT_MARKER, IMPORT_START_FD_ENV, ChildReport, Job, TrialOutcome,
+                                       first_of_their_shape)
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.tensor_file import output_name
 
@@ -109,9 +110,7 @@ class ChildRun:
         self.common: dict = {}           # fields every report carries: versions, device
         self.marks = CallMarks(self.report_path.parent, job.call_bounds)   # the parent's call deadlines
         self.held = HeldOutputs(self.outputs, job.held_output_bytes)       # written once the lanes are let go
-        self.first_of_shape: dict = {}   # (shape, dtype) -> the index of its first correctness trial
-        for t in job.trials:
-            self.first_of_shape.setdefault((tuple(t.shape), t.dtype), t.index)
+        self.compiling_trials = first_of_their_shape(job.trials)   # the calls that compile (lanes.py)
 
     @classmethod
     def from_file(cls, job_path: Path, preimport_s: float | None = None) -> ChildRun:
@@ -268,8 +267,7 @@ class ChildRun:
                  f"{trial.distribution} inputs, seed {trial.seed})")
         kw = dict(trials=tuple(self.outcomes), failed_trial=trial.index)
         self.marks.begin(len(self.outcomes))       # this trial's position in job.trials
-        first = self.job.compile_outside_lane and trial.index == self.first_of_shape.get(
-            (tuple(trial.shape), trial.dtype))
+        first = self.job.compile_outside_lane and trial.index in self.compiling_trials
         start = time.perf_counter()
         try:
             with torch.no_grad(), self.lane.first_call(first), watch:

@@ -143,6 +143,20 @@ class Trial:
     split: str                      # "public" or "heldout"
 
 
+def first_of_their_shape(trials) -> frozenset[int]:
+    """The indices of the trials that come first for their (shape, dtype): the calls that compile (and
+    autotune). The parent's call deadlines give them the compile bound (sandbox/deadlines.py); the child lets
+    its lane go only inside them (child/lanes.py): one rule for both."""
+    seen: set = set()
+    firsts = set()
+    for t in trials:
+        key = (tuple(t.shape), t.dtype)
+        if key not in seen:
+            seen.add(key)
+            firsts.add(t.index)
+    return frozenset(firsts)
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelSpec:
     """One Triton specialization as a kernel was launched: the kernel (module and qualified name), its

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelgym_gap.core.config import SandboxConfig
-from kernelgym_gap.core.record import CallBound, Job, Trial
+from kernelgym_gap.core.record import CallBound, Job, Trial, first_of_their_shape
 
 # A timed shape (cuda) is one mark, not one per repetition: its bound covers the calls timing.py makes at
 # most beyond min_reps (the untimed first call, two warm-up calls, the recheck, the last round of five) at
@@ -51,12 +51,12 @@ def call_bounds(job: Job, sandbox: SandboxConfig) -> tuple[CallBound, ...]:
             return sandbox.call_unknown_s
         return max(sandbox.call_floor_s, sandbox.call_factor * ms / 1e3)
 
-    seen: set = set()
+    firsts = first_of_their_shape(job.trials)
+    seen = {(tuple(t.shape), t.dtype) for t in job.trials}
     bounds = []
     for trial in job.trials:
         key = (tuple(trial.shape), trial.dtype)
-        first = key not in seen
-        seen.add(key)
+        first = trial.index in firsts
         bounds.append(CallBound(f"trial {trial.index}{' (first call of its shape)' if first else ''}: "
                                 f"{_shape_text(trial)}", compile_s if first else later_call_s(key)))
     if job.timing is not None:
