@@ -64,16 +64,29 @@ def occupancy(records: list[dict]) -> dict:
 
 TIMING_PARTS = ("child_timing_setup", "child_timing_inputs", "child_timing_first_call", "child_timing_probe",
                 "child_timing_measure", "child_timing_recheck")
+# the trusted check's parts (judge/checker._Parts), measured by the checker itself, lane wait excluded
+CHECK_PARTS = ("check_inputs", "check_reference", "check_read", "check_compare", "check_allclose", "check_other")
+
+
+def mean_parts(records: list[dict], parts: tuple[str, ...], whole: str) -> dict[str, float] | None:
+    """Mean seconds per evaluation of each of `parts`, and of the stretch they divide (`whole`), over the
+    records that have them; None when none has them (older records)."""
+    rows = [r["latency"] for r in records if any(k in r["latency"] for k in parts)]
+    if not rows:
+        return None
+    return {k: sum(lat.get(k, 0.0) for lat in rows) / len(rows) for k in parts + (whole,)}
 
 
 def timing_parts(records: list[dict]) -> dict[str, float] | None:
-    """Mean seconds per evaluation of each part of the exclusive stretch (child/timing.time_submission's
-    phases), over the records that have them, with the stretch's mean (`child_timing`); None when none has
-    them (records from before 2026-12-05, 06:00 UTC)."""
-    rows = [r["latency"] for r in records if "child_timing_measure" in r["latency"]]
-    if not rows:
-        return None
-    return {k: sum(lat.get(k, 0.0) for lat in rows) / len(rows) for k in TIMING_PARTS + ("child_timing",)}
+    """The exclusive stretch's parts (child/timing.time_submission's phases) and its mean (`child_timing`);
+    records from before 2026-12-05, 06:00 UTC have none."""
+    return mean_parts(records, TIMING_PARTS, "child_timing")
+
+
+def check_parts(records: list[dict]) -> dict[str, float] | None:
+    """The trusted check's parts and the check's mean (`check`, its lane wait included); records from
+    before 2026-12-05, 09:00 UTC have none."""
+    return mean_parts(records, CHECK_PARTS, "check")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,11 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mode:30} {o['evaluations']:5d} {o['span_s']:7.0f} {pct('exclusive_s'):>14} {pct('shared_s'):>14} "
               f"{pct('either_s'):>14} {o['idle_s']:7.0f} {o['rebuild_overlap_s']:15.0f}")
     for mode in sorted({r["mode"] for r in rows}):
-        parts = timing_parts([r for r in rows if r["mode"] == mode])
-        if parts:
-            print(f"{mode}: the exclusive stretch, mean s per evaluation: "
-                  + ", ".join(f"{k.removeprefix('child_timing_')} {parts[k]:.2f}" for k in TIMING_PARTS)
-                  + f" (of {parts['child_timing']:.2f})")
+        of_mode = [r for r in rows if r["mode"] == mode]
+        for what, names, whole, prefix, parts in (
+                ("the exclusive stretch", TIMING_PARTS, "child_timing", "child_timing_", timing_parts(of_mode)),
+                ("the trusted check", CHECK_PARTS, "check", "check_", check_parts(of_mode))):
+            if parts:
+                print(f"{mode}: {what}, mean s per evaluation: "
+                      + ", ".join(f"{k.removeprefix(prefix)} {parts[k]:.2f}" for k in names)
+                      + f" (of {parts[whole]:.2f})")
     return 0
 
 

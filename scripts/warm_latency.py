@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernelgym_gap.sandbox.child_io import backend_env  # noqa: E402
 from kernelgym_gap.core.config import EvalConfig  # noqa: E402
+from kernelgym_gap.core.errors import UnknownChoiceError  # noqa: E402
 from kernelgym_gap.engine.pipeline import evaluate  # noqa: E402
 from kernelgym_gap.sandbox.launch import child_spec  # noqa: E402
 from kernelgym_gap.core.registry import get_task  # noqa: E402
@@ -57,7 +58,10 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
     task = get_task(args.task)
-    source = task.solution_path(next(s for s in task.solutions if s.file == args.solution)).read_text()
+    by_file = {s.file: s for s in task.solutions}
+    if args.solution not in by_file:
+        p.error(str(UnknownChoiceError(f"{task.name} solution", args.solution, sorted(by_file))))
+    source = task.solution_path(by_file[args.solution]).read_text()
     dsl = "tilelang" if args.solution.startswith("tilelang") else "triton"
     out: dict = {"task": task.id, "solution": args.solution, "cpus": os.cpu_count(),
                  "load_before": round(os.getloadavg()[0], 2)}

@@ -172,6 +172,11 @@ def test_lanes_share_one_gpu_and_time_alone(registry, cuda_config):
         # where the exclusive stretch went: its parts add up to (nearly all of) it
         parts = sum(v for k, v in rec.latency.items() if k.startswith("child_timing_"))
         assert 0.9 * rec.latency["child_timing"] <= parts <= rec.latency["child_timing"] + 1e-6, rec.latency
+        # the checker's own account (judge/checker._Parts) fits inside the check less its lane wait
+        check_parts = sum(rec.latency.get(f"check_{k}", 0.0)
+                          for k in ("inputs", "reference", "read", "compare", "allclose", "other"))
+        assert "check_reference" in rec.latency, rec.latency
+        assert check_parts <= rec.latency["check"] - rec.latency["check_lane_wait"] + 1e-6, rec.latency
     # at least one waited for another's timing
     assert sum(r.latency["child_lane_wait_exclusive"] > 0.05 for r in recs) >= 1
 

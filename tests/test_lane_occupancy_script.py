@@ -84,3 +84,19 @@ def test_the_exclusive_stretchs_parts_are_averaged_over_the_records_that_have_th
     proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "lanes: the exclusive stretch" in proc.stdout and "measure 1.50" in proc.stdout
+
+
+def test_the_checks_parts_are_averaged_and_printed(tmp_path):
+    mod = _module()
+    parts = dict(check_inputs=0.2, check_reference=0.5, check_read=0.1, check_compare=0.3, check_allclose=0.2,
+                 check_other=0.0)
+    a = _record(6.0, total=6.0, check=1.4, **parts)
+    b = _record(7.0, total=6.0, check=2.0, **{k: 2 * v for k, v in parts.items()})
+    got = mod.check_parts([a, b, _record(8.0, total=6.0)])
+    assert got["check_reference"] == pytest.approx(0.75) and got["check"] == pytest.approx(1.7)
+    assert mod.check_parts([_record(8.0, total=6.0)]) is None
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (a, b)))
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "lanes: the trusted check" in proc.stdout and "reference 0.75" in proc.stdout

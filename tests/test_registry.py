@@ -87,6 +87,13 @@ def test_unknown_task_suggests(registry, wrong, hint):
     assert hint in str(info.value)
     assert isinstance(info.value, KeyError)        # callers may catch it as a KeyError
     assert str(info.value).startswith("no task")   # and it prints as a sentence, not a quoted repr
+    assert "Known tasks" not in str(info.value)    # a near match is the answer: no list of every task
+
+
+def test_unknown_task_lists_each_task_once(registry):
+    with pytest.raises(UnknownTaskError) as info:
+        registry.get("zzzzzzzzzz")
+    assert "kernelgym_gap/" not in str(info.value)   # the short names, not every id beside them
 
 
 def test_unknown_task_without_a_near_match_lists_the_known(registry):

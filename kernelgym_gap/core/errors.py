@@ -23,8 +23,12 @@ class UnknownTaskError(KernelGymError, KeyError):
     def __init__(self, task_id: str, known: Iterable[str]):
         known = sorted(known)
         self.task_id = task_id
-        super().__init__(f"no task is registered as {task_id!r}.{_did_you_mean(task_id, known)} "
-                         f"Known tasks: {', '.join(known)}")
+        hint = _did_you_mean(task_id, known)
+        # a near match is the answer; the whole list (short names, not each id again) only without one
+        names = [k for k in known if "/" not in k] or known
+        tail = (f" `kernelgym-gap tasks` lists all {len(names)}." if hint
+                else f" Known tasks: {', '.join(names)}")
+        super().__init__(f"no task is registered as {task_id!r}.{hint}{tail}")
 
     def __str__(self) -> str:  # KeyError would quote the whole message
         return self.args[0]

@@ -359,5 +359,7 @@ class CheckResult(_Record):
     trials_checked: int
     failure: FailureDetail | None = None
     kernelbench_allclose: bool | None = None   # allclose(atol=rtol=1e-2) against the same-dtype reference
+    # where the check's seconds went (inputs, reference, read, compare, allclose), for the record's latency
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict, compare=False)   # not the verdict
     schema: str = "kernelgym_gap.check"
     schema_version: int = SCHEMA_VERSION

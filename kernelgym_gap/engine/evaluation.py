@@ -85,6 +85,8 @@ class Evaluation:
         if retried:
             self.flags.append(retried)
         self.latency["check"] = time.perf_counter() - t
+        for part, seconds in self.check_result.seconds.items():   # the checker's own account of its time
+            self.latency[f"check_{part}"] = seconds
         return self.check_result
 
     @property

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -82,13 +83,37 @@ def samples_text(first_bad) -> str:
     return "; ".join(f"{tuple(b.index)}: expected {_fmt(b.expected)}, got {_fmt(b.got)}" for b in first_bad)
 
 
-def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, device: str) -> bool:
+class _Parts:
+    """Seconds per part of the check, summed over its trials (CheckResult.seconds, then the record's latency
+    as check_<part>). `enter(part)` closes the part that was running, so a failure in the middle of one still
+    counts there. On cuda each switch waits for the device first, so a part's kernels count in that part and
+    not in the next one that happens to synchronize."""
+
+    def __init__(self, device: str):
+        self.seconds: dict[str, float] = {}
+        self._sync = torch.cuda.synchronize if device == "cuda" else None
+        self._part, self._t = "other", time.perf_counter()
+
+    def enter(self, part: str) -> None:
+        if self._sync is not None:
+            self._sync()
+        now = time.perf_counter()
+        self.seconds[self._part] = round(self.seconds.get(self._part, 0.0) + (now - self._t), 6)
+        self._part, self._t = part, now
+
+
+def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, device: str,
+           parts: _Parts | None = None) -> bool:
     """Raises _Fail on the first problem; returns whether a KernelBench-style allclose would pass."""
+    parts = parts or _Parts("cpu")
     where = dict(trial=trial)
     expected_dtype = getattr(torch, task.output_dtype(trial.dtype))
+    parts.enter("reference")
     ref = _reference(task, ins)       # on the trials' device: the comparison runs there too
+    parts.enter("read")
     out = _load_output(path, max_bytes=2 * numel(ref.shape) * itemsize("float64") + (1 << 16))
     out = out.to(ref.device)
+    parts.enter("compare")
     if out.dtype != expected_dtype:
         raise _Fail(Status.WRONG_DTYPE, f"{what}: the output is {out.dtype}, expected {expected_dtype} (the "
                                         f"task's output dtype for {trial.dtype} inputs)", **where)
@@ -133,9 +158,12 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
                     f"{max_rel:.3g})\nfirst bad elements: {samples_text(first)}\ninputs: {reproduce}",
                     trial=trial, max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac,
                     first_bad=first, atol=tol.atol, rtol=tol.rtol, bad_elements=n)
+    parts.enter("allclose")
     with torch.no_grad():
         same_dtype_ref = task.reference(*ins)
-    return bool(torch.allclose(out.float(), same_dtype_ref.float(), atol=KERNELBENCH_TOL, rtol=KERNELBENCH_TOL))
+    kb = bool(torch.allclose(out.float(), same_dtype_ref.float(), atol=KERNELBENCH_TOL, rtol=KERNELBENCH_TOL))
+    parts.enter("other")
+    return kb
 
 
 def trial_label(trial: Trial) -> str:
@@ -149,14 +177,18 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckRe
     by_index = {o.index: o for o in report.trials}
     kb = True
     checked = 0
+    parts = _Parts(device)
     try:
         for trial in job.trials:
             outcome = by_index.get(trial.index)
             if outcome is None:
                 raise _Fail(Status.PROTOCOL_ERROR, f"the child's report has no outcome for trial {trial.index}")
+            parts.enter("inputs")
             ins = inputs_mod.make_trial_inputs(task, trial, device)
             what = f"trial {trial.index} ({trial_label(trial)})"
-            if outcome.input_digest_before != inputs_mod.digest(ins):
+            digest = inputs_mod.digest(ins)
+            parts.enter("other")
+            if outcome.input_digest_before != digest:
                 raise _Fail(Status.PROTOCOL_ERROR, f"{what}: the child's inputs were not the ones generated")
             if outcome.input_digest_after != outcome.input_digest_before:
                 raise _Fail(Status.INPUT_MUTATED, f"{what}: the submission modified its inputs", trial=trial)
@@ -166,20 +198,25 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckRe
             if outcome.output_aliases_input:
                 raise _Fail(Status.OUTPUT_ALIASES_INPUT, f"{what}: the output shares memory with an input",
                             trial=trial)
-            kb &= _judge(task, trial, outputs / outcome.output_file, ins, what, device)
+            kb &= _judge(task, trial, outputs / outcome.output_file, ins, what, device, parts)
             checked += 1
         for timing in report.timings:
             if timing.recheck_output_file is None or timing.recheck_trial is None:
                 continue
             trial = timing.recheck_trial
+            parts.enter("inputs")
             ins = inputs_mod.make_trial_inputs(task, trial, device)
+            parts.enter("other")
             _judge(task, trial, outputs / timing.recheck_output_file, ins,
-                   f"the output of a call after timing ({trial_label(trial)})", device)
+                   f"the output of a call after timing ({trial_label(trial)})", device, parts)
             checked += 1
     except _Fail as f:
+        parts.enter("other")    # closes the part that failed
         return CheckResult(status=f.status, message=f.message, trials_checked=checked,
-                           failure=FailureDetail(**f.detail) if f.detail else None)
-    return CheckResult(status=Status.OK, message="", trials_checked=checked, kernelbench_allclose=kb)
+                           failure=FailureDetail(**f.detail) if f.detail else None, seconds=parts.seconds)
+    parts.enter("other")
+    return CheckResult(status=Status.OK, message="", trials_checked=checked, kernelbench_allclose=kb,
+                       seconds=parts.seconds)
 
 
 def _check_spec(spec_path: str) -> None:
