@@ -215,3 +215,23 @@ def test_cuda_prestarted_child_matches_a_cold_one(task, source):
     assert warm.correct and warm.trials_checked == cold.trials_checked
     assert "child_preimport" in warm.latency and "gpu_devices" in warm.sandbox_layers
     assert all(p["kernel_ms"] > 0 for p in warm.terms["per_shape"])
+
+
+def test_the_import_start_pipe_is_not_handed_to_what_the_child_starts(monkeypatch):
+    """The child marks the inherited pipe non-inheritable as it starts, so a process its own pre-import runs
+    (a compiler, say) holds no copy of it."""
+    from kernelgym_gap.child.runner import keep_import_start_to_itself
+    from kernelgym_gap.core.record import IMPORT_START_FD_ENV
+    r, w = os.pipe()
+    try:
+        os.set_inheritable(w, True)
+        monkeypatch.setenv(IMPORT_START_FD_ENV, str(w))
+        keep_import_start_to_itself()
+        assert not os.get_inheritable(w)
+        monkeypatch.setenv(IMPORT_START_FD_ENV, "not a number")
+        keep_import_start_to_itself()             # a bad value is ignored, as run._signal_import_start does
+        monkeypatch.delenv(IMPORT_START_FD_ENV)
+        keep_import_start_to_itself()             # and none at all
+    finally:
+        os.close(r)
+        os.close(w)

@@ -50,8 +50,21 @@ def wait_for_job(dsl: str, backend: str) -> int:
     return run_job(Path(line), preimport_s=preimport_s)
 
 
+def keep_import_start_to_itself() -> None:
+    """The import-start pipe (core/record.py, IMPORT_START_FD_ENV) is inherited from the parent; from here on
+    no process this child starts (a compiler the pre-import runs, say) gets a copy of it. It is written and
+    closed just before the submission's module runs (run._signal_import_start)."""
+    from kernelgym_gap.core.record import IMPORT_START_FD_ENV
+    fd = os.environ.get(IMPORT_START_FD_ENV)
+    try:
+        os.set_inheritable(int(fd), False)
+    except (TypeError, ValueError, OSError):
+        pass                                      # none was handed over (a cold child run by hand)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    keep_import_start_to_itself()
     if argv[:1] == ["--wait"] and len(argv) == 5 and argv[1] == "--dsl" and argv[3] == "--backend":
         return wait_for_job(argv[2], argv[4])
     if len(argv) != 1 or argv[0].startswith("--"):
