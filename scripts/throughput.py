@@ -376,7 +376,9 @@ def main(argv=None) -> int:
     if steps:
         print(f"env.step on the warm path, {len(steps['steps'])} steps of {len(steps['tasks'])} tasks' optimized "
               f"solutions: p50 {steps['p50_s']} s, max {steps['max_s']} s")
-    print(f"\n== throughput, {args.backend} ({device}), {stamp}, {n_gpus} GPU(s) / {os.cpu_count()} CPUs")
+    where = (f"{n_gpus} GPU(s)" if args.backend == "cuda"
+             else "no GPU: one pretended, so 'per GPU-hour' is per hour of this machine")
+    print(f"\n== throughput, {args.backend} ({device}), {stamp}, {where} / {os.cpu_count()} CPUs")
     print(table(rows))
     return 0
 

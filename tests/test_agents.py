@@ -205,3 +205,18 @@ def test_episode_cli_writes_every_step_to_the_store(monkeypatch, capsys, tmp_pat
                      "--submitter", "me"]) == 0
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT submitter FROM submissions ORDER BY id DESC LIMIT 1").fetchone() == ("me",)
+
+
+def test_an_episode_runs_on_an_env_from_gym_make(search_mod):
+    """docs/agents.md: run_episode(env, agent, seed) with the env a user gets from gym.make, whose wrappers
+    do not forward `max_steps` (gymnasium 1.x): it failed with an AttributeError before (2026-12-05)."""
+    import gymnasium as gym
+
+    import kernelgym_gap  # noqa: F401 - registers the ids
+    from kernelgym_gap.cli.agents import run_episode
+    calls: list[str] = []
+    env = gym.make("kernelgym_gap/AddReLU-v0", backend="cpu", max_steps=3, stop_when_correct=False,
+                   evaluator=_scored_evaluator(search_mod, 8192, calls))
+    assert type(env) is not KernelEnv                 # wrapped, as gym.make returns it
+    ep = run_episode(env, load_agent("search", seed=3), seed=0)
+    assert ep["max_steps"] == 3 and len(ep["steps"]) == 3 == len(calls)

@@ -257,8 +257,11 @@ def test_chat_bench_against_a_loopback_endpoint(tmp_path, capsys, registry):
     gelu_requests = [q for q in server.requests if "GELU" in q["messages"][1]["content"] and q.get("seed") == 0]
     assert len(gelu_requests) == 4                       # 429 + answer, twice: retried, then the second turn
     assert "mismatch" in gelu_requests[-1]["messages"][-1]["content"]     # the feedback reached the model
-    # the two real runs side by side
-    assert cli.main(["bench", "compare", "chat-cpu", "chat-cpu", "--db", str(db)]) == 0
+    # the two real runs side by side; a cpu run draws no fast_p curve (it would lie flat at 0), as `report` says
+    capsys.readouterr()
+    plot = tmp_path / "fast_p.svg"
+    assert cli.main(["bench", "compare", "chat-cpu", "chat-cpu", "--db", str(db), "--plot", str(plot)]) == 0
+    assert "no plot: chat-cpu" in capsys.readouterr().err and not plot.exists()
 
 
 KILLED_RUN = textwrap.dedent("""
@@ -335,3 +338,18 @@ def test_bench_maps_compile_baseline_into_the_config():
     assert eval_config(parser.parse_args(["bench", "--agent", "replay", "--compile-baseline", "off"])) \
         .compile_baseline == "off"
     assert eval_config(parser.parse_args(["bench", "--agent", "replay"])).compile_baseline == "measure"
+
+
+def test_the_report_table_has_one_column_per_metric(tmp_path):
+    """With k up to 1 (one sample), pass@K and fast_1@K would repeat pass@1 and fast_1: no second column."""
+    from kernelgym_gap.bench.report import format_report
+    store = Store(tmp_path / "r.sqlite3")
+    write_synthetic(store, "ckpt-a")
+    for ks, header_has in (([1], ["pass@1", "fast_1", "fast_2"]), ([1, 2, 4], ["pass@1", "pass@4", "fast_1@4"])):
+        text = format_report(build_report(store, "ckpt-a", ks=ks))
+        header = next(line for line in text.splitlines() if line.startswith("task"))
+        cols = [c.strip() for c in header.split("  ") if c.strip()]
+        assert len(cols) == len(set(cols)) and all(h in cols for h in header_has), header
+        row = next(line for line in text.splitlines() if line.startswith("OVERALL"))
+        assert row.count("%") == 4 + 2 * (ks[-1] > 1)       # rate, pass@1, fast_1, fast_2 (+ the @K ones)
+    assert "pass@4" not in format_report(build_report(store, "ckpt-a", ks=[1]))

@@ -171,3 +171,20 @@ def test_parser_system_error_falls_back_to_a_fresh_interpreter(monkeypatch):
     bad = check_source("def layernorm(:\n", "layernorm", "triton")
     assert bad.status is Status.SYNTAX_ERROR
     assert ast_mod.parse is broken
+
+
+@pytest.mark.parametrize("reply, status", [("I cannot write this kernel, sorry.", Status.SYNTAX_ERROR),
+                                           ("nothing", Status.ENTRY_POINT_MISSING),
+                                           ("", Status.ENTRY_POINT_MISSING)])
+def test_prose_instead_of_code_is_named_as_such(reply, status):
+    """A model's reply with no code block reaches the gate as it is (completions.extract_code): the message
+    says that it is not code, not only `line 1: invalid syntax`."""
+    r = check_source(reply, "layernorm", "triton")
+    assert r.status is status and "prose rather than a kernel file" in r.message, r.message
+
+
+def test_code_with_a_real_error_gets_no_prose_hint():
+    r = check_source("import triton\ndef layernorm(x:\n", "layernorm", "triton")
+    assert r.status is Status.SYNTAX_ERROR and "prose" not in r.message
+    r = check_source("import torch\n", "layernorm", "triton")
+    assert r.status is Status.ENTRY_POINT_MISSING and "prose" not in r.message

@@ -173,3 +173,16 @@ def test_gym_make_and_evaluate_many_take_tasks_dir(imported):
     (rec,) = evaluate_many([EvalRequest("19_ReLU", (SOLUTIONS / "19_ReLU_modelnew.py").read_text(), "triton",
                                         "cpu", CFG)], workers=1, tasks_dir=str(out))
     assert rec.status is Status.OK
+
+
+def test_a_problem_without_get_init_inputs_takes_no_init_arguments(tmp_path, capsys):
+    """Every load of the problem (its facts at the own sizes, the per-shape modules) gets the default, not
+    only the first: the missing function refused the file as 'forward does not run' before (2026-12-05)."""
+    (result,) = import_paths([KB / "no_init" / "tanh_no_init_inputs.py"], tmp_path)
+    assert result.ok, result.message
+    task = TaskRegistry(tmp_path).get("tanh_no_init_inputs")
+    assert task.category == "elementwise"
+    assert cli_main(["import", "kernelbench", str(KB / "refused" / "tuple_output.py"), "--out",
+                     str(tmp_path / "none")]) == 1
+    out = capsys.readouterr().out
+    assert "0 imported" in out and "evaluate with" not in out    # nothing to evaluate: no advice to

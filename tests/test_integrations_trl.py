@@ -85,6 +85,9 @@ def test_reward_function_contract_strings_chat_and_none(registry):
     assert f.scorer.stats["evaluated"] == 2 and f.scorer.stats["batches"] == 1
     assert [r.status.value for r in f.last_records] == ["ok", "mismatch", "ok", "mismatch"]
     assert f(prompts=["p"], completions=[good], task=[None]) == [None]
+    assert f.last_records == [None]
+    assert f(prompts=["p", "p"], completions=[bad, good], task=[None, "AddReLU"]) == [None, 1.0]
+    assert f.last_records[0] is None and f.last_records[1].status.value == "ok"   # lined up with the rewards
     failing = reward_function(backend="cpu", failure_reward=-1.0, scorer=f.scorer)
     assert failing(prompts=["p", "p"], completions=[good, "no code at all"], task="AddReLU") == [1.0, -1.0]
     with pytest.raises(ValueError, match="task"):

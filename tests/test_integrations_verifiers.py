@@ -70,3 +70,17 @@ def test_multi_turn_rollout_feedback_then_fix(registry):
     feedback = seen[1][-1]["content"]
     assert seen[1][-1]["role"] == "user" and "mismatch" in feedback
     assert out["reward"] == 1.0 and out["metrics"]["kernel_correct"] == 1.0
+
+
+def test_the_documented_evaluate_sync_call_with_a_wrapped_client(registry):
+    """docs/training.md's call: `evaluate_sync(client=OpenAIChatCompletionsClient(AsyncOpenAI(...)), ...)`. A
+    bare openai client is refused by verifiers 0.3 ("Unsupported client type"), which the docs now say."""
+    good, _ = _replies(registry)
+    env = kg_vf.load_environment(backend="cpu", tasks=["AddReLU"], dsls=["triton"], workers=2)
+    seen = []
+    results = env.evaluate_sync(client=_scripted_client([good], seen), model="my-model", num_examples=1,
+                                rollouts_per_example=1)
+    assert len(seen) == 1 and [o["reward"] for o in results["outputs"]] == [1.0]
+    with pytest.raises(ValueError, match="Unsupported client type"):
+        env.evaluate_sync(client=openai.AsyncOpenAI(api_key="x", base_url="http://127.0.0.1:9/v1"),
+                          model="my-model", num_examples=1, rollouts_per_example=1)

@@ -114,9 +114,26 @@ def test_registry_of_another_directory(tmp_path):
     assert reg.get("LayerNorm").directory == tmp_path / "normalization" / "layernorm"
 
 
-def test_missing_directory_says_how_to_install(tmp_path):
+def test_a_missing_tasks_dir_of_the_users_says_so(tmp_path):
+    with pytest.raises(TaskDefinitionError, match="no such directory") as info:
+        TaskRegistry(tmp_path / "nowhere")
+    assert "pip install" not in str(info.value)     # the user named it: no advice about installing
+
+
+def test_the_projects_own_tasks_missing_says_how_to_install(tmp_path, monkeypatch):
+    from kernelgym_gap.core import registry as registry_mod
+    monkeypatch.setattr(registry_mod, "DEFAULT_TASKS_DIR", tmp_path / "nowhere")
     with pytest.raises(TaskDefinitionError, match="pip install -e"):
         TaskRegistry(tmp_path / "nowhere")
+
+
+def test_a_relative_tasks_dir_is_taken_from_where_the_user_is(tmp_path, monkeypatch):
+    """The child and the checker look a task up by its tasks_dir from their own working directories, so the
+    registry keeps it absolute: `eval --tasks-dir my_tasks` crashed every evaluation before (2026-12-05)."""
+    _copy_task(tmp_path)
+    monkeypatch.chdir(tmp_path.parent)
+    task = TaskRegistry(Path(tmp_path.name)).get("LayerNorm")
+    assert Path(task.tasks_dir).is_absolute() and Path(task.tasks_dir) == tmp_path
 
 
 def test_task_filed_under_the_wrong_category_is_refused(tmp_path):

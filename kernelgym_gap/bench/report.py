@@ -84,8 +84,10 @@ def _cells(m: dict, ks: list[int]) -> list[str]:
     fails = m.get("failures") or {}
     top = max(fails.items(), key=lambda kv: kv[1]) if fails else None
     tok = (m.get("tokens") or {}).get("total")
-    return [f"{m['correct']}/{m['samples']}", fmt_pct(m["correctness_rate"]), fmt_pct(m["pass_at_k"].get("1")),
-            fmt_pct(m["pass_at_k"].get(kmax)), fmt_pct(fp.get("1")), fmt_pct(fp.get("2")), fmt_pct(f1k.get(kmax)),
+    at_kmax = ks[-1] > 1          # with one sample, pass@K and fast_1@K are pass@1 and fast_1 again: no column
+    return [f"{m['correct']}/{m['samples']}", fmt_pct(m["correctness_rate"]), fmt_pct(m["pass_at_k"].get("1"))] \
+        + ([fmt_pct(m["pass_at_k"].get(kmax))] if at_kmax else []) + [fmt_pct(fp.get("1")), fmt_pct(fp.get("2"))] \
+        + ([fmt_pct(f1k.get(kmax))] if at_kmax else []) + [
             fmt_num(m["geomean_E"]), fmt_num(m["geomean_U"]),
             "-" if diag is None else f"{diag.get('efficient', 0)}/{diag.get('repairable_defect', 0)}/"
                                      f"{diag.get('structural_residual', 0)}",
@@ -95,8 +97,9 @@ def _cells(m: dict, ks: list[int]) -> list[str]:
 def format_report(r: dict) -> str:
     ks = r["ks"]
     kmax = ks[-1]
-    header = ["task", "correct", "rate", "pass@1", f"pass@{kmax}", "fast_1", "fast_2", f"fast_1@{kmax}",
-              "E gm", "U gm", "eff/rep/str", "top failure", "tokens", "s"]
+    header = (["task", "correct", "rate", "pass@1"] + ([f"pass@{kmax}"] if kmax > 1 else []) + ["fast_1", "fast_2"]
+              + ([f"fast_1@{kmax}"] if kmax > 1 else []) + ["E gm", "U gm", "eff/rep/str", "top failure", "tokens",
+                                                              "s"])
     rows = [[ids.short(t)] + _cells(m, ks) for t, m in sorted(r["tasks"].items(), key=lambda kv: (kv[1]["category"],
                                                                                                    kv[0]))]
     rows += [[f"[{c}]"] + _cells(m, ks) for c, m in r["by_category"].items()]

@@ -155,13 +155,14 @@ def run_episode(env, agent, seed: int | None = None, progress: bool = False) -> 
     `stopped`: why it ended before its step budget, when it did). progress: a bar (or one line per step)
     on stderr."""
     from kernelgym_gap.cli.progress import Progress
+    max_steps = env.unwrapped.max_steps      # env may be gym.make's: its wrappers do not forward attributes
     obs, info = env.reset(seed=seed)
     agent.reset(obs, info)
     steps, best = [], None
     t_start = time.perf_counter()
     error = finished = stopped = None
-    with Progress(env.max_steps, unit="step", quiet=not progress) as bar:
-        for i in range(env.max_steps):
+    with Progress(max_steps, unit="step", quiet=not progress) as bar:
+        for i in range(max_steps):
             bar.start(f"step {i + 1}: the agent writes a kernel")
             try:
                 source = agent.act(obs, info)
@@ -189,13 +190,13 @@ def run_episode(env, agent, seed: int | None = None, progress: bool = False) -> 
             if best is None or reward > best["reward"]:
                 best = {"step": i + 1, "reward": reward, "status": info["status"], "source": source}
             bar.done(f"{info['status']} reward={reward:.4f} ({step['seconds']:.1f} s)")
-            if terminated and i + 1 < env.max_steps:
-                stopped = stop_reason(i + 1, env.max_steps, info.get("backend"), rec.get("reward_mode"))
+            if terminated and i + 1 < max_steps:
+                stopped = stop_reason(i + 1, max_steps, info.get("backend"), rec.get("reward_mode"))
             if terminated or truncated:
                 break
     env.close()
     out = {"task": info.get("task"), "dsl": info.get("dsl"), "backend": info.get("backend"),
-           "max_steps": env.max_steps, "steps": steps, "best": best,
+           "max_steps": max_steps, "steps": steps, "best": best,
            "seconds": round(time.perf_counter() - t_start, 3)}
     if error:
         out["error"] = error

@@ -225,10 +225,16 @@ def cmd_compare(args) -> int:
     result = compare(reports)
     if args.plot:
         from kernelgym_gap.bench.plots import available, fast_p_curve
-        why = available()
-        if why:
-            raise KernelGymError(f"--plot: {why}")
-        result["plot"] = str(fast_p_curve(reports, args.plot))
+        unmeasured = [r["label"] for r in reports if not r["speed_measured"]]
+        if unmeasured:      # as `bench report` says it: a fast_p curve flat at 0 would read as a result
+            result["plot_skipped"] = (f"no plot: {', '.join(unmeasured)} ran on a backend that measures no "
+                                      "time (no E, no fast_p curve)")
+            print(result["plot_skipped"], file=sys.stderr)
+        else:
+            why = available()
+            if why:
+                raise KernelGymError(f"--plot: {why}")
+            result["plot"] = str(fast_p_curve(reports, args.plot))
     print(json.dumps(result, indent=2) if args.json else format_compare(result))
     return 0
 

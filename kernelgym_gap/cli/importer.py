@@ -32,6 +32,8 @@ def cmd_import_kernelbench(args) -> int:
             print(f"{'imported' if r.ok else 'REFUSED '} {r.source}: {r.message}")
     refused = sum(not r.ok for r in results)
     if not args.json:
-        print(f"\n{len(results) - refused} imported into {args.out}, {refused} refused; evaluate with "
-              f"`kernelgym-gap eval --tasks-dir {args.out} --task NAME FILE`")
+        imported = len(results) - refused
+        then = (f"; evaluate with `kernelgym-gap eval --tasks-dir {args.out} --task NAME FILE`" if imported
+                else " (the reasons are above)")
+        print(f"\n{imported} imported into {args.out}, {refused} refused{then}")
     return 1 if refused else 0

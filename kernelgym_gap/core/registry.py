@@ -50,8 +50,12 @@ class TaskRegistry:
     """An immutable view of the tasks in one directory."""
 
     def __init__(self, tasks_dir: Path = DEFAULT_TASKS_DIR):
-        self.tasks_dir = Path(tasks_dir)
+        # absolute: the child and the trusted checker find a task by this path from their own directories
+        self.tasks_dir = Path(tasks_dir).absolute()
         if not self.tasks_dir.is_dir():
+            if self.tasks_dir != DEFAULT_TASKS_DIR.absolute():
+                raise TaskDefinitionError(f"task directory {tasks_dir} not found (no such directory: "
+                                          f"{self.tasks_dir})")
             raise TaskDefinitionError(
                 f"task directory {self.tasks_dir} not found; install the project with `pip install -e .` "
                 "from its checkout so that tasks/ sits beside the package")
@@ -99,7 +103,7 @@ def find_task(task_id: str, tasks_dir: str | Path | None = None) -> TaskSpec:
     """One task by id, for the child and the trusted checker: task files are loaded one at a time until it
     is found, so a broken task file elsewhere in the directory does not fail this evaluation. The one
     lookup the parent, the child and the checker share (the parent holds a TaskRegistry already)."""
-    root = Path(tasks_dir) if tasks_dir else DEFAULT_TASKS_DIR
+    root = Path(tasks_dir).absolute() if tasks_dir else DEFAULT_TASKS_DIR
     for path in sorted(root.glob("*/*/task.py")):
         try:
             task = load_task_file(path)

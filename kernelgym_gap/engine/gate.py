@@ -5,6 +5,7 @@ import ast
 import dataclasses
 import logging
 import pickle
+import re
 import subprocess
 import sys
 
@@ -68,6 +69,18 @@ def _parse(text: str) -> ast.Module:
     return value
 
 
+_CODE_LINE = re.compile(r"^[ \t]*(?:(?:def|class|import|from)\b|@)", re.M)
+
+
+def _prose_hint(text: str) -> str:
+    """For a source with no def, class, import or decorator at all: most likely a model's reply with no code
+    block (completions.extract_code passes such a reply on as it is), so the message says so."""
+    if _CODE_LINE.search(text):
+        return ""
+    return (" (no def, class or import in it: prose rather than a kernel file? From a model's reply, the "
+            "last ```python block is taken, and this one has none)")
+
+
 def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = MAX_SOURCE_BYTES,
                  module_entry_point: str | None = None) -> GateResult:
     """module_entry_point: a class name accepted in place of the entry point (an imported KernelBench task's
@@ -85,14 +98,15 @@ def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = 
     try:
         tree = _parse(text)
     except SyntaxError as e:
-        return GateResult(Status.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}")
+        return GateResult(Status.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}{_prose_hint(text)}")
     except (RecursionError, MemoryError):
         return GateResult(Status.SYNTAX_ERROR, "the source nests too deeply for the parser (e.g. a chain of "
                                                "thousands of operators)")
     if not _defines(tree, entry_point) and not (module_entry_point and _defines(tree, module_entry_point)):
         also = f" or class {module_entry_point!r}" if module_entry_point else ""
         return GateResult(Status.ENTRY_POINT_MISSING,
-                          f"the module defines no top-level {entry_point!r}{also} (the task's entry point)")
+                          f"the module defines no top-level {entry_point!r}{also} (the task's entry "
+                          f"point){_prose_hint(text)}")
     # each DSL's rule ("imports the DSL and defines a kernel with one of its decorators") is its adapter's
     if not adapter_class(dsl).looks_like(tree):
         other = [d for d, adapter in ADAPTERS.items() if d != dsl and adapter.looks_like(tree)]

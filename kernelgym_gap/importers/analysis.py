@@ -38,8 +38,6 @@ def check_definitions(module) -> None:
         raise _refused("no `class Model(nn.Module)` in the problem file")
     if not callable(getattr(module, "get_inputs", None)):
         raise _refused("no get_inputs() in the problem file: the harness cannot make the inputs")
-    if not hasattr(module, "get_init_inputs"):
-        module.get_init_inputs = lambda: []
 
 
 def _names_read(code: types.CodeType) -> set[str]:

@@ -54,7 +54,7 @@ def reward_function(backend: str = "auto", dsl: str = "triton", failure_reward: 
     dataset has no `dsl_column`; failure_reward: the score of a failed evaluation; scorer: a Scorer to share
     (else one is made from `scorer_settings`: config, workers, warm, store, ray, ...). The function's
     `__name__` (`name`) is what TRL logs it under (`rewards/<name>/mean`); `f.scorer` is its Scorer and
-    `f.last_records` the records of its last call."""
+    `f.last_records` the records of its last call, one per completion (None where the row had no task)."""
     scorer = scorer or Scorer(backend, **scorer_settings)
 
     def reward(prompts: Sequence | None = None, completions: Sequence | None = None, **kwargs: Any) -> list:
@@ -76,7 +76,10 @@ def reward_function(backend: str = "auto", dsl: str = "triton", failure_reward: 
         rewards: list[float | None] = [None] * n
         for i, record in zip(where, records):
             rewards[i] = reward_of(record, failure_reward)
-        reward.last_records = records
+        aligned: list = [None] * n       # one per completion, like the rewards: None where the row has no task
+        for i, record in zip(where, records):
+            aligned[i] = record
+        reward.last_records = aligned
         if log and records:
             log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
             if callable(log_metric):
