@@ -134,3 +134,32 @@ def test_records_without_the_new_fields_still_parse(registry):
     for key in ("first_bad", "atol", "rtol", "bad_elements"):
         del old["failure"][key]
     assert EvalRecord.from_dict(old).failure == FailureDetail(trial=record_of(registry, "wrong_shape").failure.trial)
+
+
+def test_the_reproduce_call_of_a_task_in_a_users_directory_names_it():
+    """A task of a user's --tasks-dir: the printed call carries tasks_dir=, so it runs as printed (it answered
+    UnknownTaskError before, 2026-12-05)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    from kernelgym_gap.core.registry import DEFAULT_TASKS_DIR, TaskRegistry
+    root = Path(tempfile.mkdtemp(prefix="kgg-users-tasks-"))     # readable by the sandbox's user, unlike tmp_path
+    try:
+        shutil.copytree(DEFAULT_TASKS_DIR / "normalization" / "layernorm", root / "normalization" / "my_norm")
+        task_py = root / "normalization" / "my_norm" / "task.py"
+        task_py.write_text(task_py.read_text().replace('name="LayerNorm"', 'name="MyNorm"'))
+        for p in [root, *root.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        task = TaskRegistry(root).get("MyNorm")
+        record = evaluate(task, (FIXTURES / "failures" / "mismatch.py").read_bytes(), "triton", "cpu", CONFIG)
+        assert record.status is Status.MISMATCH
+        call = record.message.splitlines()[-1].removeprefix("inputs: ")
+        assert f"tasks_dir={str(root)!r}" in call
+        ins = eval(call, {"kernelgym_gap": kernelgym_gap})            # noqa: S307 - our own message
+        again = kernelgym_gap.reproduce(task, record.failure.trial)
+        assert all(torch.equal(a, b) for a, b in zip(ins, again))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -116,3 +116,50 @@ def test_ray_per_gpu_places_several_actors_on_each_gpu(local_ray):
             assert pool.size == 2 and {p["lane_dir"] for p in pool.actor_placements} == {None}
     finally:
         ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def users_tasks():
+    """A user's task directory (AddReLU copied under another name), readable by the sandbox's user."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from kernelgym_gap.core.registry import DEFAULT_TASKS_DIR
+    root = Path(tempfile.mkdtemp(prefix="kgg-users-tasks-"))
+    shutil.copytree(DEFAULT_TASKS_DIR / "elementwise" / "add_relu", root / "elementwise" / "my_add_relu")
+    task_py = root / "elementwise" / "my_add_relu" / "task.py"
+    task_py.write_text(task_py.read_text().replace('name="AddReLU"', 'name="MyAddReLU"'))
+    for p in [root, *root.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_users_tasks_dir_reaches_the_actors(local_ray, registry, users_tasks):
+    """tasks_dir= with ray=: the actor loads the task from the user's directory (it looked only in tasks/
+    before and answered UnknownTaskError, which then failed to cross back from the actor)."""
+    from kernelgym_gap.api.completions import score_completions
+    good, wrong = (r.source for r in _batch(registry)[:2])
+    recs = evaluate_many([EvalRequest("MyAddReLU", good, backend="cpu"), EvalRequest("MyAddReLU", wrong,
+                                                                                      backend="cpu")],
+                         ray="auto", tasks_dir=str(users_tasks), config=CONFIG)
+    assert [r.status for r in recs] == [Status.OK, Status.MISMATCH] and recs[0].task == "kernelgym_gap/MyAddReLU-v0"
+    (rec,) = score_completions("MyAddReLU", [f"```python\n{good}```"], backend="cpu", tasks_dir=str(users_tasks),
+                               ray="auto", config=CONFIG)
+    assert rec.status is Status.OK
+    with RayPool(address="auto", backend="cpu", workers=1) as pool:
+        env = KernelEnv(task_id="MyAddReLU", tasks_dir=str(users_tasks), backend="cpu", config=CONFIG,
+                        evaluator=pool.evaluator())
+        env.reset(seed=0)
+        assert env.step(good)[4]["status"] == "ok"
+
+
+def test_errors_of_the_harness_cross_back_from_an_actor():
+    import pickle
+
+    from kernelgym_gap.core.errors import UnknownChoiceError, UnknownTaskError
+    e = pickle.loads(pickle.dumps(UnknownTaskError("Sq", ["AddReLU", "GELU"])))
+    assert isinstance(e, UnknownTaskError) and "no task is registered as 'Sq'" in str(e)
+    e = pickle.loads(pickle.dumps(UnknownChoiceError("dsl", "trit", ["triton"])))
+    assert isinstance(e, UnknownChoiceError) and "Did you mean 'triton'" in str(e)

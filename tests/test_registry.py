@@ -208,3 +208,35 @@ def test_cross_entropy_min_bytes_leave_out_exactly_the_ignored_rows(registry):
                         assert 0 < read < tokens and read == tokens - max(1, tokens // 10)
                 itemsize = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
                 assert task.min_bytes(shape, dtype) == read * vocab * itemsize + tokens * 8 + tokens * 4
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda t: t + "\nTASK = TaskSpec(name='Broken')\n", "loading it failed: TypeError"),      # fields missing
+    (lambda t: t + "\ndef broken(:\n", "loading it failed: SyntaxError"),
+    (lambda t: t.replace('dtypes=("float32", "float16")', 'dtypes=("float32", "fp16")'), "dtype 'fp16' not in"),
+    (lambda t: t + "\nimport dataclasses\nTASK = dataclasses.replace(TASK, reference=lambda *a: y)\n",
+     "the reference failed: NameError"),
+    (lambda t: t + "\nimport dataclasses\nTASK = dataclasses.replace(TASK, distributions=TASK.distributions"
+                   " + ('gaussian',))\n", "make_inputs failed for distribution 'gaussian'"),
+    (lambda t: t + "\nimport dataclasses\nTASK = dataclasses.replace(TASK, reference=lambda *a: 1.0)\n",
+     "returned float, not a torch.Tensor"),
+])
+def test_a_task_authors_mistake_is_one_error_naming_the_file(tmp_path, edit, words):
+    """A user's task directory: a mistake in task.py is a TaskDefinitionError naming the file (the CLI's one
+    line, exit 2), found when the directory is loaded, never a traceback or the submission's crash."""
+    path = _copy_task(tmp_path)
+    path.write_text(edit(path.read_text()))
+    with pytest.raises(TaskDefinitionError, match=words.replace("(", r"\(")) as info:
+        TaskRegistry(tmp_path)
+    assert str(path) in str(info.value) or "LayerNorm" in str(info.value), info.value
+
+
+def test_a_tasks_dir_at_the_wrong_level_says_where_the_tasks_are(tmp_path):
+    _copy_task(tmp_path / "deeper")
+    with pytest.raises(TaskDefinitionError, match="one level deeper"):
+        TaskRegistry(tmp_path)
+    with pytest.raises(TaskDefinitionError, match="category folder: pass its parent"):
+        TaskRegistry(tmp_path / "deeper" / "normalization")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TaskDefinitionError, match="no task in"):
+        TaskRegistry(tmp_path / "empty")

@@ -291,6 +291,21 @@ def test_cli_results_and_show(store, capsys):
     assert "2 submission(s)" in capsys.readouterr().out
 
 
+def test_cli_results_finds_a_users_task_by_name_and_refuses_an_unknown_one(store, capsys):
+    """A task of a user's --tasks-dir is known to the store, not to tasks/: `results --task square` finds it
+    by its name in any case (it printed 0 before), and a task nobody knows is an error, not an empty list."""
+    from kernelgym_gap.cli.main import main
+    store.add_record(record(task="kernelgym_gap/Square-v0"), "def square(x): return x\n", "author")
+    store.add_record(record(task="kernelgym_gap/Square-v1"), "def square(x): return x  # v1\n", "author")
+    for text in ("square", "Square-v0", "kernelgym_gap/Square-v1"):
+        assert main(["results", "--task", text, "--db", str(store.path)]) == 0
+        assert "1 submission(s)" in capsys.readouterr().out, text
+    assert main(["results", "--task", "square", "--db", str(store.path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"][0]["task"].endswith("Square-v1")     # the newest version
+    assert main(["results", "--task", "Sqare", "--db", str(store.path)]) == 2
+    assert "Did you mean 'Square'" in capsys.readouterr().err
+
+
 # ---- a real browser -------------------------------------------------------------------------------------
 
 def _free_port() -> int:

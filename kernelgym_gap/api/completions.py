@@ -62,7 +62,9 @@ def score_completions(task_id: str, completions: Sequence[str], dsl: str = "trit
                       **kwargs) -> list[EvalRecord]:
     """Raw model replies for one task in, one record per reply out (in order): each reply's code block
     (`extract_code`) is evaluated. Keyword arguments go to `evaluate_many` (workers, config, ray, ...)."""
-    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.core.registry import TaskRegistry, default_registry
+    if kwargs.get("tasks_dir") is not None and kwargs.get("registry") is None:
+        kwargs["registry"] = TaskRegistry(kwargs.pop("tasks_dir"))    # loaded once, for the entry point too
     registry = kwargs.get("registry") or default_registry()
     entry = registry.get(task_id).entry_point
     requests = [EvalRequest(task_id, extract_code(c, entry), dsl, backend, tag=i) for i, c in enumerate(completions)]

@@ -71,10 +71,13 @@ class _EvalActor:
         if self.lane_dir is not None:
             shutil.rmtree(self.lane_dir, ignore_errors=True)
 
-    def evaluate(self, task_id: str, source: str, dsl: str, config: EvalConfig) -> dict[str, Any]:
+    def evaluate(self, task_id: str, source: str, dsl: str, config: EvalConfig,
+                 tasks_dir: str | None = None) -> dict[str, Any]:
+        """task_id: the full id; tasks_dir: a user's task directory (the same path on every node), None for
+        the project's own tasks/ (wherever this node has it)."""
         from kernelgym_gap.engine.pipeline import evaluate
-        from kernelgym_gap.core.registry import default_registry
-        task = default_registry().get(task_id)
+        from kernelgym_gap.core.registry import find_task
+        task = find_task(task_id, tasks_dir)
         if self.gpu_index is not None:
             config = with_lane(config.replace(gpu_index=self.gpu_index), self.lane_dir)
         record = evaluate(task, source, dsl, self.backend, config)
@@ -144,15 +147,21 @@ class RayPool:
         """EvalRequests in, records out in request order; each actor takes the next request when free."""
         from kernelgym_gap.core.registry import default_registry
         registry = registry or default_registry()
+        requests = list(requests)
+        # an unknown task fails here, before anything is sent
+        return self._dispatch(requests, [registry.get(r.task_id) for r in requests], config, progress)
+
+    def _dispatch(self, requests: list, tasks: list, config: EvalConfig | None, progress) -> list[EvalRecord]:
+        from kernelgym_gap.core.registry import DEFAULT_TASKS_DIR
         ray = self._ray
         default_config = config or EvalConfig()
-        requests = list(requests)
         for r in requests:
             if r.dsl not in DSLS:
                 raise UnknownChoiceError("dsl", r.dsl, DSLS)
             if r.backend not in ("auto", self.backend):
                 raise ValueError(f"this Ray pool evaluates on {self.backend}; a request asks for {r.backend}")
-            registry.get(r.task_id)   # an unknown task fails here, before anything is sent
+        own = str(DEFAULT_TASKS_DIR.absolute())
+        where = [None if t.tasks_dir in (None, own) else t.tasks_dir for t in tasks]   # a user's tasks_dir travels
         results: list[EvalRecord | None] = [None] * len(requests)
         placements: list[dict | None] = [None] * len(requests)
         free = list(self.actors)
@@ -163,7 +172,7 @@ class RayPool:
             while free and nxt < len(requests) and failure is None:
                 r = requests[nxt]
                 actor = free.pop(0)
-                ref = actor.evaluate.remote(r.task_id, r.source, r.dsl, r.config or default_config)
+                ref = actor.evaluate.remote(tasks[nxt].id, r.source, r.dsl, r.config or default_config, where[nxt])
                 pending[ref] = (nxt, actor)
                 nxt += 1
             if failure is not None and not pending:
@@ -189,13 +198,14 @@ class RayPool:
         self.placements = placements
         return results
 
-    def evaluate_one(self, task_id: str, source: str, dsl: str, config: EvalConfig) -> EvalRecord:
-        return self.evaluate([EvalRequest(task_id, source, dsl, self.backend, config)])[0]
+    def evaluate_one(self, task_id: str, source: str, dsl: str, config: EvalConfig, registry=None) -> EvalRecord:
+        return self.evaluate([EvalRequest(task_id, source, dsl, self.backend, config)], registry=registry)[0]
 
     def evaluator(self):
-        """An engine.evaluate-shaped callable (task, source, dsl, backend, config) for KernelEnv."""
+        """An engine.evaluate-shaped callable (task, source, dsl, backend, config) for KernelEnv: the task as
+        the env holds it, from whichever directory it came."""
         def run(task, source, dsl, backend, config):
-            return self.evaluate_one(task.id, source, dsl, config)
+            return self._dispatch([EvalRequest(task.id, source, dsl, self.backend, config)], [task], config, None)[0]
         return run
 
     def close(self) -> None:
@@ -237,7 +247,8 @@ class RayEvaluator:
     def __call__(self, task, source, dsl, backend, config):
         if self._pool is None:
             self._pool = RayPool(address=self.address, backend=self.backend, workers=1)
-        return self._pool.evaluate_one(task.id, source, dsl, config)
+        return self._pool._dispatch([EvalRequest(task.id, source, dsl, self.backend, config)], [task], config,
+                                    None)[0]
 
     def close(self) -> None:
         if self._pool is not None:

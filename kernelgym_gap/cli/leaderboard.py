@@ -118,13 +118,7 @@ def cmd_submit(args) -> int:
 def cmd_results(args) -> int:
     from kernelgym_gap.web import board
     store = _store(args)
-    task_id = board.task_from_slug(args.task) if args.task else None
-    if task_id is not None:
-        from kernelgym_gap.core.registry import get_task
-        try:
-            task_id = get_task(args.task).id
-        except Exception:
-            pass
+    task_id = _stored_task(store, args.task) if args.task else None
     page = board.submissions_list(store, 1, max(1, args.limit), task_id=task_id, submitter=args.name)
     if args.json:
         print(store_dumps(page.to_dict()))
@@ -137,6 +131,25 @@ def cmd_results(args) -> int:
               f"{'yes' if s['cache_hit'] else ''}")
     print(f"{page.total} submission(s) in {store.path}")
     return 0
+
+
+def _stored_task(store, text: str) -> str:
+    """The task id `results --task` means: an id, or a name in any case (its newest version), among the
+    registered tasks and those the store's submissions name (a user's --tasks-dir tasks, which the
+    registry of tasks/ does not know). Neither: UnknownTaskError, with the near matches."""
+    from kernelgym_gap.core import ids
+    from kernelgym_gap.core.errors import UnknownTaskError
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.store.leaderboard import stored_task_ids
+    known = sorted(set(stored_task_ids(store)) | set(default_registry().ids()))
+    folded = text.strip().casefold()
+    exact = [k for k in known if k.casefold() in (folded, ids.full(text.strip()).casefold())]
+    if exact:
+        return exact[0]
+    by_name = [k for k in known if (ids.parse(k) or ("", None))[0].casefold() == folded]
+    if by_name:
+        return max(by_name, key=lambda k: (ids.parse(k) or ("", -1))[1] or 0)
+    raise UnknownTaskError(text, known + sorted({(ids.parse(k) or (k,))[0] for k in known}))
 
 
 def store_dumps(value) -> str:

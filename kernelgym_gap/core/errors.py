@@ -22,7 +22,7 @@ def _did_you_mean(name: str, choices: Iterable[str]) -> str:
 class UnknownTaskError(KernelGymError, KeyError):
     def __init__(self, task_id: str, known: Iterable[str]):
         known = sorted(known)
-        self.task_id = task_id
+        self.task_id, self.known = task_id, known
         hint = _did_you_mean(task_id, known)
         # a near match is the answer; the whole list (short names, not each id again) only without one
         names = [k for k in known if "/" not in k] or known
@@ -33,14 +33,21 @@ class UnknownTaskError(KernelGymError, KeyError):
     def __str__(self) -> str:  # KeyError would quote the whole message
         return self.args[0]
 
+    def __reduce__(self):      # rebuilt from its arguments where it crosses a process (a Ray actor)
+        return type(self), (self.task_id, self.known)
+
 
 class UnknownChoiceError(KernelGymError, ValueError):
     """A named option (dsl, backend, reward mode, agent...) that does not exist."""
 
     def __init__(self, what: str, value: str, choices: Iterable[str]):
         choices = list(choices)
+        self.what, self.value, self.choices = what, value, choices
         super().__init__(f"unknown {what} {value!r}.{_did_you_mean(value, choices)} "
                          f"Choose one of: {', '.join(choices)}")
+
+    def __reduce__(self):
+        return type(self), (self.what, self.value, self.choices)
 
 
 class TaskDefinitionError(KernelGymError):

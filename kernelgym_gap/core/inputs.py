@@ -77,19 +77,20 @@ def make_trial_inputs(task, trial, device: str) -> tuple:
 
 
 def reproduce(task, trial=None, *, shape=None, dtype: str | None = None, seed: int | None = None,
-              distribution: str | None = None, device: str = "cpu") -> tuple:
+              distribution: str | None = None, device: str = "cpu", tasks_dir: str | None = None) -> tuple:
     """The inputs of a trial, as the harness made them: for a failing trial, pass the record's
     `failure.trial` (a Trial or its dict from the JSON record), or the shape, dtype, seed and distribution a
-    failure's message prints. `task`: a TaskSpec, an id or a name. Inputs of cuda trials come from the
-    device's own generator: pass device="cuda" to get those.
+    failure's message prints. `task`: a TaskSpec, an id or a name (of `tasks_dir` for a task of a user's
+    directory: the message prints it). Inputs of cuda trials come from the device's own generator: pass
+    device="cuda" to get those.
 
         ins = kernelgym_gap.reproduce("LayerNorm", shape=(16, 128), dtype="float32", seed=123, distribution="normal")
         expected = task.reference(*ins); got = layernorm(*ins)
     """
     from kernelgym_gap.core.record import Trial
     if isinstance(task, str):
-        from kernelgym_gap.core.registry import get_task
-        task = get_task(task)
+        from kernelgym_gap.core.registry import TaskRegistry, get_task
+        task = TaskRegistry(tasks_dir).get(task) if tasks_dir else get_task(task)
     if trial is None:
         if shape is None or dtype is None or seed is None:
             raise TypeError("reproduce needs a trial, or shape, dtype and seed")
@@ -101,8 +102,10 @@ def reproduce(task, trial=None, *, shape=None, dtype: str | None = None, seed: i
     return make_trial_inputs(task, trial, device)
 
 
-def reproduce_call(task_id: str, trial, device: str = "cpu") -> str:
-    """The one-line call that regenerates a trial's inputs, as a failure's message prints it."""
+def reproduce_call(task_id: str, trial, device: str = "cpu", tasks_dir: str | None = None) -> str:
+    """The one-line call that regenerates a trial's inputs, as a failure's message prints it; tasks_dir: a
+    user's task directory (None for the project's tasks/)."""
     dev = "" if device == "cpu" else f", device={device!r}"
+    where = f", tasks_dir={tasks_dir!r}" if tasks_dir else ""
     return (f"kernelgym_gap.reproduce({task_id!r}, shape={tuple(trial.shape)!r}, dtype={trial.dtype!r}, "
-            f"seed={trial.seed}, distribution={trial.distribution!r}{dev})")
+            f"seed={trial.seed}, distribution={trial.distribution!r}{dev}{where})")

@@ -31,9 +31,9 @@ def load_task_file(path: Path) -> TaskSpec:
         sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
-        except Exception:
+        except Exception as e:      # a task author's mistake: one line naming the file, not a traceback
             del sys.modules[module_name]
-            raise
+            raise TaskDefinitionError(f"{path}: loading it failed: {type(e).__name__}: {e}") from e
     task = getattr(module, "TASK", None)
     if not isinstance(task, TaskSpec):
         raise TaskDefinitionError(f"{path} defines no TASK = TaskSpec(...)")
@@ -44,6 +44,43 @@ def load_task_file(path: Path) -> TaskSpec:
     if problems:
         raise TaskDefinitionError(f"{task.id} ({path}): " + "; ".join(problems))
     return task
+
+
+def smoke_test(task: TaskSpec, path: Path) -> None:
+    """A user's task run once at its smallest cpu shape before anything is judged with it: inputs of every
+    distribution, then the reference. Without this a broken reference or an unknown distribution name came
+    out as the submission's crash (reward 0) or a traceback. The project's own tasks are held to the same
+    by the tests instead (tests/test_registry.py), so loading tasks/ costs nothing; imported tasks were run
+    by the importer."""
+    import torch
+
+    from kernelgym_gap.core.inputs import generator
+    from kernelgym_gap.core.task import numel
+    w = task.workload("cpu")
+    shape, dtype = min(w.all_shapes(), key=numel), w.dtypes[0]
+    at = f"{task.id} ({path}), cpu shape {list(shape)} {dtype}"
+    ins = None
+    for dist in task.distributions:
+        try:
+            ins = task.make_inputs(tuple(shape), dtype, generator(0, "cpu"), dist, "cpu")
+        except Exception as e:  # noqa: BLE001 - the author's code: any failure is the task's
+            raise TaskDefinitionError(f"{at}: make_inputs failed for distribution {dist!r}: "
+                                      f"{type(e).__name__}: {e}") from None
+    try:
+        with torch.no_grad():
+            out = task.reference(*ins)
+    except Exception as e:  # noqa: BLE001
+        raise TaskDefinitionError(f"{at}: the reference failed: {type(e).__name__}: {e}") from None
+    if type(out) is not torch.Tensor:
+        raise TaskDefinitionError(f"{at}: the reference returned {type(out).__name__}, not a torch.Tensor")
+
+
+def _layout_hint(root: Path) -> str:
+    if any(root.glob("*/task.py")):
+        return f" (this looks like a category folder: pass its parent, {root.parent})"
+    if any(root.glob("*/*/*/task.py")):
+        return " (they are one level deeper here: pass the folder that holds the category folders)"
+    return ""
 
 
 class TaskRegistry:
@@ -60,11 +97,17 @@ class TaskRegistry:
                 f"task directory {self.tasks_dir} not found; install the project with `pip install -e .` "
                 "from its checkout so that tasks/ sits beside the package")
         tasks: dict[str, TaskSpec] = {}
+        users = self.tasks_dir != DEFAULT_TASKS_DIR.absolute()
         for path in sorted(self.tasks_dir.glob("*/*/task.py")):
             task = load_task_file(path)
             if task.id in tasks:
                 raise TaskDefinitionError(f"{task.id} defined twice ({path})")
+            if users and not task.origin:
+                smoke_test(task, path)
             tasks[task.id] = task
+        if not tasks:
+            raise TaskDefinitionError(f"no task in {tasks_dir}: tasks are files <category>/<name>/task.py under "
+                                      f"it{_layout_hint(self.tasks_dir)}")
         self._tasks = tasks
 
     def __iter__(self):

@@ -198,9 +198,12 @@ class TaskSpec:
                 if d not in self.tolerances:
                     problems.append(f"{backend}: no tolerance for dtype {d!r}")
             for s in w.all_shapes():
-                for d in w.dtypes:
-                    if self.flops(s) < 0 or self.min_bytes(s, d) <= 0:
-                        problems.append(f"flops/min_bytes not positive for {s} {d}")
+                for d in (d for d in w.dtypes if d in DTYPES):     # an unknown dtype is reported above
+                    try:
+                        if self.flops(s) < 0 or self.min_bytes(s, d) <= 0:
+                            problems.append(f"flops/min_bytes not positive for {s} {d}")
+                    except Exception as e:  # noqa: BLE001 - the author's formula: its failure is a problem
+                        problems.append(f"flops/min_bytes failed for {s} {d}: {type(e).__name__}: {e}")
         if not self.distributions:
             problems.append("no input distributions")
         elif self.timed_distribution not in self.distributions:

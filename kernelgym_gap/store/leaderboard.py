@@ -118,6 +118,11 @@ def submissions(store, offset: int, limit: int, task_id: str | None = None, subm
     return [_row(r) for r in rows], total
 
 
+def stored_task_ids(store) -> list[str]:
+    """Every task id some submission names (a user's --tasks-dir tasks included)."""
+    return [r[0] for r in store.conn.execute("SELECT DISTINCT task_id FROM submissions ORDER BY task_id")]
+
+
 def has_submissions(store, task_id: str) -> bool:
     return store.conn.execute("SELECT 1 FROM submissions WHERE task_id=? LIMIT 1", (task_id,)).fetchone() is not None
 
