@@ -152,7 +152,7 @@ class RayPool:
         return self._dispatch(requests, [registry.get(r.task_id) for r in requests], config, progress)
 
     def _dispatch(self, requests: list, tasks: list, config: EvalConfig | None, progress) -> list[EvalRecord]:
-        from kernelgym_gap.core.registry import DEFAULT_TASKS_DIR
+        from kernelgym_gap.core.registry import users_tasks_dir
         ray = self._ray
         default_config = config or EvalConfig()
         for r in requests:
@@ -160,8 +160,7 @@ class RayPool:
                 raise UnknownChoiceError("dsl", r.dsl, DSLS)
             if r.backend not in ("auto", self.backend):
                 raise ValueError(f"this Ray pool evaluates on {self.backend}; a request asks for {r.backend}")
-        own = str(DEFAULT_TASKS_DIR.absolute())
-        where = [None if t.tasks_dir in (None, own) else t.tasks_dir for t in tasks]   # a user's tasks_dir travels
+        where = [users_tasks_dir(t) for t in tasks]     # a user's tasks_dir travels with the id
         results: list[EvalRecord | None] = [None] * len(requests)
         placements: list[dict | None] = [None] * len(requests)
         free = list(self.actors)
@@ -198,8 +197,8 @@ class RayPool:
         self.placements = placements
         return results
 
-    def evaluate_one(self, task_id: str, source: str, dsl: str, config: EvalConfig, registry=None) -> EvalRecord:
-        return self.evaluate([EvalRequest(task_id, source, dsl, self.backend, config)], registry=registry)[0]
+    def evaluate_one(self, task_id: str, source: str, dsl: str, config: EvalConfig) -> EvalRecord:
+        return self.evaluate([EvalRequest(task_id, source, dsl, self.backend, config)])[0]
 
     def evaluator(self):
         """An engine.evaluate-shaped callable (task, source, dsl, backend, config) for KernelEnv: the task as

@@ -75,6 +75,12 @@ def smoke_test(task: TaskSpec, path: Path) -> None:
         raise TaskDefinitionError(f"{at}: the reference returned {type(out).__name__}, not a torch.Tensor")
 
 
+def users_tasks_dir(task: TaskSpec) -> str | None:
+    """The directory a task came from when it is a user's (--tasks-dir), None for the project's own tasks/:
+    what must travel with the task's id to another process (a Ray actor) or into a printed reproduce line."""
+    return None if task.tasks_dir in (None, str(DEFAULT_TASKS_DIR.absolute())) else task.tasks_dir
+
+
 def _layout_hint(root: Path) -> str:
     if any(root.glob("*/task.py")):
         return f" (this looks like a category folder: pass its parent, {root.parent})"
@@ -89,15 +95,15 @@ class TaskRegistry:
     def __init__(self, tasks_dir: Path = DEFAULT_TASKS_DIR):
         # absolute: the child and the trusted checker find a task by this path from their own directories
         self.tasks_dir = Path(tasks_dir).absolute()
+        users = self.tasks_dir != DEFAULT_TASKS_DIR.absolute()
         if not self.tasks_dir.is_dir():
-            if self.tasks_dir != DEFAULT_TASKS_DIR.absolute():
+            if users:
                 raise TaskDefinitionError(f"task directory {tasks_dir} not found (no such directory: "
                                           f"{self.tasks_dir})")
             raise TaskDefinitionError(
                 f"task directory {self.tasks_dir} not found; install the project with `pip install -e .` "
                 "from its checkout so that tasks/ sits beside the package")
         tasks: dict[str, TaskSpec] = {}
-        users = self.tasks_dir != DEFAULT_TASKS_DIR.absolute()
         for path in sorted(self.tasks_dir.glob("*/*/task.py")):
             task = load_task_file(path)
             if task.id in tasks:

@@ -21,6 +21,7 @@ import torch
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core import tensor_file
 from kernelgym_gap.core.record import BadElement, CheckResult, ChildReport, FailureDetail, Job, Trial
+from kernelgym_gap.core.registry import users_tasks_dir
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec, itemsize, numel
 
@@ -102,12 +103,6 @@ class _Parts:
         self._part, self._t = part, now
 
 
-def _users_tasks_dir(task: TaskSpec) -> str | None:
-    """The directory a failure's reproduce line must name: a user's, not the project's own tasks/."""
-    from kernelgym_gap.core.registry import DEFAULT_TASKS_DIR
-    return task.tasks_dir if task.tasks_dir not in (None, str(DEFAULT_TASKS_DIR.absolute())) else None
-
-
 def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, device: str,
            parts: _Parts | None = None) -> bool:
     """Raises _Fail on the first problem; returns whether a KernelBench-style allclose would pass."""
@@ -129,7 +124,7 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
                                         f"{list(ref.shape)}{hint}", **where)
     o, r = out.double(), ref.double()
     ref_finite = torch.isfinite(r)
-    reproduce = inputs_mod.reproduce_call(task.id, trial, device, _users_tasks_dir(task))
+    reproduce = inputs_mod.reproduce_call(task.id, trial, device, users_tasks_dir(task))
     tol = task.tolerances[trial.dtype]
     nonfinite = ~torch.isfinite(o) & ref_finite
     if bool(nonfinite.any()):
