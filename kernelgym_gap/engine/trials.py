@@ -20,15 +20,44 @@ def cases(task: TaskSpec, backend: str):
                 yield split, tuple(shape), dtype
 
 
+def _cost(task: TaskSpec, shape: tuple[int, ...], dtype: str) -> tuple[int, int]:
+    """How expensive a trial of this shape is (flops, then bytes): added trials go to the cheapest shape."""
+    return int(task.flops(shape)), int(task.min_bytes(shape, dtype))
+
+
 def make_trials(task: TaskSpec, backend: str, config: EvalConfig, rng: random.Random) -> tuple[Trial, ...]:
-    """Correctness trials: `seeds_per_shape` per case, cycling through every distribution (stress ones
-    included) so that each case sees several."""
+    """Correctness trials: `seeds_per_shape` per case, each with its own seed and input distribution.
+
+    The distribution rule (issue 31: cycling over the whole trial list let each dtype see only some
+    distributions, e.g. DepthwiseConv2d float16 never met `large`, its stated trap): the k-th trial of a
+    dtype, counted over that dtype's cases in order, gets distributions[(k + i * seeds_per_shape) % D], i
+    being the dtype's position in the workload (so one shape meets different distributions in different
+    dtypes). Every dtype thus sees min(D, its trial count) distinct distributions. On cuda every dtype must
+    see all D: where its shapes x seeds fall short, one trial per missing distribution is added at the
+    dtype's cheapest shape (fewest flops, then bytes), after the regular trials. On cpu (the interpreter is
+    slow) no trial is added: a dtype sees min(D, shapes x seeds_per_shape) distributions."""
+    dists = task.distributions
+    dtypes = task.workload(backend).dtypes
+    seen: dict[str, int] = {d: 0 for d in dtypes}
     trials = []
+
+    def add(split: str, shape: tuple[int, ...], dtype: str, dist: str) -> None:
+        trials.append(Trial(index=len(trials), shape=shape, dtype=dtype, seed=rng.randrange(1, 2**31 - 1),
+                            distribution=dist, split=split))
+
     for split, shape, dtype in cases(task, backend):
+        offset = dtypes.index(dtype) * config.seeds_per_shape
         for _ in range(config.seeds_per_shape):
-            dist = task.distributions[len(trials) % len(task.distributions)]
-            trials.append(Trial(index=len(trials), shape=shape, dtype=dtype, seed=rng.randrange(1, 2**31 - 1),
-                                distribution=dist, split=split))
+            add(split, shape, dtype, dists[(seen[dtype] + offset) % len(dists)])
+            seen[dtype] += 1
+    if backend == "cuda":
+        for dtype in dtypes:
+            covered = {t.distribution for t in trials if t.dtype == dtype}
+            mine = [(split, shape) for split, shape, d in cases(task, backend) if d == dtype]
+            split, shape = min(mine, key=lambda c: _cost(task, c[1], dtype))
+            for dist in dists:
+                if dist not in covered:
+                    add(split, shape, dtype, dist)
     return tuple(trials)
 
 
