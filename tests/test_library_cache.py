@@ -142,6 +142,7 @@ def test_a_corrupt_cache_is_ignored_with_a_log_and_rewritten(task, config, caplo
 
 class FakeBench:
     """Returns given readings: the probe's (kernel's first calls, library check), then the full ones."""
+    sync_jitter_ms = 0.0        # echoed into the report's raw readings (core/timing_stats.TimingReadings)
 
     def __init__(self, probe_kernel, check, kernel=1.0, library=0.5):
         m = lambda ms: Measurement(median_ms=ms, spread=0.01, reps=20, stream_ms=ms, device_ms=ms)  # noqa: E731
@@ -230,11 +231,12 @@ def test_the_parent_uses_its_own_hint_not_the_childs_number():
 # ---- the score stage ------------------------------------------------------------------------------------
 
 def scored(task, config, *timings, hint_ms=None):
+    from timing_readings import with_readings       # the raw readings the parent summarises (issue 31)
     ev = Evaluation(task, b"", "triton", backend("cuda"), config)
     ev.job = job(hint_ms, config.timing)
     ev.child = ChildResult(outcome=ChildOutcome(returncode=0, signal=None, timed_out=False, wall_s=1.0,
                                                 stdout_tail="", stderr_tail="", output_bytes=0, layers=()),
-                           report=report(*timings))
+                           report=report(*(with_readings(t, config.timing) for t in timings)))
     ev.check_result = CheckResult(status=Status.OK, message="", trials_checked=1)
     return stages.Score().run(ev)
 

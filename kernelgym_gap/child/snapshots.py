@@ -2,7 +2,15 @@
 each stretch of its code: timers, synchronisation, events, streams, the DSL launch paths, this harness's own
 modules and classes, builtins, signal handlers, trace hooks, gc callbacks, the threads alive. Compared by
 identity: a replacement through `setattr(obj, "name", f)` is caught the same as `obj.name = f`, and by the
-code, defaults and closure of every Python function among them (`f.__code__ = g.__code__` keeps `f`)."""
+code, defaults and closure of every Python function among them (`f.__code__ = g.__code__` keeps `f`).
+
+What is covered is derived from what is loaded, not kept in a list (until 2026-12-05 a hand-kept list left
+out child/timing.py, and a submission that wrapped its `time_shape` passed: issue 31): every module of this
+package in sys.modules at the snapshot (`harness_modules`), every global of each (its constants and module
+bindings too, not only its callables), the classes defined in them, and the modules they bind (statistics,
+dataclasses, os, ... : what the harness's code calls through them). A harness module loaded after the
+snapshot, by the harness or by the submission, is covered from the first comparison that sees it, and a
+harness module's entry in sys.modules may not be replaced."""
 from __future__ import annotations
 
 import builtins
@@ -21,25 +29,50 @@ from kernelgym_gap.child.watch import WATCH, WatchState
 _MISSING = object()
 _CACHED_CLASS_ATTRS = frozenset({"__slotnames__"})   # pickle caches it on the class at the first save
 
-# This harness's modules inside the child (those imported by then): their functions and classes, and their
-# binding of WATCH, must be untouched. A module added to or renamed in the child or the DSL adapters belongs
-# here. (`kernelgym_gap.child.runner` runs as __main__ in a real child; its work is in `child.run`.)
-HARNESS_MODULES = (
-    "kernelgym_gap.child.runner", "kernelgym_gap.child.run", "kernelgym_gap.child.failure",
-    "kernelgym_gap.child.compile_modes", "kernelgym_gap.child.module_entry", "kernelgym_gap.child.integrity",
-    "kernelgym_gap.child.watch", "kernelgym_gap.child.marks", "kernelgym_gap.child.outputs",
-    "kernelgym_gap.child.lanes",
-    "kernelgym_gap.child.guards", "kernelgym_gap.child.recorders", "kernelgym_gap.child.snapshots",
-    "kernelgym_gap.dsl", "kernelgym_gap.dsl.base", "kernelgym_gap.dsl.triton", "kernelgym_gap.dsl.tilelang",
-    "kernelgym_gap.core.inputs", "kernelgym_gap.core.record", "kernelgym_gap.core.lane",
-    "kernelgym_gap.core.tensor_file",
-)
+HARNESS_PACKAGE = "kernelgym_gap"
+
+
+def is_harness_name(name: str) -> bool:
+    return name == HARNESS_PACKAGE or name.startswith(HARNESS_PACKAGE + ".")
+
+
+def harness_modules() -> list[tuple[str, object]]:
+    """(name, module) for every module of this package loaded now, and `__main__` when it is one of them (a
+    real child runs child/runner.py as __main__)."""
+    found = [(name, mod) for name, mod in list(sys.modules.items())
+             if is_harness_name(name) and isinstance(mod, type(sys))]
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if isinstance(main, type(sys)) and is_harness_name(getattr(spec, "name", None) or ""):
+        found.append(("__main__", main))
+    return found
+
+
+def _harness_snapshot(mod) -> dict:
+    """A harness module's globals, all but the interpreter's own dunders: its functions and classes, and its
+    constants (DEVICE_EXCESS, SPIN_MS, ...) and module bindings, which nothing rebinds after the snapshot
+    (`guards._installed` and `recorders._MODES`, its only `global` statements, are set before it)."""
+    return {k: v for k, v in _stable_dict(mod).items() if not (k.startswith("__") and k.endswith("__"))}
+
+
+def _bound_modules(harness: list) -> list:
+    """The modules this harness's modules bind as globals (statistics, dataclasses, torch, ...), other than
+    its own: the library code its timing, checks and hand-off call through them."""
+    out, seen = [], set()
+    for _, mod in harness:
+        for v in _stable_dict(mod).values():
+            if isinstance(v, type(sys)) and not is_harness_name(v.__name__) and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+    return out
 
 
 def _code_state(value):
     """What a replacement in place would change in a Python function: its code, defaults and closure
     contents (`f.__code__ = ...` keeps the function's identity)."""
     f = getattr(value, "__func__", value)          # classmethod, staticmethod, bound method
+    if isinstance(f, type):                        # a class (types.FunctionType has a __code__ descriptor)
+        return None
     code = getattr(f, "__code__", None)
     if code is None or not hasattr(f, "__defaults__"):
         return None
@@ -67,12 +100,19 @@ def _stable_dict(obj) -> dict:
         return {}
 
 
+def _callables(mod) -> dict:
+    return {k: v for k, v in _stable_dict(mod).items() if callable(v) and not isinstance(v, type(sys))}
+
+
 def _torch_watched() -> tuple[list, list]:
     """torch's modules and classes that timing, synchronisation and the library baseline are made of (the
     baseline's time is E's numerator: slowing it down inflates E)."""
     import torch
     import torch.nn.functional
-    modules = [torch, torch.cuda, torch.overrides, torch.nn.functional]
+    # torch._C: what torch.cuda.synchronize, the events and the streams call into; torch.cuda.*: its pieces
+    modules = [torch, torch._C, torch.cuda, torch.overrides, torch.nn.functional, torch.autograd.grad_mode]
+    modules += [m for n, m in list(sys.modules.items())
+                if n.startswith("torch.cuda.") and isinstance(m, type(sys))]
     for name in ("_nn", "_linalg", "_special", "_fft"):
         if isinstance(getattr(torch._C, name, None), type(sys)):
             modules.append(getattr(torch._C, name))
@@ -85,21 +125,15 @@ def _torch_watched() -> tuple[list, list]:
         modules.append(pyd)
     except ImportError:
         pass
-    classes = [torch.Tensor, torch._C.TensorBase, torch.cuda.Event, torch.cuda.Stream,
+    classes = [torch.Tensor, torch._C.TensorBase, torch.cuda.Event, torch.cuda.Stream, torch.no_grad,
                getattr(torch._C, "_CudaEventBase", None), getattr(torch._C, "_CudaStreamBase", None),
                type(torch._C._VariableFunctions)]
     return modules, classes
 
 
-def _harness_watched() -> tuple[list, list]:
-    """This harness's own modules and the classes defined in them."""
-    modules, classes = [], [recorders.Watching, WatchState]
-    for name in HARNESS_MODULES:
-        mod = sys.modules.get(name)
-        if mod is not None:
-            modules.append(mod)
-            classes += [v for v in vars(mod).values() if isinstance(v, type) and v.__module__ == name]
-    return modules, classes + list(recorders.mode_classes())
+def _classes_of(name: str, mod) -> list:
+    own = getattr(mod, "__name__", name)
+    return [v for v in _stable_dict(mod).values() if isinstance(v, type) and v.__module__ == own]
 
 
 class Integrity:
@@ -110,10 +144,9 @@ class Integrity:
 
     def __init__(self, adapter, extra_modules: tuple = (), extra_classes: tuple = (), task=None):
         torch_modules, torch_classes = _torch_watched()
-        harness_modules, harness_classes = _harness_watched()
         dsl_modules, dsl_classes = adapter.watched()
-        modules = [time, os, threading, _thread, builtins, gc, signal] + torch_modules + harness_modules
-        classes = torch_classes + harness_classes
+        modules = [time, os, threading, _thread, builtins, gc, signal] + torch_modules
+        classes = torch_classes + [recorders.Watching, WatchState] + list(recorders.mode_classes())
         self._task = task
         self._task_fields = dict(_stable_dict(task)) if task is not None else {}
         if task is not None:
@@ -127,24 +160,20 @@ class Integrity:
         # harness code the adapter enters around each compile, inside the DSL's region (guards off there):
         # a submission that swapped it would have its own code run unwatched
         self._adapter = adapter
-        # modules: their functions and classes (module-level flags and counters change legitimately)
-        self._modules = [(m.__name__, m, {k: v for k, v in _stable_dict(m).items()
-                                          if callable(v) and not isinstance(v, type(sys))})
-                         for m in modules]
-        seen, self._classes = set(), []
-        for c in classes:
-            if c is not None and id(c) not in seen:
-                seen.add(id(c))
-                self._classes.append((f"{c.__module__}.{c.__qualname__}", c, _stable_dict(c)))
-        self._hooks = self._hook_state()
+        self._modules: list = []         # (label, module, {name: value}) compared name by name
+        self._classes: list = []         # (label, class, {name: value}), new names flagged too
+        self._codes: dict = {}           # label -> (function, its code state)
+        self._seen: set = set()          # ids of the modules and classes covered
+        self._harness: dict = {}         # harness module name -> the module object sys.modules had
         self._watch = WATCH
-        self._watch_bindings = [(m.__name__, m) for m in harness_modules if vars(m).get("WATCH") is WATCH]
-        self._codes = {}
-        for label, _, snap in self._modules + self._classes:
-            for name, value in snap.items():
-                state = _code_state(value)
-                if state is not None:
-                    self._codes[f"{label}.{name}"] = (value, state)
+        self._watch_bindings: list = []
+        self._cover_harness()
+        for m in modules:
+            # other modules: their functions and classes (their flags and counters change legitimately)
+            self._add_module(m.__name__, m, _callables(m))
+        for c in classes:
+            self._add_class(c)
+        self._hooks = self._hook_state()
         for name, value in self._task_fields.items():
             state = _code_state(value)
             if state is not None:
@@ -152,6 +181,46 @@ class Integrity:
         self._threads = {t.ident for t in threading.enumerate()}
         self._thread_count = _thread._count() if hasattr(_thread, "_count") else None
         self.threads = threading.active_count()
+
+    def _add_module(self, label: str, mod, snap: dict) -> None:
+        if id(mod) in self._seen:
+            return
+        self._seen.add(id(mod))
+        self._modules.append((label, mod, snap))
+        self._add_codes(label, snap)
+
+    def _add_class(self, c) -> None:
+        if c is None or id(c) in self._seen:
+            return
+        self._seen.add(id(c))
+        label = f"{c.__module__}.{c.__qualname__}"
+        snap = _stable_dict(c)
+        self._classes.append((label, c, snap))
+        self._add_codes(label, snap)
+
+    def _add_codes(self, label: str, snap: dict) -> None:
+        for name, value in snap.items():
+            state = _code_state(value)
+            if state is not None:
+                self._codes[f"{label}.{name}"] = (value, state)
+
+    def _cover_harness(self) -> None:
+        """Covers the harness modules loaded now that are not covered yet (all of them at the snapshot; at a
+        later comparison, those loaded since), the classes they define and the modules they bind."""
+        new = [(n, m) for n, m in harness_modules() if n not in self._harness]
+        for name, mod in new:
+            self._harness[name] = mod
+            self._add_module(name, mod, _harness_snapshot(mod))
+            for c in _classes_of(name, mod):
+                self._add_class(c)
+            if vars(mod).get("WATCH") is WATCH:
+                self._watch_bindings.append((name, mod))
+        for m in _bound_modules(new):
+            self._add_module(m.__name__, m, _callables(m))
+
+    def covered(self) -> frozenset[str]:
+        """The names of the harness modules covered (for the tests: every one loaded)."""
+        return frozenset(self._harness)
 
     def _hook_state(self) -> dict:
         state = {"sys.gettrace": sys.gettrace(), "sys.getprofile": sys.getprofile(),
@@ -169,7 +238,10 @@ class Integrity:
         return state
 
     def violations(self) -> list[str]:
-        found = self._replaced()
+        self._cover_harness()
+        found = [f"sys.modules[{name!r}] was replaced" for name, mod in self._harness.items()
+                 if sys.modules.get(name) is not mod]
+        found += self._replaced()
         for label, (value, state) in self._codes.items():
             if not _same_code(_code_state(value), state):
                 found.append(f"{label} was changed in place (its code, defaults or closure)")

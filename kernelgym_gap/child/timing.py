@@ -18,38 +18,40 @@ more than DEVICE_EXCESS of it plus twice the synchronize's own spread: then the 
 reported (a side stream cannot make a kernel look faster by more than that margin), and a large
 difference is flagged. Until 2026-12-03 the larger median was reported; on kernels of 10-25 us the host's
 jitter then gave per-shape spreads of 20-40% on the H200, and the 5-evaluation deviation was 10%. The two
-readings are compared at their minimums (see `_summarise`).
+readings are compared at their minimums (core/timing_stats.summarise).
+
+Every reading is reported raw (ShapeTiming.readings, bounded by TimingConfig.max_reps per callable): the
+parent recomputes every summary, the stream/device choice and the stopping and early-exit decisions from
+them with the same arithmetic (core/timing_stats.py, judge/measure.trusted_timings). The summaries made
+here only steer this child's own loop; a submission that patches them changes nothing that is scored.
 """
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable
 
 import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.core import timing_stats as stats
 from kernelgym_gap.core.record import ShapeTiming, TimingConfig
 from kernelgym_gap.core.tensor_file import output_name
+from kernelgym_gap.core.timing_stats import DEVICE_EXCESS, Readings, TimingReadings  # noqa: F401 (re-exported)
 
 
 SPIN_MS = 0.3     # longer than the host-side cost of a Triton or TileLang launch from Python
-DEVICE_EXCESS = 0.05   # device-wide median over the stream median, as a fraction, above which it is reported
 
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
+    """A summary (core/timing_stats.Summary's fields) and the raw readings it came from."""
     median_ms: float
     spread: float
     reps: int
     stream_ms: float
     device_ms: float
-
-
-def _quantiles(xs: list[float]) -> tuple[float, float, float]:
-    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) >= 2 else [xs[0]] * 3
-    return q[0], q[1], q[2]
+    readings: Readings = Readings((), ())
 
 
 class Bench:
@@ -82,7 +84,7 @@ class Bench:
             b.record()
             torch.cuda.synchronize()
             times.append(a.elapsed_time(b))
-        q1, med, q3 = _quantiles(times)
+        q1, med, q3 = stats.quantiles(times)
         return med, q3 - q1
 
     @staticmethod
@@ -127,8 +129,8 @@ class Bench:
         torch.cuda.synchronize()
         end_device.record()
         torch.cuda.synchronize()
-        s = start.elapsed_time(end_stream)
-        return s, max(start.elapsed_time(end_device) - self.sync_overhead_ms, s)
+        s = stats.round_ms(start.elapsed_time(end_stream))
+        return s, max(stats.round_ms(start.elapsed_time(end_device) - self.sync_overhead_ms), s)
 
     def probe(self, kernel: Callable[[int], object], library: Callable[[int], object], reps: int,
               budget_ms: float) -> tuple[Measurement, Measurement]:
@@ -139,13 +141,11 @@ class Bench:
         self._warm(library)
         k_read: tuple[list[float], list[float]] = ([], [])
         l_read: tuple[list[float], list[float]] = ([], [])
-        spent = 0.0
         for i in range(reps):
-            if i == 0 or spent < budget_ms:
+            if not stats.probe_may_stop(k_read[1], budget_ms):
                 s, d = self._rep(kernel, i)
                 k_read[0].append(s)
                 k_read[1].append(d)
-                spent += d
             s, d = self._rep(library, i)
             l_read[0].append(s)
             l_read[1].append(d)
@@ -164,7 +164,6 @@ class Bench:
         # a call that alone outlasts the budget's share gets the fewest repetitions that still give a median
         min_reps = [cfg.min_reps if pc * cfg.min_reps <= cfg.budget_ms else 3 for pc in per_call]
         readings: list[tuple[list[float], list[float]]] = [([], []) for _ in fns]
-        spent = [0.0] * len(fns)
         done = [False] * len(fns)
         i = 0
         while not all(done) and i < cfg.max_reps:
@@ -174,38 +173,20 @@ class Bench:
                 s, d = self._rep(fn, i)
                 readings[k][0].append(s)
                 readings[k][1].append(d)
-                spent[k] += d
             i += 1
             for k in range(len(fns)):
-                if done[k] or i < min_reps[k] or not (i % 5 == 0 or spent[k] >= cfg.budget_ms):
-                    continue
-                q1, med, q3 = _quantiles(readings[k][0])
-                settled = (q3 - q1) / med <= cfg.target_spread and spent[k] >= cfg.min_time_ms
-                done[k] = settled or spent[k] >= cfg.budget_ms
+                done[k] = done[k] or stats.may_stop(readings[k][0], readings[k][1], min_reps[k], cfg)
         return [self._summarise(stream_ms, device_ms) for stream_ms, device_ms in readings]
 
     def _summarise(self, stream_ms: list[float], device_ms: list[float]) -> Measurement:
-        """The stream readings, unless the device-wide ones say that work outlasted the stream's end event
-        by more than the synchronize's jitter explains (see the module's docstring).
-
-        The two are compared at their minimums, not their medians: the host's synchronize jitter only ever
-        adds time to a device-wide reading, so its minimum sits at the kernel's own time while its median
-        moves with the host's load. Compared at the medians (until 2026-12-03), a loaded host made an honest
-        40 us kernel's device-wide reading win in 1-2 of 5 evaluations on the H200, and E's spread over 5
-        evaluations reached 5%. Work left on a side stream delays every repetition's device-wide reading,
-        its minimum included; and a repetition that hid work reads fast on the stream, which lowers the
-        stream's minimum: either way the minimums part."""
-        s_med, d_med = statistics.median(stream_ms), statistics.median(device_ms)
-        hidden = min(device_ms) > min(stream_ms) * (1 + DEVICE_EXCESS) + 2 * self.sync_jitter_ms
-        samples = device_ms if hidden else stream_ms
-        q1, med, q3 = _quantiles(samples)
-        return Measurement(median_ms=med, spread=(q3 - q1) / med if med > 0 else 0.0, reps=len(samples),
-                           stream_ms=s_med, device_ms=d_med)
+        """core/timing_stats.summarise, with the raw readings kept for the report (the parent's summary
+        is the one scored)."""
+        m = stats.summarise(stream_ms, device_ms, self.sync_jitter_ms)
+        return Measurement(**dataclasses.asdict(m), readings=Readings(tuple(stream_ms), tuple(device_ms)))
 
 
-def side_stream_suspected(m: Measurement) -> bool:
-    """Work finished after the current stream's end event: the device-wide reading is far longer."""
-    return m.device_ms > 1.5 * m.stream_ms + 0.05
+def side_stream_suspected(m) -> bool:
+    return stats.side_stream_suspected(m)
 
 
 def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
@@ -218,7 +199,8 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     hint stands ("cached"); otherwise both are timed in full, interleaved, as without a cache ("measured").
     A kernel whose first calls take over hopeless_factor x the library's time (the confirmed hint, else the
     check) is timed no further: its probe is its measurement (early_exit). The parent re-derives both
-    decisions from the numbers reported here (judge/library_cache.reconcile)."""
+    decisions from the numbers reported here (judge/library_cache.reconcile), after recomputing those numbers
+    from the raw readings in `fields["readings"]` (judge/measure.trusted_timings)."""
     k_probe, check = bench.probe(kernel, library, cfg.library_check_reps, cfg.early_exit_budget_ms)
     if clock is not None:
         clock.lap("timing_probe")
@@ -233,7 +215,10 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     if clock is not None:
         clock.lap("timing_measure")
     fields = dict(library_source="cached" if agreed else "measured", library_check_ms=check.median_ms,
-                  library_hint_ms=hint_ms, early_exit=early)
+                  library_hint_ms=hint_ms, early_exit=early,
+                  readings=TimingReadings(kernel=k.readings, probe=k_probe.readings, check=check.readings,
+                                          library=None if lib is None else lib.readings,
+                                          sync_jitter_ms=bench.sync_jitter_ms))
     if lib is None:         # the hint stands; the check's spread and repetitions are what was seen of it
         fields.update(library_ms=hint_ms, library_spread=check.spread, library_reps=check.reps)
     else:

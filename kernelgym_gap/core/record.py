@@ -16,8 +16,11 @@ from typing import Any
 from kernelgym_gap.core.config import TimingConfig
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.status import Status
+from kernelgym_gap.core.timing_stats import TimingReadings
 
 SCHEMA_VERSION = 1
+# ChildReport's own version: 2 since its timings carry the raw readings the parent summarises (issue 31).
+CHILD_REPORT_VERSION = 2
 
 
 def _reject_constant(name: str):
@@ -106,6 +109,7 @@ def _to_jsonable(value: Any) -> Any:
 
 class _Record:
     SCHEMA: typing.ClassVar[str] = ""
+    VERSION: typing.ClassVar[int] = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
         return _to_jsonable(self)
@@ -117,9 +121,9 @@ class _Record:
     def from_dict(cls, data: Any):
         if not isinstance(data, dict):
             raise ProtocolError(f"{cls.__name__}: expected a JSON object")
-        if data.get("schema") != cls.SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
+        if data.get("schema") != cls.SCHEMA or data.get("schema_version") != cls.VERSION:
             raise ProtocolError(f"{cls.__name__}: schema {data.get('schema')!r} v{data.get('schema_version')!r}"
-                                f", expected {cls.SCHEMA!r} v{SCHEMA_VERSION}")
+                                f", expected {cls.SCHEMA!r} v{cls.VERSION}")
         return _from_dict(cls, data, cls.__name__)
 
     @classmethod
@@ -270,11 +274,15 @@ class ShapeTiming:
     library_check_ms: float | None = None     # median of the short library check interleaved with the kernel
     library_hint_ms: float | None = None      # the hint the child was sent for this shape, echoed
     early_exit: bool = False                  # kernel timing stopped after its first calls: hopelessly slow
+    # every raw reading (core/timing_stats.py): the parent recomputes the fields above from them
+    # (judge/measure.trusted_timings) and does not believe a summary they do not give
+    readings: TimingReadings | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class ChildReport(_Record):
     SCHEMA: typing.ClassVar[str] = "kernelgym_gap.child_report"
+    VERSION: typing.ClassVar[int] = CHILD_REPORT_VERSION
     status: Status
     message: str
     trials: tuple[TrialOutcome, ...] = ()
@@ -289,7 +297,7 @@ class ChildReport(_Record):
     launched: tuple[KernelSpec, ...] = ()      # cpu + triton: the specializations launched (or, in the
     #                                            compile probe, compiled); see KernelSpec
     schema: str = "kernelgym_gap.child_report"
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = CHILD_REPORT_VERSION
 
 
 # ---- what callers get ------------------------------------------------------------------------------

@@ -218,9 +218,12 @@ class Score(Stage):
                              correct=True, reward=reward_for(True, None, ev.config.reward), terms=terms,
                              trials_checked=result.trials_checked)
         from kernelgym_gap.judge import library_cache
-        from kernelgym_gap.judge.measure import performance_terms
-        try:        # the library's time as the parent re-derives it from the hint it sent (issue 15)
-            report = dataclasses.replace(report, timings=library_cache.reconcile(ev.job, report.timings))
+        from kernelgym_gap.judge.measure import SummaryDisagrees, performance_terms, trusted_timings
+        try:        # the summaries from the raw readings (issue 31); the library's time from the hint (issue 15)
+            timings = trusted_timings(ev.job, report.timings)
+            report = dataclasses.replace(report, timings=library_cache.reconcile(ev.job, timings))
+        except SummaryDisagrees as e:
+            return self.stop(Status.INTEGRITY_VIOLATION, str(e), terms=terms, trials_checked=result.trials_checked)
         except ProtocolError as e:
             return self.stop(Status.PROTOCOL_ERROR, str(e), terms=terms, trials_checked=result.trials_checked)
         status, message, perf, diagnosis = performance_terms(ev.task, report, ev.config, ev.source, ev.dsl)

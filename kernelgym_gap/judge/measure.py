@@ -1,23 +1,96 @@
 """From the child's timings to the performance terms: roofline floor, E and U per shape, aggregate,
-integrity flags and the diagnosis. Runs in the parent, on numbers it re-derives itself."""
+integrity flags and the diagnosis. Runs in the parent, on numbers it re-derives itself: `trusted_timings`
+recomputes every timing summary from the child's raw readings (core/timing_stats.py) first."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 from pathlib import Path
 
 from kernelgym_gap.judge.calibrate import Calibration, calibrate, datasheet, device_key, load_cached
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.judge.diagnosis import causes, diagnose
 from kernelgym_gap.core.errors import HarnessError
-from kernelgym_gap.core.record import ChildReport
+from kernelgym_gap.core.errors import ProtocolError
+from kernelgym_gap.core.record import ChildReport, ShapeTiming
 from kernelgym_gap.judge.reward import geomean, performance
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
+from kernelgym_gap.core import timing_stats as stats
 
 log = logging.getLogger(__name__)
 MAX_SPREAD = 0.25          # a median whose quartiles spread wider than this is flagged as unstable
 BEST_KNOWN = Path(__file__).resolve().parents[2] / "results" / "best_known.json"
+
+
+class SummaryDisagrees(ProtocolError):
+    """The child's summary of its timing is not what its own raw readings give: its timing code was changed
+    (an honest child summarises with the same code, core/timing_stats.py). An integrity violation."""
+
+
+def _readings_checked(where: str, name: str, r, max_n: int, cfg, full: bool | None) -> None:
+    problem = stats.readings_problem(r, max_n)
+    if problem is None and full is not None:
+        problem = stats.stop_rule_problem(r, cfg, full)
+    if problem is not None:
+        raise ProtocolError(f"{where}: the {name} readings: {problem}")
+
+
+def _agree(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+
+
+def trusted_timings(job, timings) -> tuple[ShapeTiming, ...]:
+    """Each shape's timing as the parent summarises the child's raw readings (core/timing_stats.py): the
+    kernel's and the library's medians, spreads and repetitions, the stream/device-wide choice, the
+    side-stream flag, the library check's median, and the repetitions' stopping points (the child's stopping
+    rules, replayed). The child's own figures are only compared with these. Raises ProtocolError where the
+    readings are missing, malformed, over TimingConfig's counts, or stop where the rules would not have, and
+    SummaryDisagrees where the child's summary differs from its readings'. The library hint and early exit
+    are then re-derived from these numbers by judge/library_cache.reconcile."""
+    cfg = job.timing
+    out = []
+    for t in timings:
+        where = f"shape {list(t.shape)} {t.dtype}"
+        r = t.readings
+        if r is None:
+            raise ProtocolError(f"{where}: the child reported no raw timing readings")
+        if not (math.isfinite(r.sync_jitter_ms) and r.sync_jitter_ms >= 0):
+            raise ProtocolError(f"{where}: a synchronize jitter of {r.sync_jitter_ms!r} ms")
+        _readings_checked(where, "kernel probe", r.probe, cfg.library_check_reps, cfg, False)
+        _readings_checked(where, "library check", r.check, cfg.library_check_reps, cfg, None)
+        if len(r.check.stream_ms) != cfg.library_check_reps:
+            raise ProtocolError(f"{where}: {len(r.check.stream_ms)} library check readings, expected "
+                                f"{cfg.library_check_reps}")
+        if t.early_exit:
+            if r.kernel != r.probe:
+                raise ProtocolError(f"{where}: an early exit's kernel readings are not its probe's")
+        else:
+            _readings_checked(where, "kernel", r.kernel, cfg.max_reps, cfg, True)
+        if (r.library is None) != (t.library_source == "cached"):
+            raise ProtocolError(f"{where}: library readings {'absent' if r.library is None else 'present'} "
+                                f"with the library time {t.library_source}")
+        if r.library is not None:
+            _readings_checked(where, "library", r.library, cfg.max_reps, cfg, True)
+        k = stats.summarise_readings(r.kernel, r.sync_jitter_ms)
+        check = stats.summarise_readings(r.check, r.sync_jitter_ms)
+        lib = check if r.library is None else stats.summarise_readings(r.library, r.sync_jitter_ms)
+        mine = dict(kernel_ms=k.median_ms, kernel_spread=k.spread, kernel_reps=k.reps, stream_ms=k.stream_ms,
+                    device_ms=k.device_ms, side_stream=stats.side_stream_suspected(k),
+                    library_check_ms=check.median_ms, library_spread=lib.spread, library_reps=lib.reps)
+        if r.library is not None:
+            mine["library_ms"] = lib.median_ms
+        wrong = [f"{name} {getattr(t, name)!r} (its readings give {value!r})" for name, value in mine.items()
+                 if not _agree(getattr(t, name), value)]
+        if wrong:
+            raise SummaryDisagrees(f"{where}: the child's timing summary is not its readings': "
+                                   + "; ".join(wrong[:4]))
+        out.append(dataclasses.replace(t, **mine))
+    return tuple(out)
 
 
 def floor_ms(task: TaskSpec, shape, dtype: str, cal: Calibration) -> tuple[float, str]:

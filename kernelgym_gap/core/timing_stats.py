@@ -1,0 +1,159 @@
+"""The timing's arithmetic, shared by the child that measures and the parent that scores: the raw readings a
+child reports per timed shape, and every summary drawn from them (medians, spreads, the choice between the
+current-stream and the device-wide reading, when repetitions may stop, whether a kernel is hopeless).
+
+A leaf: no torch, no other kernelgym_gap module, so the trusted parent imports it without the child's code.
+The child uses it to decide when to stop timing; the parent (judge/measure.trusted_timings) recomputes every
+summary from the raw readings with it and believes none the child wrote itself. A submission that patches
+the child's copy of this arithmetic (or the child's summariser) changes nothing the parent uses; one that
+changes the readings themselves has to get past the snapshots of the timing's own code first
+(child/snapshots.py), and the parent's floor after that.
+
+Why the device-wide reading may be reported instead of the stream's, and why the two are compared at their
+minimums: child/timing.py's docstring and `summarise` below.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+
+DEVICE_EXCESS = 0.05   # device-wide minimum over the stream minimum, as a fraction, above which it is reported
+# The synchronize's jitter is measured by the child and so is the child's word. The margin it buys a side
+# stream (2 x jitter per repetition) is capped here: the H200's measured jitter is 2-10 us (2026-12-03).
+MAX_SYNC_JITTER_MS = 0.05
+READING_DIGITS = 7     # readings are rounded to 1e-7 ms (0.1 ns) before anything decides on them
+SIDE_STREAM_FACTOR, SIDE_STREAM_SLACK_MS = 1.5, 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Readings:
+    """One callable's raw per-repetition readings in ms, in the order taken: on the current stream, and
+    device-wide (after a device synchronize, less its measured cost; never below the stream reading)."""
+    stream_ms: tuple[float, ...]
+    device_ms: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingReadings:
+    """Everything one timed shape measured, raw. `kernel`: the kernel's full timing (its probe again when
+    the timing stopped early); `probe`: the kernel's first calls; `check`: the library's short check,
+    interleaved with the probe; `library`: the library's full timing (None where the parent's cached time
+    stood and was not measured); `sync_jitter_ms`: the spread of a bare synchronize (capped when used)."""
+    kernel: Readings
+    probe: Readings
+    check: Readings
+    library: Readings | None
+    sync_jitter_ms: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    median_ms: float
+    spread: float          # (p75 - p25) / median of the readings reported
+    reps: int
+    stream_ms: float       # median of the current-stream readings
+    device_ms: float       # median of the device-wide readings
+
+
+def round_ms(x: float) -> float:
+    return round(float(x), READING_DIGITS)
+
+
+def quantiles(xs) -> tuple[float, float, float]:
+    xs = list(xs)
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) >= 2 else [xs[0]] * 3
+    return q[0], q[1], q[2]
+
+
+def spread_of(xs) -> float:
+    q1, med, q3 = quantiles(xs)
+    return (q3 - q1) / med if med > 0 else 0.0
+
+
+def summarise(stream_ms, device_ms, sync_jitter_ms: float) -> Summary:
+    """The stream readings, unless the device-wide ones say that work outlasted the stream's end event
+    by more than the synchronize's jitter explains.
+
+    The two are compared at their minimums, not their medians: the host's synchronize jitter only ever
+    adds time to a device-wide reading, so its minimum sits at the kernel's own time while its median
+    moves with the host's load. Compared at the medians (until 2026-12-03), a loaded host made an honest
+    40 us kernel's device-wide reading win in 1-2 of 5 evaluations on the H200, and E's spread over 5
+    evaluations reached 5%. Work left on a side stream delays every repetition's device-wide reading,
+    its minimum included; and a repetition that hid work reads fast on the stream, which lowers the
+    stream's minimum: either way the minimums part."""
+    stream_ms, device_ms = list(stream_ms), list(device_ms)
+    jitter = min(max(float(sync_jitter_ms), 0.0), MAX_SYNC_JITTER_MS)
+    hidden = min(device_ms) > min(stream_ms) * (1 + DEVICE_EXCESS) + 2 * jitter
+    samples = device_ms if hidden else stream_ms
+    q1, med, q3 = quantiles(samples)
+    return Summary(median_ms=med, spread=(q3 - q1) / med if med > 0 else 0.0, reps=len(samples),
+                   stream_ms=statistics.median(stream_ms), device_ms=statistics.median(device_ms))
+
+
+def summarise_readings(r: Readings, sync_jitter_ms: float) -> Summary:
+    return summarise(r.stream_ms, r.device_ms, sync_jitter_ms)
+
+
+def side_stream_suspected(m: Summary) -> bool:
+    """Work finished after the current stream's end event: the device-wide reading is far longer."""
+    return m.device_ms > SIDE_STREAM_FACTOR * m.stream_ms + SIDE_STREAM_SLACK_MS
+
+
+def may_stop(stream_ms, device_ms, min_reps: int, cfg) -> bool:
+    """Whether a full timing (Bench.measure_interleaved) stops after these repetitions: at least `min_reps`,
+    looked at every 5th repetition or once the budget is spent, and then settled (spread under
+    cfg.target_spread with cfg.min_time_ms of GPU time spent) or out of budget (cfg.budget_ms). `cfg` is a
+    TimingConfig (core/config.py)."""
+    n = len(stream_ms)
+    spent = math.fsum(device_ms)
+    if n < min_reps or not (n % 5 == 0 or spent >= cfg.budget_ms):
+        return False
+    return (spread_of(stream_ms) <= cfg.target_spread and spent >= cfg.min_time_ms) or spent >= cfg.budget_ms
+
+
+def probe_may_stop(device_ms, budget_ms: float) -> bool:
+    """Whether the kernel's probe (Bench.probe) takes no further repetition: one at least, then until
+    `budget_ms` of its GPU time is spent."""
+    return len(device_ms) >= 1 and math.fsum(device_ms) >= budget_ms
+
+
+def stop_rule_problem(r: Readings, cfg, full: bool) -> str | None:
+    """For the parent: why these readings could not have come from the child's stopping rules, or None.
+    `full`: a full timing (may_stop, at least 3 repetitions, at most cfg.max_reps); else the kernel's probe
+    (probe_may_stop, at most cfg.library_check_reps). An honest child uses the same functions on the same
+    rounded readings, so it meets them exactly; a child that stopped where its numbers happened to suit
+    it does not."""
+    s, d = list(r.stream_ms), list(r.device_ms)
+    n = len(s)
+    limit = cfg.max_reps if full else cfg.library_check_reps
+    if n == 0 or n > limit:
+        return f"{n} repetitions (expected 1 to {limit})"
+    if full:
+        stopped = n >= cfg.max_reps or (n >= 3 and may_stop(s, d, 3, cfg))
+        # the child's own minimum is cfg.min_reps, or 3 for a call that alone outlasts the budget's share:
+        # a stop it must have made whichever minimum it had
+        least = max(cfg.min_reps, 3)
+        early = next((k for k in range(least, n) if may_stop(s[:k], d[:k], least, cfg)), None)
+        if early is not None:
+            return f"{n} repetitions, where the stopping rule ended the timing after {early}"
+    else:
+        stopped = n >= cfg.library_check_reps or probe_may_stop(d, cfg.early_exit_budget_ms)
+        if n > 1 and probe_may_stop(d[:-1], cfg.early_exit_budget_ms):
+            return f"{n} repetitions, where the probe's budget ended it after {n - 1}"
+    if not stopped:
+        return f"{n} repetitions, where the stopping rule had not ended the timing"
+    return None
+
+
+def readings_problem(r: Readings, max_n: int) -> str | None:
+    """Why these readings are not readings (lengths, values), or None: each a finite positive number, the
+    device-wide reading never below the stream's, at most `max_n` of them."""
+    if len(r.stream_ms) != len(r.device_ms):
+        return f"{len(r.stream_ms)} stream readings but {len(r.device_ms)} device-wide ones"
+    if not 0 < len(r.stream_ms) <= max_n:
+        return f"{len(r.stream_ms)} readings (expected 1 to {max_n})"
+    for s, d in zip(r.stream_ms, r.device_ms):
+        if not (math.isfinite(s) and math.isfinite(d) and s > 0 and d >= s):
+            return f"a reading of {s!r} ms on the stream and {d!r} ms device-wide"
+    return None
