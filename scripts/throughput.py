@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 FIXTURES = (   # (file under tests/fixtures/, expected status); all are LayerNorm submissions. The last two are
                # fast and are the ones the serial subset takes (the hangs cost their stage deadline, ~60 s)
     ("hostile/import_busy_loop.py", "timeout"),
-    ("hostile/call_hang_after_first.py", "timeout"),
+    ("hostile/call_hang_after_first.py", "too_slow"),   # correct first calls (issue 38)
     ("failures/syntax_error.py", "syntax_error"),
     ("failures/out_of_memory.py", "out_of_memory"),
     ("failures/crash.py", "crash"),

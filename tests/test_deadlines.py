@@ -184,10 +184,11 @@ def test_a_kernel_that_hangs_in_a_later_call_is_killed_at_that_calls_deadline(ta
             record = evaluate(task, (HOSTILE / "call_hang_after_first.py").read_text(), "triton", "cpu", cfg,
                               children=children)
             elapsed = time.monotonic() - start
-            assert record.status is Status.TIMEOUT and record.stage == "sandbox", record.message
-            # trial 1 is the second seed of the first shape: a later call, without a library time on cpu
-            assert record.message.startswith("call 1 (trial 1: public shape [16, 128], float32) ran past 3.0 s"), \
-                record.message
+            # correct on its first call, killed on a later one: too_slow since issue 38 (engine/too_slow.py);
+            # the smallest shape runs first, trial 3 is its second seed: a later call, no library time on cpu
+            assert record.status is Status.TOO_SLOW and record.stage == "too_slow", record.message
+            assert "call 1 (trial 3: heldout shape [7, 96], float32) ran past 3.0 s, its stage deadline" in \
+                record.message, record.message
             assert elapsed < 60, elapsed
         assert pool.served == 1
         after = evaluate(task, honest, "triton", "cpu", cfg, children=pool)
@@ -202,7 +203,8 @@ def test_a_child_that_forges_its_marker_is_still_killed_at_the_parents_bound(tas
     cfg = _config(tmp_path).replace(keep_scratch=True)
     start = time.monotonic()
     record = evaluate(task, (HOSTILE / "call_marker_forge.py").read_text(), "triton", "cpu", cfg)
-    assert record.status is Status.TIMEOUT and "call 1 " in record.message, record.message
+    # correct on its first call: too_slow since issue 38, killed at the parent's bound all the same
+    assert record.status is Status.TOO_SLOW and "call 1 " in record.message, record.message
     assert "ran past 3.0 s" in record.message and time.monotonic() - start < 60
     markers = [p.read_text() for p in tmp_path.glob(f"kgg-eval-*/{CALL_MARKER}")]
     assert markers == ["call 1 1000000000\n"], markers       # the forgery was written, and changed nothing

@@ -222,7 +222,8 @@ def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monk
     if name == "memory_hog.py" and backend == "cuda" and "cgroup_memory" not in record.sandbox_layers:
         pytest.skip("no memory cgroup on this machine: the GPU path (no RLIMIT_AS) has no memory limit here")
     assert record.status.value in expected(name), (record.status, record.message)
-    assert record.reward == 0.0 and record.correct is not True
+    # too_slow (issue 38: correct first calls, then killed) is ranked above a wrong kernel, never verified
+    assert (record.reward == 0.0 or record.status.value == "too_slow") and record.correct is not True
     assert elapsed < wall_s + 20, f"{name} took {elapsed:.1f} s (deadline {wall_s} s)"
     isolation = overrides.get("isolation", "auto")
     if isolation != "auto":

@@ -16,6 +16,11 @@ Per task, over its n samples (c of them correct):
   diagnosis          the verdicts of the correct samples (efficient / repairable_defect / structural_residual)
   failures           the status of each sample that is not correct (its best step's; agent_error when the
                      agent could not submit anything); step_statuses counts every step
+  too_slow           samples whose best step is too_slow (issue 38: correct on every shape it finished,
+                     killed past a call's deadline on a larger one). Not correct here, so in neither
+                     correctness_rate nor pass@k: those mean verified on every trial, and a too_slow kernel
+                     never ran the shapes it was killed on. Never in fast_p (no E was measured, only a
+                     bound). Counted apart so that "correct but hopelessly slow" is not lost among failures.
   tokens, seconds    sums over the samples, where the agent reports usage
 
 Over tasks (overall, per category): rates and estimators are the mean over the tasks (each task counts the
@@ -81,6 +86,7 @@ def summarize_episode(episode: dict, steps: Sequence[dict]) -> dict:
     return {"task": episode["task_id"], "sample": episode["sample"], "category": episode.get("category") or "",
             "level": episode.get("level"), "state": episode.get("state"), "correct": correct,
             "unverified": bool(best is not None and best["status"] == "unverified"),
+            "too_slow": bool(best is not None and best["status"] == "too_slow"),
             "status": status, "best_step": best["step"] if best else None,
             "reward": best["reward"] if best else 0.0,
             "E": best["e"] if best and correct else None, "U": best["u"] if best and correct else None,
@@ -112,6 +118,7 @@ def task_metrics(samples: Sequence[dict], ks: Sequence[int], speed: bool) -> dic
     return {
         "category": first.get("category", ""), "level": first.get("level"), "samples": n, "correct": c,
         "unverified": sum(s["unverified"] for s in samples), "errors": sum(bool(s["error"]) for s in samples),
+        "too_slow": sum(s.get("too_slow", False) for s in samples),
         "correctness_rate": c / n if n else None,
         "fast_p": {pkey(p): sum(_fast(s, p) for s in samples) / n for p in PS} if speed and n else None,
         "pass_at_k": {str(k): pass_at_k(n, c, k) for k in ks},
@@ -153,7 +160,7 @@ def aggregate(per_task: Sequence[dict], speed: bool) -> dict:
     return {
         "tasks": len(per_task), "samples": sum(t["samples"] for t in per_task),
         "correct": sum(t["correct"] for t in per_task), "unverified": sum(t["unverified"] for t in per_task),
-        "errors": sum(t["errors"] for t in per_task),
+        "errors": sum(t["errors"] for t in per_task), "too_slow": sum(t.get("too_slow", 0) for t in per_task),
         "solved_tasks": sum(t["correct"] > 0 for t in per_task),
         "correctness_rate": _mean(t["correctness_rate"] for t in per_task),
         "fast_p": _mean_map([t["fast_p"] for t in per_task]) if speed else None,

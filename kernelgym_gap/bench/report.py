@@ -112,6 +112,10 @@ def format_report(r: dict) -> str:
     lines.append("")
     lines.append(f"{o['solved_tasks']}/{o['tasks']} tasks solved at least once; {o['correct']}/{o['samples']} "
                  f"samples correct; pass@k: " + ", ".join(f"@{k} {fmt_pct(o['pass_at_k'].get(str(k)))}" for k in ks))
+    if o.get("too_slow"):
+        lines.append(f"{o['too_slow']} sample(s) too_slow: correct on every shape they finished, killed past a "
+                     "call's deadline on a larger one (not counted correct: never verified there; no E, only a "
+                     "bound)")
     if o.get("fast_p"):
         lines.append("fast_p: " + ", ".join(f"p={p} {fmt_pct(v)}" for p, v in o["fast_p"].items())
                      + f"; geomean E {fmt_num(o['geomean_E'])}, U {fmt_num(o['geomean_U'])}, E_compile "

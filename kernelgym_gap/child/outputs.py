@@ -8,6 +8,12 @@ evaluation (16 outputs of up to 256 MiB to an ext2 /tmp) inside the shared lane,
 evaluation's timing waits for it, and each timed shape's recheck output was written inside the exclusive
 lane itself. Past `budget_bytes` held, an output is written at once, as before.
 
+Except at a checkpoint (child/run.py, ChildRun.checkpoint; issue 38): before the first call of each larger
+shape (the trials run smallest first) and before the timing, what is held is written, with a report listing
+those trials, so that a child killed past a call's stage deadline leaves its finished trials checkable. The
+outputs written inside the shared lane are then those of every shape but the largest of each run, which are
+the small ones; the largest shape's outputs are still written after the lanes.
+
 The names used after the submission loads are bound at import; this module is among
 child.snapshots.HARNESS_MODULES.
 """

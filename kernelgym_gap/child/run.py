@@ -111,6 +111,7 @@ class ChildRun:
         self.marks = CallMarks(self.report_path.parent, job.call_bounds)   # the parent's call deadlines
         self.held = HeldOutputs(self.outputs, job.held_output_bytes)       # written once the lanes are let go
         self.compiling_trials = first_of_their_shape(job.trials)   # the calls that compile (lanes.py)
+        self.checkpointed = 0            # outcomes covered by the last checkpoint (`checkpoint`)
 
     @classmethod
     def from_file(cls, job_path: Path, preimport_s: float | None = None) -> ChildRun:
@@ -132,6 +133,8 @@ class ChildRun:
             return compile_modes.compile_specs(self)
         with self.lane.stage("shared"):
             done = self.run_trials()
+        if done is None and self.job.timing is not None:
+            done = self.checkpoint()    # outside both lanes: a kernel killed while timed was checked everywhere
         if done is None and self.job.timing is not None:
             with self.lane.stage("exclusive"):
                 done = self.time_calls()
@@ -266,6 +269,10 @@ class ChildRun:
         where = (f"trial {trial.index} ({trial.split} shape {list(trial.shape)}, {trial.dtype}, "
                  f"{trial.distribution} inputs, seed {trial.seed})")
         kw = dict(trials=tuple(self.outcomes), failed_trial=trial.index)
+        if self._checkpoint_due(trial):
+            done = self.checkpoint()
+            if done is not None:
+                return done
         self.marks.begin(len(self.outcomes))       # this trial's position in job.trials
         first = self.job.compile_outside_lane and trial.index in self.compiling_trials
         start = time.perf_counter()
@@ -306,6 +313,40 @@ class ChildRun:
                                f"the entry point returned without launching a {self.job.dsl} kernel (trial "
                                f"{trial.index}); the kernel must do the work", trials=tuple(self.outcomes),
                                failed_trial=trial.index)
+        return None
+
+    def _checkpoint_due(self, trial) -> bool:
+        """Before the second call, and before each call that starts a new group of the order (a larger
+        shape, or the repeats of a shape after its first seeds: engine/correctness_order.py): a child killed
+        in any call has then left the outputs of every group before its own, the smallest shape's first
+        seed in every dtype among them once it is past them."""
+        if len(self.outcomes) == self.checkpointed:
+            return False
+        if self.checkpointed == 0:
+            return True
+        return self._group(self.job.trials[len(self.outcomes) - 1]) != self._group(trial)
+
+    def _group(self, trial) -> tuple:
+        return tuple(trial.shape), trial.index not in self.compiling_trials
+
+    def checkpoint(self) -> int | None:
+        """The finished trials' outputs written (child/outputs.py) and a report listing them (status ok, no
+        timings), in place of the final report until it comes. A child the parent kills for a call past its
+        stage deadline leaves these: the parent checks them and tells a correct but too slow kernel from a
+        wrong one (issue 38). Harness code between calls, not the submission's: nothing here is timed."""
+        if len(self.outcomes) == self.checkpointed:
+            return None
+        t = time.perf_counter()
+        try:
+            self.held.write()
+            _write_report(self.report_path, ChildReport(
+                status=Status.OK, message=f"checkpoint after {len(self.outcomes)} trial(s)", phases=self.phases,
+                trials=tuple(self.outcomes), **self.common))
+        except BaseException as e:  # noqa: BLE001 - a file over the size limit, a full scratch
+            return self.fail(self.classify(e, "while writing the outputs for the checker"),
+                             trials=tuple(self.outcomes))
+        self.checkpointed = len(self.outcomes)
+        self.phases["checkpoint_write"] = self.phases.get("checkpoint_write", 0.0) + time.perf_counter() - t
         return None
 
     def time_calls(self) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from kernelgym_gap.core.errors import UnknownChoiceError
+from kernelgym_gap.core.slowness import too_slow_to_time
 
 REWARD_MODES = ("full", "correctness")
 REWARD_BASELINES = ("eager", "compile")      # which library time E is taken against in the reward
@@ -90,8 +91,9 @@ class TimingConfig:
         return hint_ms > 0 and abs(check_ms - hint_ms) <= self.library_tolerance * hint_ms
 
     def hopeless(self, kernel_ms: float, library_ms: float) -> bool:
-        """Whether a kernel this much slower than the library is not worth timing further."""
-        return self.early_exit_budget_ms > 0 and kernel_ms > self.hopeless_factor * library_ms
+        """Whether a kernel this much slower than the library is not worth timing further (the one rule:
+        core/slowness.py, which the call deadlines' verdict reads too)."""
+        return self.early_exit_budget_ms > 0 and too_slow_to_time(kernel_ms, library_ms, self.hopeless_factor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,8 +109,13 @@ class RewardConfig:
     e_ceiling: float = 2.0
     u_floor: float = 0.01
     u_ceiling: float = 1.0
+    # a too_slow kernel (correct on every trial it finished, killed past a call's deadline on a larger
+    # shape) gets this fraction of the correctness part: judge/reward.too_slow_reward says why
+    too_slow_fraction: float = 0.5
 
     def __post_init__(self):
+        if not 0 < self.too_slow_fraction < 1:
+            raise ValueError("too_slow_fraction must be in (0, 1): above a wrong kernel, below a finished one")
         if self.mode not in REWARD_MODES:
             raise UnknownChoiceError("reward mode", self.mode, REWARD_MODES)
         if self.baseline not in REWARD_BASELINES:
@@ -178,6 +185,9 @@ class EvalConfig:
             raise UnknownChoiceError("compile baseline mode", self.compile_baseline, COMPILE_BASELINE_MODES)
         if self.library_time not in LIBRARY_TIME_MODES:
             raise UnknownChoiceError("library time mode", self.library_time, LIBRARY_TIME_MODES)
+        if self.sandbox.call_factor < self.timing.hopeless_factor:
+            # a call killed at its deadline must be too slow to time by the early exit's rule (core/slowness.py)
+            raise ValueError("sandbox.call_factor must be at least timing.hopeless_factor")
         if self.reward.baseline == "compile" and self.compile_baseline == "off":
             raise ValueError("RewardConfig(baseline='compile') needs compile_baseline 'measure' or 'cached'")
 

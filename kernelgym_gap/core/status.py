@@ -17,6 +17,9 @@ class Status(str, enum.Enum):
     RUNTIME_ERROR = "runtime_error"
     CRASH = "crash"
     TIMEOUT = "timeout"
+    # correct on every trial it finished (the smallest shapes first: engine/correctness_order.py), then killed
+    # past a call's stage deadline on a larger one: correct where checked, too slow to time in full
+    TOO_SLOW = "too_slow"
     OUTPUT_TOO_LARGE = "output_too_large"
     PROTOCOL_ERROR = "protocol_error"
     NO_KERNEL_LAUNCHED = "no_kernel_launched"

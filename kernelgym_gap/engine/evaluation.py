@@ -1,6 +1,7 @@
 """The state of one evaluation as its stages fill it in, and the record it becomes."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import logging
@@ -16,6 +17,7 @@ from kernelgym_gap.core.lane import held
 from kernelgym_gap.core.record import CheckResult, EvalRecord, Job, Trial
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
+from kernelgym_gap.engine.correctness_order import order_for_correctness
 from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
 from kernelgym_gap.sandbox.launch import ChildResult, Launcher, child_spec
 
@@ -41,6 +43,9 @@ class Evaluation:
         self.device: dict = {}
         self.versions: dict = {}
         self.flags: list[str] = []          # notes on checks that could not run, for terms["flags"]
+        # the child was killed past a call's deadline after a checkpoint (engine/too_slow.py): (call, bound,
+        # seconds reached); the trusted check then judges the finished trials alone
+        self.killed: tuple[int, float, float] | None = None
         self._launcher: Launcher | None = None
         self._private: Path | None = None
 
@@ -50,7 +55,8 @@ class Evaluation:
         """Builds the trials and the job, and runs the submission's child (launch.Launcher: pre-started or
         cold, with the compile probe where the DSL needs one)."""
         rng = trial_rng(self.config)
-        self.trials = make_trials(self.task, self.backend.name, self.config, rng)
+        # smallest shapes first: a hopelessly slow kernel is checked before it is killed (issue 38)
+        self.trials = order_for_correctness(self.task, make_trials(self.task, self.backend.name, self.config, rng))
         timing_trials = make_timing_trials(self.task, self.config, rng) if self.backend.measures_time else ()
         spec = child_spec(self.task, self.dsl, self.backend.name, self.config)
         self._launcher = launcher = Launcher(spec, self.children)
@@ -78,8 +84,13 @@ class Evaluation:
         t = time.perf_counter()
         # on cuda the checker runs on the GPU beside other evaluations' trials, never beside a timing
         lane_dir = self.config.sandbox.lane_dir if self.backend.name == "cuda" else None
+        job = self.job
+        if self.killed is not None:         # only the trials the killed child finished (its checkpoint)
+            from kernelgym_gap.engine.too_slow import finished_trials
+            done = finished_trials(self)
+            job = dataclasses.replace(job, trials=tuple(t for t in job.trials if t.index in done))
         self.check_result, retried = checked_alone_if_failed(
-            lambda: check_in_process(self.task, self.job, self.child.report, self.backend.name, self._private,
+            lambda: check_in_process(self.task, job, self.child.report, self.backend.name, self._private,
                                      self.config, self.checker),
             lane_dir, self.config.gpu_index, self.latency)
         if retried:

@@ -1,7 +1,7 @@
 """One evaluation as an explicit list of stages, each returning one typed verdict.
 
     gate -> launch (the child: import/compile, correctness trials, timing; the compile probe beside it)
-         -> compile_probe -> sandbox -> child_report -> probe_cover -> trusted_check -> score
+         -> compile_probe -> sandbox -> child_report -> probe_cover -> trusted_check -> too_slow -> score
 
 Each stage either lets the evaluation go on (returns None) or stops it with a `Verdict` whose status it
 declares in `produces`; the record's status and `stage` come from the stage that stopped it, and the
@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import FailureDetail
 from kernelgym_gap.core.status import Status
+from kernelgym_gap.engine import too_slow
 from kernelgym_gap.engine.gate import check_source
 from kernelgym_gap.sandbox.child_io import last_lines
 
@@ -113,6 +114,9 @@ class Sandbox(Stage):
                                              f"point's construction) did not finish within its "
                                              f"{cfg.sandbox.import_s:.0f} s stage deadline and the child was killed")
         if out.timed_out and out.stage_timeout == "call":
+            if too_slow.killed_after_progress(ev):      # its finished trials are checked first (issue 38)
+                ev.killed = out.stage_overrun
+                return None
             return self.stop(Status.TIMEOUT, f"{out.stage_detail}, its stage deadline, and the child was killed")
         if out.timed_out:
             forks = (f"; the pids limit refused {out.forks_refused} process/thread creations"
@@ -198,6 +202,20 @@ class TrustedCheck(Stage):
         return None
 
 
+class TooSlow(Stage):
+    """A kernel killed past a call's deadline whose finished trials (the smallest shapes) checked correct:
+    too_slow, or timeout when they do not cover the smallest shape of every dtype (engine/too_slow.py)."""
+    name = "too_slow"
+    produces = frozenset({Status.TOO_SLOW, Status.TIMEOUT})
+
+    def run(self, ev) -> Verdict | None:
+        decided = too_slow.decide(ev)
+        if decided is None:
+            return None
+        status, message, fields = decided
+        return self.stop(status, message, **fields)
+
+
 class Score(Stage):
     """A correct kernel's reward: the correctness gate on cpu; on cuda the performance terms (floor, E, U,
     per shape and aggregated), integrity checks on the timings, and the diagnosis."""
@@ -247,7 +265,7 @@ def _store_library_times(ev, report) -> None:
 
 
 STAGES: tuple[Stage, ...] = (Gate(), Launch(), CompileProbe(), Sandbox(), ChildReportStage(), ProbeCover(),
-                             TrustedCheck(), Score())
+                             TrustedCheck(), TooSlow(), Score())
 
 
 def _stage_of() -> dict[Status, tuple[str, ...]]:

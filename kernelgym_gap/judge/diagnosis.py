@@ -64,3 +64,35 @@ def diagnose(E: float, U: float, library_U: float, best_known_E: float | None, e
     return {"verdict": verdict, "summary": summary, "E": E, "U": U, "library_U": library_U,
             "best_known_E": best_known_E, "evidence": evidence,
             "thresholds": {"E": cfg.e_threshold, "U": cfg.u_threshold}}
+
+
+def diagnose_bound(E_upper: float | None, U_upper: float | None, library_U: float | None,
+                   best_known_E: float | None, evidence: list[str], reached: str,
+                   cfg: DiagnosisConfig = DEFAULT) -> dict:
+    """The verdict on a kernel killed past a call's deadline (Status.TOO_SLOW): only upper bounds on E and U
+    are known, both far under the thresholds, so the question is the same as for any slow kernel: does
+    the op run well elsewhere? repairable_defect where the best known DSL solution reaches e_threshold, or
+    (none measured) the library runs at U >= u_threshold; structural_residual where either is known and
+    falls short; "undetermined" where neither is known (no library time cached for the shape and no best
+    known solution): the bound alone cannot tell whose gap it is. `reached` says what was measured."""
+    def fmt(x):
+        return "unknown" if x is None else f"{x:.3g}"
+    bounds = f"E <= {fmt(E_upper)}, U <= {fmt(U_upper)} ({reached})"
+    if best_known_E is not None:
+        good, basis = best_known_E >= cfg.e_threshold, f"the best known DSL solution reaches E={best_known_E:.2f}"
+    elif library_U is not None:
+        good, basis = library_U >= cfg.u_threshold, f"the library runs at U={library_U:.2f} of the roofline"
+    else:
+        good, basis = None, "no library time or best known solution for this shape"
+    if good is None:
+        verdict, summary = "undetermined", f"{bounds}; {basis}: whose gap it is cannot be told"
+    elif good:
+        verdict, summary = "repairable_defect", f"too slow to time in full: {bounds} while {basis}"
+    else:
+        verdict, summary = ("structural_residual", f"too slow to time in full: {bounds}; {basis}: a gap the "
+                            "DSL's code generation leaves, not the kernel's author")
+    if evidence:
+        summary += ". Seen: " + "; ".join(evidence)
+    return {"verdict": verdict, "summary": summary, "E": None, "U": None, "E_upper": E_upper, "U_upper": U_upper,
+            "library_U": library_U, "best_known_E": best_known_E, "evidence": evidence,
+            "thresholds": {"E": cfg.e_threshold, "U": cfg.u_threshold}}

@@ -17,6 +17,18 @@ Shaping (defaults and why):
     correct kernel is worth something, but 80% of the reward is speed, so 'passes allclose' is no longer
     nearly the whole score.
 Monotone: a slower kernel lowers every per-shape E and U, so the aggregates and the reward never rise.
+
+Too slow (Status.TOO_SLOW, issue 38): a kernel correct on every trial it finished (the smallest shape of
+each dtype at least) and killed past a call's stage deadline on a larger one. It gets
+        reward = too_slow_fraction * correctness_weight          (0.5 * 0.2 = 0.1 by default)
+and, where no performance part exists (the cpu backend, 'correctness' mode, whose correct kernels get 1.0),
+too_slow_fraction * 1.0 = 0.5. Why a fraction of the correctness part and not a performance part from its
+E upper bound: a deadline is at least hopeless_factor x the library's time, so E <= 1/50 and f(E) is near
+or at 0 already; the bound says how slow, not how correct, and the kernel was not checked on the shapes it
+never finished. The order this gives, for any too_slow_fraction in (0, 1) and correctness_weight > 0:
+        wrong (0) < too_slow (fraction * cw) < every finished correct kernel (>= cw)
+so a policy learns "correct, 10,000x too slow" is better than wrong and worse than anything that finishes.
+(With correctness_weight = 0 a finished kernel can score 0 too; too_slow then scores 0 as well.)
 """
 from __future__ import annotations
 
@@ -42,6 +54,13 @@ def performance(efficiencies: Sequence[float], utilizations: Sequence[float], cf
     fe, gu = log_shape(e, cfg.e_floor, cfg.e_ceiling), log_shape(u, cfg.u_floor, cfg.u_ceiling)
     perf = (cfg.weight_e * fe + cfg.weight_u * gu) / (cfg.weight_e + cfg.weight_u)
     return {"E": e, "U": u, "f_E": fe, "g_U": gu, "performance": perf}
+
+
+def too_slow_reward(cfg: RewardConfig, measures_time: bool) -> float:
+    """A too_slow kernel's reward (see the module's docstring): a fraction of what correctness alone earns."""
+    if cfg.mode == "correctness" or not measures_time:
+        return cfg.too_slow_fraction
+    return cfg.too_slow_fraction * cfg.correctness_weight
 
 
 def reward_for(correct: bool, perf: float | None, cfg: RewardConfig) -> float:

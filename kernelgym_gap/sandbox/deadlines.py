@@ -95,6 +95,9 @@ class CallWatch:
         self.marker, self.bounds = Path(marker), tuple(bounds)
         self.current: tuple[int, float] | None = None     # (call, when the parent first saw it)
         self.last = -1                                     # the latest call started
+        # the call that ran past its bound: (call, its bound, seconds it had run when seen), for the
+        # verdict on a kernel correct where it finished (engine/stages.TooSlow)
+        self.overrun: tuple[int, float, float] | None = None
 
     def _update(self, now: float) -> None:
         text = read_marker(self.marker)
@@ -116,4 +119,5 @@ class CallWatch:
         bound = self.bounds[i]
         if now - since <= bound.bound_s:
             return None
+        self.overrun = (i, bound.bound_s, now - since)
         return f"call {i} ({bound.what}) ran past {bound.bound_s:.1f} s"

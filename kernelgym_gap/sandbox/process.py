@@ -65,6 +65,9 @@ class ChildOutcome:
     stage_timeout: str | None = None    # "import": killed at the import's stage deadline (SandboxConfig.import_s)
     #                                     "call": at a call's (sandbox/deadlines.py); stage_detail names it
     stage_detail: str | None = None
+    # at a call's deadline: (the call's position in Job.call_bounds, its bound, the seconds it had run when
+    # the parent killed it: at least the bound), from the parent's clock (deadlines.CallWatch.overrun)
+    stage_overrun: tuple[int, float, float] | None = None
 
 
 class _TailReader(threading.Thread):
@@ -396,7 +399,8 @@ class SandboxedChild:
                             limits_hit=tuple(limits_hit), memory_peak_bytes=stats.get("memory_peak_bytes"),
                             pids_peak=stats.get("pids_peak"), forks_refused=int(stats.get("forks_refused") or 0),
                             removed_from_scratch=removed, stage_timeout=stage_timeout,
-                            stage_detail=stage_detail)
+                            stage_detail=stage_detail,
+                            stage_overrun=call_watch.overrun if stage_timeout == "call" else None)
 
 
 def run_sandboxed(argv: Sequence[str], scratch: Path, env: dict[str, str], config: SandboxConfig,

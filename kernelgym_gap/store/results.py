@@ -15,7 +15,8 @@ from kernelgym_gap.store.devcache import put_device_cache
 from kernelgym_gap.store.names import require_nonempty
 from kernelgym_gap.store.schema import dumps, now_iso
 
-NOT_CACHED_STATUSES = frozenset({"timeout", "crash", "protocol_error", "unstable_timing"})
+# too_slow (issue 38) like timeout: a kill at a call's deadline depends on the machine's load that moment
+NOT_CACHED_STATUSES = frozenset({"timeout", "too_slow", "crash", "protocol_error", "unstable_timing"})
 MAX_ROWID = 2 ** 63 - 1          # SQLite's integers are 64-bit: a larger id names no row
 
 

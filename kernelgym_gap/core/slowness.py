@@ -1,0 +1,16 @@
+"""One rule for "too slow to time in full" (issue 38), read by both places that stop a slow kernel:
+
+  * the child's early exit (child/timing.time_shape through TimingConfig.hopeless): a kernel whose first
+    timed calls take over hopeless_factor x the library's time is not timed further;
+  * the parent's call deadlines (sandbox/deadlines.py): a later call's bound is call_factor x the library's
+    time (at least call_floor_s), and EvalConfig requires call_factor >= hopeless_factor, so a kernel killed
+    past a later call's bound is too slow to time by this same rule; its verdict (engine/too_slow.py) says so.
+
+A leaf module: it imports nothing of the project, so the config, the child and the judge can all use it.
+"""
+from __future__ import annotations
+
+
+def too_slow_to_time(kernel_ms: float, library_ms: float, hopeless_factor: float) -> bool:
+    """Whether a kernel taking `kernel_ms` per call is over `hopeless_factor` x the library's `library_ms`."""
+    return library_ms > 0 and kernel_ms > hopeless_factor * library_ms
