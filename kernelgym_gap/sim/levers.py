@@ -1,0 +1,179 @@
+"""The design changes of issue 35 as parameter changes of the simulator's jobs and setup, with the numbers
+each rests on. Every figure these produce is a prediction; the GPU run that would confirm it is named in
+docs/measurement.md ("The simulator").
+
+Where the timing's seconds go is estimated from the gap-study corpus (results/h200_2026-12-04_corpus/
+gap_study_cuda.json: 60 evaluations on the H200 with each timed shape's repetitions and times): a least-squares
+fit of child_timing = a + b x shapes + c x repetitions + d x GPU seconds of the repetitions. The records of the
+throughput runs have no child_timing_* parts yet (they were added after the last device run), so the fit is
+the only evidence of the per-repetition cost until they do."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from kernelgym_gap.sim.pipeline import Job, Setup
+
+# Assumptions (no measurement yet; each names the run that replaces it)
+COMPILE_SHARE = 0.6      # of child_correctness_calls: the first calls' compiles (warm env.step: calls 1.4-1.7 s,
+                         # each shape's first call compiling); child_compile_unlaned will say
+REFERENCE_SHARE = 0.5    # of the check: its inputs and float64 reference (check_inputs + check_reference)
+CI_REPS_FACTOR = 0.3     # repetitions a stopping rule on E's 95% interval (+-1%) keeps of today's (20-500 per
+                         # shape, ~200-400 for kernels under 50 us, where the 2% spread rule rarely settles)
+GRAPH_CAPTURE_S = 0.02   # per timed shape: capturing and instantiating the graph of its repetitions
+CLOCK_WARMUP_S = 0.3     # TimingConfig.clock_warmup_ms: stays in the exclusive stretch (it is why it is there)
+HUNG_LANE_S = 5.0        # a call past this keeps running, but with the lane let go (a design candidate)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingFit:
+    """child_timing = fixed + per_shape x shapes + per_rep_s x repetitions + gpu_factor x GPU seconds."""
+    fixed: float
+    per_shape: float
+    per_rep_s: float
+    gpu_factor: float
+    rows: int
+    mean_timing: float
+    mean_reps: float
+    mean_gpu_s: float
+    mean_shapes: float
+
+    @property
+    def launch_share(self) -> float:
+        """The share of the timing stretch spent on each repetition's launch, spin and synchronizes: what
+        a CUDA-graph replay removes."""
+        return self.per_rep_s * self.mean_reps / self.mean_timing
+
+    @property
+    def repetition_share(self) -> float:
+        """The share that scales with the repetitions (their launches and their GPU time)."""
+        return (self.per_rep_s * self.mean_reps + self.gpu_factor * self.mean_gpu_s) / self.mean_timing
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting (the 4x4 normal equations)."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[piv] = m[piv], m[col]
+        if abs(m[col][col]) < 1e-12:
+            raise ValueError("the timing fit is singular (too few distinct evaluations)")
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def fit_timing(corpus_json: str | Path) -> TimingFit:
+    rows = json.loads(Path(corpus_json).read_text())["rows"]
+    xs, ys = [], []
+    for r in rows:
+        t = (r.get("latency") or {}).get("child_timing")
+        shapes = r.get("per_shape") or []
+        if r.get("status") != "ok" or not t or not shapes:
+            continue
+        # the library was timed in full beside the kernel in these runs: as many repetitions as the kernel's
+        reps = sum(p["kernel_reps"] + p.get("library_reps", p["kernel_reps"]) for p in shapes)
+        gpu = sum(p["kernel_reps"] * p["kernel_ms"] + p.get("library_reps", p["kernel_reps"]) * p["library_ms"]
+                  for p in shapes) / 1000.0
+        xs.append([1.0, float(len(shapes)), float(reps), gpu])
+        ys.append(float(t))
+    if len(xs) < 8:
+        raise ValueError(f"{corpus_json}: {len(xs)} usable rows, too few for the timing fit")
+    ata = [[sum(x[i] * x[j] for x in xs) for j in range(4)] for i in range(4)]
+    aty = [sum(x[i] * y for x, y in zip(xs, ys)) for i in range(4)]
+    c = _solve(ata, aty)
+    n = len(xs)
+    return TimingFit(*c, rows=n, mean_timing=sum(ys) / n, mean_reps=sum(x[2] for x in xs) / n,
+                     mean_gpu_s=sum(x[3] for x in xs) / n, mean_shapes=sum(x[1] for x in xs) / n)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """A named change: a function of each job and a function of the setup."""
+    name: str
+    job: Callable[[Job], Job]
+    setup: Callable[[Setup], Setup]
+    basis: str
+
+
+def _same(x):
+    return x
+
+
+def graph_timing(fit: TimingFit, shapes: float = 9.0) -> Callable[[Job], Job]:
+    """Timing by CUDA-graph replay: the launch share goes, a capture per timed shape comes."""
+    def change(j: Job) -> Job:
+        if j.timing <= 0:
+            return j
+        return dataclasses.replace(j, timing=j.timing * (1 - fit.launch_share) + GRAPH_CAPTURE_S * shapes)
+    return change
+
+
+def ci_stop(fit: TimingFit) -> Callable[[Job], Job]:
+    """Fewer repetitions: the repetition-dependent share of the timing shrinks to CI_REPS_FACTOR of itself."""
+    return lambda j: j.scaled(timing=1 - fit.repetition_share * (1 - CI_REPS_FACTOR))
+
+
+def compile_share(j: Job) -> Job:
+    return dataclasses.replace(j, compile=min(j.correctness, COMPILE_SHARE * j.calls))
+
+
+def reference_share(j: Job) -> Job:
+    return dataclasses.replace(j, check_ref=REFERENCE_SHARE * j.check)
+
+
+def setup_before_lane(fit: TimingFit) -> Callable[[Job], Job]:
+    """The timing's fixed part (the flush buffer, the synchronize and spin calibration: the fit's intercept less
+    the clock warm-up) done under the shared lane before the exclusive one is taken."""
+    moved = max(0.0, fit.fixed - CLOCK_WARMUP_S)
+
+    def change(j: Job) -> Job:
+        if j.timing <= moved:
+            return j
+        return dataclasses.replace(j, timing=j.timing - moved, correctness=j.correctness + moved)
+    return change
+
+
+def hung_lets_go(j: Job) -> Job:
+    return dataclasses.replace(j, hang_lane_s=HUNG_LANE_S) if j.hang_s else j
+
+
+def scenarios(fit: TimingFit) -> list[Scenario]:
+    """Each lever alone, then together, then the hosts and the cluster."""
+    graph, ci = graph_timing(fit), ci_stop(fit)
+    compile_out = lambda s: dataclasses.replace(s, compile_outside_lane=True)        # noqa: E731
+    precompute = lambda s: dataclasses.replace(s, precompute_reference=True)         # noqa: E731
+    both = lambda j: reference_share(compile_share(ci(graph(j))))                   # noqa: E731
+    all_setup = lambda s: dataclasses.replace(s, compile_outside_lane=True, precompute_reference=True)  # noqa: E731
+    return [
+        Scenario("as measured (4 slots)", _same, _same, "the records replayed"),
+        Scenario("CUDA-graph timing", graph, _same,
+                 f"timing x (1 - {fit.launch_share:.2f}) + {GRAPH_CAPTURE_S} s x 9 shapes (corpus fit)"),
+        Scenario("stop on E's interval", ci, _same,
+                 f"timing x (1 - {fit.repetition_share:.2f} x (1 - {CI_REPS_FACTOR})) (fit; reps factor assumed)"),
+        Scenario("graph + interval stop", lambda j: ci(graph(j)), _same, "both timing changes"),
+        Scenario("reference while child runs", reference_share, precompute,
+                 f"{REFERENCE_SHARE:.0%} of the check (assumed) runs from the child's start"),
+        Scenario("compiles outside the lane", compile_share, compile_out,
+                 f"{COMPILE_SHARE:.0%} of the correctness calls (assumed) off the lane"),
+        Scenario("6 slots per GPU", _same, lambda s: dataclasses.replace(s, slots_per_gpu=6),
+                 "16 cores: 6 children and 6 checkers; no GPU-sharing slowdown beyond the measured"),
+        Scenario("all levers, 4 slots", both, all_setup, "the five changes above"),
+        Scenario("all levers, 6 slots", both, lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=6),
+                 "the five changes, 6 slots"),
+        Scenario("all levers, 8 slots", both, lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=8),
+                 "the five changes, 8 slots"),
+        # two candidates the trace shows (not in the issue's list)
+        Scenario("+ timing set-up before the lane", lambda j: setup_before_lane(fit)(both(j)),
+                 lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=6),
+                 f"all levers, 6 slots; {max(0.0, fit.fixed - CLOCK_WARMUP_S):.2f} s of the timing's fixed part "
+                 "(fit) moved to the shared stretch"),
+        Scenario("+ hung calls let the lane go", lambda j: hung_lets_go(setup_before_lane(fit)(both(j))),
+                 lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=6),
+                 f"the above; a call past {HUNG_LANE_S:g} s runs on without the shared lane"),
+    ]

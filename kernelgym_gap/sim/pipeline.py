@@ -1,0 +1,239 @@
+"""One evaluation as the simulator runs it, and a run of many over GPUs, slots and hosts.
+
+The stages, in the order engine/pipeline.py runs them (durations in a Job, seconds):
+  gate                       the static gate (no lane)
+  child start                a cold child's start (`cold_start`, host), or the hand-off to the slot's
+                             pre-started child, waiting until it is ready (its imports on a host core, then its
+                             CUDA context under the lane held shared: `pre_host`, `pre_context`)
+  setup                      the child's set-up and the submission's import (host)
+  correctness                the correctness stretch under the lane held shared (`correctness`, the first
+                             calls' compiles `compile` inside it; with compile_outside_lane these run first,
+                             on a host core, with the lane let go)
+  timing                     the exclusive lane (`timing`)
+  write, misc                the outputs' write after the lanes (host) and the child's unaccounted rest
+  check                      the trusted check under the lane held shared (`check`); with a precomputed
+                             reference its `check_ref` part runs from the child's start instead
+  rest                       the record's assembly (no lane)
+The slot's next child is pre-started when its child ends (sandbox/launch.py refills the pool then), so its
+imports overlap this evaluation's check. A hung submission (`hang_s`) holds `hang_lane` (or nothing) until its
+stage deadline kills it, and has no check."""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections import deque
+
+from kernelgym_gap.sim.engine import Acquire, Cores, Delay, Event, Lane, Server, Sim
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    name: str
+    task: str = ""
+    status: str = "ok"
+    gate: float = 0.0
+    cold_start: float = 3.8
+    handoff: float = 0.1
+    pre_host: float = 0.3
+    pre_context: float = 0.1
+    setup: float = 0.4
+    compile: float = 0.0
+    calls: float = 0.0         # the correctness calls (child_correctness_calls), first-call compiles included
+    correctness: float = 2.5
+    timing: float = 2.7
+    write: float = 0.5
+    misc: float = 0.1
+    check_ref: float = 0.0
+    check: float = 2.0
+    rest: float = 0.1
+    hang_s: float = 0.0
+    hang_lane: str = ""
+    hang_lane_s: float = float("inf")   # how long a hung call keeps its lane before letting it go
+
+    def scaled(self, **factors: float) -> "Job":
+        """A copy with the named durations multiplied by their factors."""
+        return dataclasses.replace(self, **{k: getattr(self, k) * f for k, f in factors.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """The machine and the harness's settings the run uses."""
+    gpus_per_host: int = 1
+    hosts: int = 1
+    slots_per_gpu: int = 4
+    cores_per_host: int = 16
+    compile_outside_lane: bool = False
+    precompute_reference: bool = False
+    server_s: float = 0.0      # the reward server's service time per request (0: no server modelled)
+    store_s: float = 0.0       # the store's service time per record write (0: no store modelled)
+
+
+@dataclasses.dataclass
+class Done:
+    job: int
+    name: str
+    start: float
+    end: float
+    wall: float                # the record's latency["total"]: from its start at the slot, server wait excluded
+
+
+@dataclasses.dataclass
+class RunResult:
+    makespan: float
+    done: list[Done]
+    trace: list
+    gpus: int
+    server_busy_s: float = 0.0
+    store_busy_s: float = 0.0
+
+    @property
+    def evals_per_gpu_hour(self) -> float:
+        return 3600.0 * len(self.done) / self.makespan / self.gpus if self.makespan > 0 else 0.0
+
+    @property
+    def wall_p50(self) -> float:
+        return statistics.median(d.wall for d in self.done) if self.done else 0.0
+
+
+class _Run:
+    def __init__(self, jobs: list[Job], setup: Setup, warm_first: bool):
+        self.sim = Sim()
+        self.setup = setup
+        n_gpus = setup.gpus_per_host * setup.hosts
+        self.lanes = [Lane(g) for g in range(n_gpus)]
+        self.cores = [Cores(setup.cores_per_host) for _ in range(setup.hosts)]
+        self.server = Server("reward server", setup.server_s) if setup.server_s > 0 else None
+        self.store = Server("store", setup.store_s) if setup.store_s > 0 else None
+        self.queue = deque(enumerate(jobs))      # one queue for the whole run, taken in order by free slots
+        self.done: list[Done] = []
+        self.warm_first = warm_first
+
+    def host_of(self, gpu: int) -> int:
+        return gpu // self.setup.gpus_per_host
+
+    def stage(self, i, job, gpu, slot, name, start, lane="", wait=False, row="slot"):
+        if self.sim.now > start:
+            self.sim.record(job=i, name=job.name, gpu=gpu, slot=slot, stage=name, start=start, end=self.sim.now,
+                            lane=lane, wait=wait, row=row)
+
+    def host(self, i, job, gpu, slot, name, seconds, row="slot"):
+        """A host-bound stage: one core of the GPU's host for `seconds` (a wait first if none is free)."""
+        cores = self.cores[self.host_of(gpu)]
+        t = self.sim.now
+        yield Acquire(cores)
+        self.stage(i, job, gpu, slot, "wait core", t, wait=True, row=row)
+        t = self.sim.now
+        yield Delay(seconds)
+        cores.release(self.sim)
+        self.stage(i, job, gpu, slot, name, t, row=row)
+
+    def laned(self, i, job, gpu, slot, name, seconds, mode, row="slot"):
+        lane = self.lanes[gpu]
+        t = self.sim.now
+        yield Acquire(lane, mode)
+        self.stage(i, job, gpu, slot, f"wait {mode}", t, wait=True, row=row)
+        t = self.sim.now
+        yield Delay(seconds)
+        lane.release(self.sim, mode)
+        self.stage(i, job, gpu, slot, name, t, lane=mode, row=row)
+
+    def served(self, server, i, job, gpu, slot, name):
+        t = self.sim.now
+        yield Acquire(server)
+        self.stage(i, job, gpu, slot, f"wait {name}", t, wait=True)
+        t = self.sim.now
+        yield Delay(server.service_s)
+        server.release(self.sim)
+        self.stage(i, job, gpu, slot, name, t)
+
+    def prestart(self, job, gpu, slot, ready: Event):
+        """The slot's next child: its imports on a core, then its CUDA context under the shared lane."""
+        yield from self.host(-1, job, gpu, slot, "preimport", job.pre_host, row="pre-start")
+        yield from self.laned(-1, job, gpu, slot, "cuda context", job.pre_context, "shared", row="pre-start")
+        ready.set(self.sim)
+
+    def reference(self, i, job, gpu, slot, ready: Event):
+        yield from self.laned(i, job, gpu, slot, "check reference (early)", job.check_ref, "shared", row="checker")
+        ready.set(self.sim)
+
+    def slot(self, gpu: int, slot: int):
+        child: Event | None = None
+        if self.warm_first:
+            child = Event()
+            child.done = True
+        while self.queue:
+            i, job = self.queue.popleft()
+            if self.server is not None:
+                yield from self.served(self.server, i, job, gpu, slot, "reward server")
+            t0 = self.sim.now
+            yield Delay(job.gate)
+            self.stage(i, job, gpu, slot, "gate", t0)
+            if child is None:
+                yield from self.host(i, job, gpu, slot, "cold child start", job.cold_start)
+            else:
+                t = self.sim.now
+                yield Acquire(child)
+                self.stage(i, job, gpu, slot, "wait child", t, wait=True)
+                t = self.sim.now
+                yield Delay(job.handoff)
+                self.stage(i, job, gpu, slot, "hand-off", t)
+            ref = None
+            if self.setup.precompute_reference and job.check_ref > 0 and not job.hang_s:
+                ref = Event()
+                self.sim.start(self.reference(i, job, gpu, slot, ref))
+            yield from self.host(i, job, gpu, slot, "setup", job.setup)
+            if job.hang_s:
+                laned = min(job.hang_s, job.hang_lane_s) if job.hang_lane else 0.0
+                if laned > 0:
+                    yield from self.laned(i, job, gpu, slot, "hung", laned, job.hang_lane)
+                t = self.sim.now
+                yield Delay(job.hang_s - laned)
+                self.stage(i, job, gpu, slot, "hung (lane let go)" if laned else "hung", t)
+            else:
+                yield from self.child_body(i, job, gpu, slot)
+            child = Event()
+            self.sim.start(self.prestart(job, gpu, slot, child))
+            if not job.hang_s:
+                yield from self.check(i, job, gpu, slot, ref)
+            t = self.sim.now
+            yield Delay(job.rest)
+            self.stage(i, job, gpu, slot, "rest", t)
+            end = self.sim.now
+            if self.store is not None:
+                yield from self.served(self.store, i, job, gpu, slot, "store")
+            self.done.append(Done(i, job.name, t0, self.sim.now, end - t0))
+
+    def child_body(self, i, job, gpu, slot):
+        shared = job.correctness
+        if self.setup.compile_outside_lane and job.compile > 0:
+            yield from self.host(i, job, gpu, slot, "compile (unlaned)", job.compile)
+            shared -= job.compile
+        yield from self.laned(i, job, gpu, slot, "correctness", shared, "shared")
+        yield from self.laned(i, job, gpu, slot, "timing", job.timing, "exclusive")
+        yield from self.host(i, job, gpu, slot, "outputs write", job.write)
+        t = self.sim.now
+        yield Delay(job.misc)
+        self.stage(i, job, gpu, slot, "child misc", t)
+
+    def check(self, i, job, gpu, slot, ref: Event | None):
+        body = job.check
+        if ref is not None:
+            t = self.sim.now
+            yield Acquire(ref)
+            self.stage(i, job, gpu, slot, "wait reference", t, wait=True)
+            body = max(0.0, job.check - job.check_ref)
+        yield from self.laned(i, job, gpu, slot, "check", body, "shared")
+
+
+def simulate(jobs: list[Job], setup: Setup = Setup(), warm_first: bool = False) -> RunResult:
+    """Runs `jobs` in order through the slots of every GPU (a free slot takes the next job), from an idle
+    machine; `warm_first`: every slot starts with a ready pre-started child (the warm env.step)."""
+    run = _Run(list(jobs), setup, warm_first)
+    n_gpus = setup.gpus_per_host * setup.hosts
+    for slot in range(setup.slots_per_gpu):
+        for gpu in range(n_gpus):
+            run.sim.start(run.slot(gpu, slot))
+    run.sim.run()
+    makespan = max((d.end for d in run.done), default=0.0)
+    return RunResult(makespan, sorted(run.done, key=lambda d: d.job), run.sim.trace, n_gpus,
+                     run.server.busy_s if run.server else 0.0, run.store.busy_s if run.store else 0.0)

@@ -1,0 +1,158 @@
+"""The simulator's three tables: its calibration against the measured runs, its predictions per design
+change, and the scaling to hosts of 8 GPUs and to a cluster of hosts (scripts/simulate_throughput.py prints
+them).
+
+The measured runs (results/h200_2026-12-05/, docs/measurement.md), replayed workload by workload:
+  full mix      throughput_full_records.jsonl, mode "lanes": 50 evaluations of 64 (the run stopped at 500 s)
+  light batch   throughput_records.jsonl, mode "lanes": 12 evaluations of 6 tasks' optimized solutions
+  timed_shapes  the same file, mode "lanes [timed_shapes=2]"
+  held outputs  the same file, mode "lanes [held_output_bytes=0]" (a fourth check, not one of the issue's)
+  env.step      throughput_h200_2026-12-05.json's env_step rows (4 warm steps; p50 8.25 s)
+
+Cluster: every GPU's evaluations pass one reward server (its queue: parsing, dispatch) and one store (SQLite,
+one writer) before and after. Their service times are assumptions (SERVER_S, STORE_S), not measurements."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import statistics
+from pathlib import Path
+
+from kernelgym_gap.sim import levers, workload
+from kernelgym_gap.sim.pipeline import Job, Setup, simulate
+
+CALIBRATION_RUNS = (   # (label, records file, mode, the summary's row: its reported rate; None: from the records)
+    ("full mix", "throughput_full_records.jsonl", "lanes", None),
+    ("light batch", "throughput_records.jsonl", "lanes", "lanes x4"),
+    ("light batch, timed_shapes=2", "throughput_records.jsonl", "lanes [timed_shapes=2]", "lanes x4 [timed_shapes=2]"),
+    ("light batch, held_output_bytes=0", "throughput_records.jsonl", "lanes [held_output_bytes=0]",
+     "lanes x4 [held_output_bytes=0]"),
+)
+SUMMARY = "throughput_h200_2026-12-05.json"
+# an earlier run of the light batch (older code: no pre-started children, outputs written in the lane), beside
+# the records folder: replayed as an out-of-sample check, reported and not gated (its folder, records, mode,
+# the summary beside the folder and its row)
+EARLIER = ("light batch, 2026-12-04 (out of sample)", "h200_2026-12-04b", "throughput_records.jsonl", "lanes",
+           "throughput_h200_2026-12-04.json", "lanes x4")
+SERVER_S = 0.005     # the reward server's time per request: an HTTP request's parse, its queueing, a dispatch
+STORE_S = 0.002      # one record's INSERT into SQLite (WAL, synchronous=NORMAL: no fsync per commit)
+
+
+class StudyError(ValueError):
+    """The records the study needs are missing or unreadable."""
+
+
+@dataclasses.dataclass
+class Inputs:
+    workloads: dict[str, list[Job]]             # label -> the replayed jobs
+    measured: dict[str, float]                  # label -> measured evaluations per GPU-hour
+    measured_wall_p50: dict[str, float]
+    steps: list[Job]
+    measured_step_p50: float
+    fit: levers.TimingFit
+    gated: tuple[str, ...] = ()                 # the labels the 15% bound applies to
+
+
+def load(records_dir: str | Path, corpus_json: str | Path) -> Inputs:
+    d = Path(records_dir)
+    workloads, measured, walls = {}, {}, {}
+    try:
+        summary = json.loads((d / SUMMARY).read_text())
+        reported = {m["mode"]: m["evals_per_gpu_hour"] for m in summary["modes"]}
+        for label, name, mode, row in CALIBRATION_RUNS:
+            rows = workload.read_records(d / name)
+            workloads[label] = workload.jobs_of_mode(rows, mode)
+            # the summary's rate is over the mode's whole wall time; the full mix (cut at 500 s) has no
+            # summary, its rate is over the last record's end, as throughput.py --from-records gives it
+            measured[label] = reported[row] if row else workload.measured_rate(rows, mode)
+            walls[label] = statistics.median(r["latency"].get("total", 0.0) for r in rows if r.get("mode") == mode)
+        steps = [workload.step_job(s) for s in summary["env_step"]["steps"]]
+        step_p50 = float(summary["env_step"]["p50_s"])
+    except (OSError, KeyError, TypeError, json.JSONDecodeError, workload.RecordError) as e:
+        raise StudyError(f"{d}: {e}") from None
+    gated = tuple(workloads)
+    label, folder, name, mode, summary_name, row = EARLIER
+    try:        # optional: a records folder without it still calibrates
+        rows = workload.read_records(d.parent / folder / name)
+        modes = json.loads((d.parent / summary_name).read_text())["modes"]
+        earlier = {m["mode"]: m["evals_per_gpu_hour"] for m in modes}
+        workloads[label], measured[label] = workload.jobs_of_mode(rows, mode), earlier[row]
+        walls[label] = statistics.median(r["latency"].get("total", 0.0) for r in rows if r.get("mode") == mode)
+    except (OSError, KeyError, TypeError, json.JSONDecodeError, workload.RecordError):
+        pass
+    return Inputs(workloads, measured, walls, steps, step_p50, levers.fit_timing(corpus_json), gated)
+
+
+def step_p50(steps: list[Job], setup: Setup = Setup()) -> float:
+    """The warm env.step: each step alone, its child pre-started during the agent's turn."""
+    return statistics.median(simulate([s], setup, warm_first=True).makespan for s in steps)
+
+
+def calibration(inp: Inputs) -> list[dict]:
+    rows = []
+    for label, jobs in inp.workloads.items():
+        r = simulate(jobs)
+        m = inp.measured[label]
+        rows.append({"workload": label, "gated": label in inp.gated, "evaluations": len(jobs), "measured": round(m, 1),
+                     "simulated": round(r.evals_per_gpu_hour, 1), "error": round(r.evals_per_gpu_hour / m - 1, 4),
+                     "measured_wall_p50_s": round(inp.measured_wall_p50[label], 2),
+                     "simulated_wall_p50_s": round(r.wall_p50, 2)})
+    sim = step_p50(inp.steps)
+    rows.append({"workload": "warm env.step p50 (s)", "gated": True, "evaluations": len(inp.steps),
+                 "measured": inp.measured_step_p50, "simulated": round(sim, 2),
+                 "error": round(sim / inp.measured_step_p50 - 1, 4)})
+    return rows
+
+
+def predictions(inp: Inputs) -> list[dict]:
+    rows = []
+    for sc in levers.scenarios(inp.fit):
+        setup = sc.setup(Setup())
+        full = simulate([sc.job(j) for j in inp.workloads["full mix"]], setup)
+        light = simulate([sc.job(j) for j in inp.workloads["light batch"]], setup)
+        rows.append({"scenario": sc.name, "full_mix": round(full.evals_per_gpu_hour),
+                     "light_batch": round(light.evals_per_gpu_hour),
+                     "step_p50_s": round(step_p50([sc.job(s) for s in inp.steps], setup), 2),
+                     "full_mix_wall_p50_s": round(full.wall_p50, 1), "basis": sc.basis})
+    return rows
+
+
+def replicated(jobs: list[Job], gpus: int, seed: int) -> list[Job]:
+    """The mix once per GPU, each copy in its own seeded order, interleaved: every GPU's share of the queue is
+    the same mix (hung submissions included, 2 of 50), so rates per GPU compare across host sizes."""
+    rng = random.Random(seed)
+    copies = [rng.sample(jobs, len(jobs)) for _ in range(gpus)]
+    return [copy[i] for i in range(len(jobs)) for copy in copies]
+
+
+def scaling(inp: Inputs, seed: int) -> list[dict]:
+    """Hosts of 8 GPUs with every lever (6 slots), by simulation; then a cluster of such hosts, bounded by the
+    reward server's and the store's capacity."""
+    all6 = next(s for s in levers.scenarios(inp.fit) if s.name == "all levers, 6 slots")
+    base = [all6.job(j) for j in inp.workloads["full mix"]]
+    rows = []
+    cases = (("1 GPU, 16 cores (the H200 host)", 1, 16, False), ("8 GPUs, 128 cores", 8, 128, True),
+             ("8 GPUs, 16 cores", 8, 16, True))
+    per_gpu = None
+    for label, gpus, cores, servers in cases:
+        setup = all6.setup(Setup(gpus_per_host=gpus, cores_per_host=cores,
+                                 server_s=SERVER_S if servers else 0.0, store_s=STORE_S if servers else 0.0))
+        r = simulate(replicated(base, gpus, seed), setup)
+        rows.append({"scenario": f"all levers, 6 slots: {label}", "gpus": gpus,
+                     "evals_per_gpu_hour": round(r.evals_per_gpu_hour),
+                     "wall_p50_s": round(r.wall_p50, 1),
+                     "server_utilisation": round(r.server_busy_s / r.makespan, 4) if servers else None,
+                     "store_utilisation": round(r.store_busy_s / r.makespan, 4) if servers else None})
+        if gpus == 8 and cores == 128:
+            per_gpu = r.evals_per_gpu_hour
+    for hosts in (16, 64, 256):
+        gpus = 8 * hosts
+        demand = per_gpu * gpus / 3600.0                     # requests per second the GPUs could serve
+        cap = min(1 / SERVER_S, 1 / STORE_S)
+        bound = per_gpu if demand <= cap else cap * 3600.0 / gpus
+        rows.append({"scenario": f"cluster of {hosts} hosts x 8 GPUs (bound)", "gpus": gpus,
+                     "evals_per_gpu_hour": round(bound), "wall_p50_s": None,
+                     "server_utilisation": round(demand * SERVER_S, 3),
+                     "store_utilisation": round(demand * STORE_S, 3)})
+    return rows

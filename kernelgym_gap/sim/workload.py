@@ -1,0 +1,132 @@
+"""Jobs from measured records, and the measured figures the simulator is calibrated against.
+
+A record of scripts/throughput.py (one line of throughput_records.jsonl) gives an evaluation's stage
+durations *with* the waits it met; the simulator needs them *without*, since it makes its own waits:
+  correctness   child_correctness (held shared; its lane wait is child_lane_wait_shared, apart)
+  timing        child_timing (held exclusive; its wait is child_lane_wait_exclusive, apart)
+  check         check - check_lane_wait
+  setup         child_setup + child_import; write: child_outputs_write; misc: child_total less its stages
+  cold start    child - child_total, for a record without child_preimport (a cold child: its start and imports)
+  rest          total - gate - child - check
+A pre-started child's own start is not in a record apart from its waits (child_preimport is its imports plus
+its CUDA context's wait for the lane), so every warm child gets PRE_HOST_S + PRE_CONTEXT_S, the smallest
+pre-import seen without contention (0.33-0.59 s on the warm env.step, 0.4 s in the full mix).
+  hand-off      child - child_total of a warm record, less the time it waited for its pre-started child. That
+                wait is rebuilt from the record that ended as this one started (the same slot's previous
+                evaluation: its child ended `check + rest` before, and the next child's pre-import began then).
+                What is left is bimodal in the 2026-12-05 records: 0.1-0.3 s, or 2.5-4.9 s (as long as a cold
+                child's start, in 28 of 58 warm records; where those seconds go is not recorded: the child's exit
+                or a pre-started child the evaluation could not use). Each record keeps its own.
+A record that timed out (no stages) is a hung job of its `child` seconds, holding the shared lane when it hung
+in a correctness call (its message names a call) and nothing when it hung in the import."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from kernelgym_gap.sim.pipeline import Job
+
+PRE_HOST_S = 0.3
+PRE_CONTEXT_S = 0.1
+HANDOFF_S = 0.1
+COLD_START_S = 3.8        # child - child_total of the cold children of the 2026-12-05 runs: 3.0-4.8 s
+
+
+class RecordError(ValueError):
+    """A records file or line the simulator cannot read (named, with the reason)."""
+
+
+def read_records(path: str | Path) -> list[dict]:
+    rows = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RecordError(f"{path}:{n}: not JSON ({e.msg})") from None
+        if not isinstance(r, dict) or not isinstance(r.get("latency"), dict) or "at_s" not in r:
+            raise RecordError(f"{path}:{n}: a record needs 'latency' (an object) and 'at_s'")
+        rows.append(r)
+    return rows
+
+
+def _rest(lat: dict) -> float:
+    return max(0.0, lat.get("total", 0.0) - lat.get("gate", 0.0) - lat.get("child", 0.0) - lat.get("check", 0.0))
+
+
+def handoffs(records: list[dict]) -> list[float | None]:
+    """Per record of one mode, the hand-off of a warm child less its wait for that child (see above); None
+    for a cold child or where no previous evaluation of the slot is found."""
+    out: list[float | None] = []
+    for r in records:
+        lat = r["latency"]
+        if "child_preimport" not in lat or "child_total" not in lat:
+            out.append(None)
+            continue
+        start = r["at_s"] - lat.get("total", 0.0)
+        prev = min(records, key=lambda p: abs(p["at_s"] - start))
+        if prev is r or abs(prev["at_s"] - start) > 0.15:
+            out.append(None)
+            continue
+        child_end = prev["at_s"] - prev["latency"].get("check", 0.0) - _rest(prev["latency"])
+        waited = max(0.0, child_end + lat["child_preimport"] - start)
+        out.append(max(HANDOFF_S, lat.get("child", 0.0) - lat["child_total"] - waited))
+    return out
+
+
+def job_from_record(r: dict, handoff: float | None = None) -> Job:
+    lat = r["latency"]
+    g = lambda k: float(lat.get(k, 0.0) or 0.0)     # noqa: E731
+    name = r.get("submission") or r.get("task", "?")
+    if "child_timing" not in lat and "child_correctness" not in lat:
+        # hung or failed before the lanes: the child's whole time, on the lane when a call hung
+        in_call = "call" in (r.get("message") or "") and "import" not in (r.get("message") or "")
+        return Job(name=name, task=r.get("task", ""), status=r.get("status", ""), gate=g("gate"),
+                   cold_start=0.0, handoff=0.0, pre_host=PRE_HOST_S, pre_context=PRE_CONTEXT_S, setup=0.0,
+                   correctness=0.0, timing=0.0, write=0.0, misc=0.0, check=0.0, rest=max(0.0, g("total") - g("child")
+                                                                                          - g("gate")),
+                   hang_s=g("child"), hang_lane="shared" if in_call else "")
+    stages = ("child_setup", "child_import", "child_lane_wait_shared", "child_correctness",
+              "child_lane_wait_exclusive", "child_timing", "child_outputs_write")
+    cold = "child_preimport" not in lat
+    return Job(
+        name=name, task=r.get("task", ""), status=r.get("status", ""), gate=g("gate"),
+        cold_start=max(0.0, g("child") - g("child_total")) if cold else COLD_START_S,
+        handoff=HANDOFF_S if handoff is None else handoff,
+        pre_host=PRE_HOST_S, pre_context=PRE_CONTEXT_S, setup=g("child_setup") + g("child_import"),
+        compile=0.0, calls=g("child_correctness_calls"), correctness=g("child_correctness"),
+        timing=g("child_timing"), write=g("child_outputs_write"),
+        misc=max(0.0, g("child_total") - sum(g(k) for k in stages)), check=max(0.0, g("check") - g("check_lane_wait")),
+        rest=_rest(lat))
+
+
+def dispatch_order(records: list[dict]) -> list[dict]:
+    """The records in the order their evaluations started (at_s - total; a records file is in completion
+    order), which is the batch's order as the slots took it."""
+    return sorted(records, key=lambda r: (r["at_s"] - r["latency"].get("total", 0.0), r["at_s"]))
+
+
+def jobs_of_mode(records: list[dict], mode: str) -> list[Job]:
+    chosen = [r for r in records if r.get("mode") == mode]
+    if not chosen:
+        raise RecordError(f"no record of mode {mode!r} (modes: {sorted({r.get('mode') for r in records})})")
+    ordered = dispatch_order(chosen)
+    return [job_from_record(r, h) for r, h in zip(ordered, handoffs(ordered))]
+
+
+def measured_rate(records: list[dict], mode: str, n_gpus: int = 1) -> float:
+    """Evaluations per GPU-hour as throughput.py reports it: the mode's evaluations over its last end time."""
+    chosen = [r for r in records if r.get("mode") == mode]
+    return 3600.0 * len(chosen) / max(r["at_s"] for r in chosen) / n_gpus
+
+
+def step_job(step: dict) -> Job:
+    """A warm env.step (throughput.py's env_step rows): one evaluation alone, its child pre-started during the
+    agent's turn; its wall is the evaluation's own stages, with no lane to wait for."""
+    lat = step["latency"]
+    job = job_from_record({"task": step.get("task", ""), "status": step.get("status", ""), "at_s": 0.0,
+                           "latency": {**lat, "child_preimport": lat.get("child_preimport", 0.0)}})
+    # alone on the machine, the whole of child - child_total is its own (nothing to wait for)
+    return dataclasses.replace(job, handoff=max(0.0, lat.get("child", 0.0) - lat.get("child_total", 0.0)))

@@ -1,0 +1,103 @@
+"""The evaluation pipeline simulated (issue 35): calibrated against the measured H200 runs, then predicting
+each design change and the scaling to hosts of 8 GPUs and clusters of hosts. No GPU is used: every figure
+past the calibration table is a prediction.
+
+    python3 scripts/simulate_throughput.py                      # the three tables, predictions last
+    python3 scripts/simulate_throughput.py --seed 2 --json results/simulate_throughput/simulate_throughput.json
+    python3 scripts/simulate_throughput.py --trace-out results/simulate_throughput   # trace JSON + PNG per run
+
+The model (kernelgym_gap/sim/): each measured evaluation's stages replayed with its own recorded durations,
+less the waits the lanes made, through 4 slots per GPU and the GPU's lane (writer-preferring reader/writer, as
+core/lane.py); the simulator makes the waits again. It is trusted only where the calibration table's errors
+are within 15%. The levers' numbers and their sources are in kernelgym_gap/sim/levers.py."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RECORDS = ROOT / "results" / "h200_2026-12-05"
+CORPUS = ROOT / "results" / "h200_2026-12-04_corpus" / "gap_study_cuda.json"
+TOLERANCE = 0.15
+
+
+def table(rows: list[dict], cols: tuple[str, ...]) -> str:
+    cells = [["" if r.get(c) is None else (f"{r[c]:+.1%}" if c == "error" else str(r[c])) for c in cols]
+             for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
+    return "\n".join(out + ["  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in cells])
+
+
+def write_traces(inp, out: Path) -> list[Path]:
+    """The simulated full mix as measured and with every lever (6 slots): trace JSON and PNG each."""
+    from kernelgym_gap.sim import levers, trace
+    from kernelgym_gap.sim.pipeline import Setup, simulate
+    written = []
+    for sc in levers.scenarios(inp.fit):
+        if sc.name not in ("as measured (4 slots)", "all levers, 6 slots"):
+            continue
+        r = simulate([sc.job(j) for j in inp.workloads["full mix"]], sc.setup(Setup()))
+        slug = "measured" if sc.name.startswith("as measured") else "all_levers_6_slots"
+        title = (f"simulated full mix, {sc.name}: {r.evals_per_gpu_hour:.0f} evaluations/GPU-hour "
+                 f"(a simulation, not a measurement)")
+        written.append(trace.write_trace(r.trace, out / f"sim_full_mix_{slug}.trace.json", title))
+        png = trace.write_png(r.trace, out / f"sim_full_mix_{slug}.png", title)
+        if png:
+            written.append(png)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kernelgym_gap.sim import study
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", default=str(RECORDS), help="the folder of the measured run's records")
+    ap.add_argument("--corpus", default=str(CORPUS), help="a gap study's JSON (per-shape repetitions) for the "
+                                                        "timing fit")
+    ap.add_argument("--seed", type=int, default=1, help="the order of each GPU's copy of the mix in the scaling")
+    ap.add_argument("--json", help="also write every table here")
+    ap.add_argument("--trace-out", help="write the simulated full mix's trace JSON and PNG to this folder")
+    args = ap.parse_args(argv)
+    try:
+        inp = study.load(args.records, args.corpus)
+    except (study.StudyError, OSError, ValueError) as e:
+        print(f"simulate_throughput: {e}", file=sys.stderr)
+        return 2
+    calib = study.calibration(inp)
+    preds = study.predictions(inp)
+    scale = study.scaling(inp, args.seed)
+    fit = inp.fit
+    print(f"timing fit over {fit.rows} corpus evaluations: {fit.fixed:.2f} s + {fit.per_shape:.3f} s/shape + "
+          f"{fit.per_rep_s * 1e3:.3f} ms/repetition + {fit.gpu_factor:.2f} x GPU time; launch share "
+          f"{fit.launch_share:.1%}, repetition share {fit.repetition_share:.1%}")
+    print("\n== calibration: measured (H200, 2026-12-05) against simulated, evaluations per GPU-hour")
+    print(table(calib, ("workload", "gated", "evaluations", "measured", "simulated", "error", "measured_wall_p50_s",
+                        "simulated_wall_p50_s")))
+    worst = max(abs(r["error"]) for r in calib if r["gated"])
+    print(f"worst error of the gated rows {worst:.1%} ({'within' if worst <= TOLERANCE else 'OUTSIDE'} the "
+          f"{TOLERANCE:.0%} bound)")
+    print("\n== scaling (PREDICTIONS: simulated, all levers, 6 slots per GPU; reward server "
+          f"{study.SERVER_S * 1e3:g} ms/request and store {study.STORE_S * 1e3:g} ms/record assumed)")
+    print(table(scale, ("scenario", "gpus", "evals_per_gpu_hour", "wall_p50_s", "server_utilisation",
+                        "store_utilisation")))
+    if args.trace_out:
+        for p in write_traces(inp, Path(args.trace_out)):
+            print(f"wrote {p}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"seed": args.seed, "timing_fit": fit.__dict__, "calibration": calib,
+                                               "predictions": preds, "scaling": scale,
+                                               "note": "predictions are simulated, not measured"}, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    print("\n== predictions per design change (SIMULATED, not measured): evaluations per GPU-hour on the replayed "
+          "workloads, warm env.step p50")
+    print(table(preds, ("scenario", "full_mix", "light_batch", "step_p50_s", "full_mix_wall_p50_s", "basis")))
+    return 0 if worst <= TOLERANCE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
