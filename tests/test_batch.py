@@ -100,11 +100,30 @@ def test_identical_submissions_in_a_batch_are_evaluated_once():
     assert len(ev.calls) == 3 + 3
 
 
-def test_a_harness_failure_is_raised_after_the_pool_drains():
+def test_a_harness_failure_is_that_requests_record_and_the_batch_goes_on():
+    """Issue 31: an exception the harness raised on one request used to fail the whole batch (every other
+    submission lost its record). Now it is that request's protocol_error, stage "harness", naming the error."""
     ev = Recorder(fail_on="bad")
     reqs = [EvalRequest("AddReLU", s, backend="cpu") for s in ("a", "bad", "c")]
-    with pytest.raises(HarnessError, match="the harness broke"):
-        evaluate_many(reqs, workers=1, evaluator=ev)
+    recs = evaluate_many(reqs, workers=1, evaluator=ev)
+    assert [r.status for r in recs] == [Status.OK, Status.PROTOCOL_ERROR, Status.OK]
+    bad = recs[1]
+    assert bad.stage == "harness" and bad.reward == 0.0 and bad.correct is False
+    assert "RuntimeError: the harness broke" in bad.message
+    assert bad.terms["flags"] == ["harness_error: RuntimeError"]
+    assert EvalRecord.from_json(bad.to_json()) == bad
+    assert [c[0] for c in ev.calls] == ["a", "bad", "c"]        # the request after it still ran
+
+
+def test_misuse_found_while_evaluating_still_fails_the_batch():
+    class Misuse(Recorder):
+        def __call__(self, task, source, dsl, backend, config):
+            if source == "bad":
+                raise UnknownChoiceError("dsl", "cuda-c", ("triton", "tilelang"))
+            return super().__call__(task, source, dsl, backend, config)
+    reqs = [EvalRequest("AddReLU", s, backend="cpu") for s in ("a", "bad", "c")]
+    with pytest.raises(HarnessError, match="unknown dsl"):
+        evaluate_many(reqs, workers=1, evaluator=Misuse())
 
 
 def test_cuda_pins_one_worker_per_gpu(monkeypatch):

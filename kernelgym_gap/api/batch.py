@@ -81,8 +81,11 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         child (pre-started by the pool or not).
     tasks_dir: look the requests' tasks up in this directory (e.g. `import kernelbench`'s output) instead of
         tasks/ (or pass registry=).
-    Raises for misuse (unknown task, dsl or backend) before evaluating anything, and HarnessError if an
-    evaluation itself raised (the remaining requests are not started)."""
+    Raises for misuse (unknown task, dsl or backend) before evaluating anything. An evaluation that raises
+    in the harness (anything but misuse: engine.evaluation.is_misuse) becomes that request's own failure
+    record (protocol_error, stage "harness", the exception named: engine.evaluation.harness_failure_record)
+    and the batch goes on; HarnessError only for misuse found while evaluating, a warm pool that could not
+    start, or an interrupt (the remaining requests are not started)."""
     from kernelgym_gap.core.registry import default_registry
     requests = list(requests)
     if not requests:
@@ -204,8 +207,16 @@ class _LocalPool:
                 record = evaluator(task, source, dsl, backend, config)
                 if gpu is not None:
                     record = dataclasses.replace(record, device={**record.device, "gpu_index": gpu})
-            except BaseException as e:  # noqa: BLE001 - reported after the pool drains
-                log.exception("evaluation %d raised", index)
+            except Exception as e:  # noqa: BLE001 - this request's own failure record, never the batch's
+                from kernelgym_gap.engine.evaluation import harness_failure_record, is_misuse
+                if is_misuse(e):
+                    log.exception("evaluation %d raised", index)
+                    with self.lock:
+                        self.failed = self.failed or e
+                    continue
+                log.exception("evaluation %d raised in the harness: its failure record, the batch goes on", index)
+                record = harness_failure_record(task, source, dsl, backend, config, e)
+            except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt and the like: the batch stops
                 with self.lock:
                     self.failed = self.failed or e
                 continue

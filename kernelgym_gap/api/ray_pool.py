@@ -80,7 +80,14 @@ class _EvalActor:
         task = find_task(task_id, tasks_dir)
         if self.gpu_index is not None:
             config = with_lane(config.replace(gpu_index=self.gpu_index), self.lane_dir)
-        record = evaluate(task, source, dsl, self.backend, config)
+        try:
+            record = evaluate(task, source, dsl, self.backend, config)
+        except Exception as e:  # noqa: BLE001 - this request's own failure record (api/batch.py does the same)
+            from kernelgym_gap.engine.evaluation import harness_failure_record, is_misuse
+            if is_misuse(e):
+                raise
+            log.exception("an evaluation raised in the harness: its failure record, the batch goes on")
+            record = harness_failure_record(task, source, dsl, self.backend, config, e)
         return {"record": record.to_dict(), **self.placement()}
 
 

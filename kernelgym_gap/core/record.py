@@ -13,20 +13,16 @@ import types
 import typing
 from typing import Any
 
+from kernelgym_gap.core import bounded_json
 from kernelgym_gap.core.config import TimingConfig
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.timing_stats import TimingReadings
 
 SCHEMA_VERSION = 1
+MAX_RECORD_BYTES = 64 << 20     # from_json's default size bound (a child's report has its own, smaller)
 # ChildReport's own version: 2 since its timings carry the raw readings the parent summarises (issue 31).
 CHILD_REPORT_VERSION = 2
-
-
-def _reject_constant(name: str):
-    # JSON has no NaN/Infinity; json.loads accepts them unless told otherwise, and a value that the
-    # parent's own to_json (allow_nan=False) cannot write back must not get past from_json.
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def _convert(tp: Any, value: Any, where: str) -> Any:
@@ -127,12 +123,19 @@ class _Record:
         return _from_dict(cls, data, cls.__name__)
 
     @classmethod
-    def from_json(cls, text: str | bytes):
+    def from_json(cls, text: str | bytes, max_bytes: int = MAX_RECORD_BYTES):
+        """The record `text` holds, or ProtocolError: any parse or validation error, within bounds (size,
+        nesting depth: core/bounded_json.py), so that hostile text can raise nothing else."""
         try:
-            data = json.loads(text, parse_constant=_reject_constant)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ProtocolError(f"{cls.__name__}: not JSON: {e}") from None
-        return cls.from_dict(data)
+            data = bounded_json.loads(text, max_bytes=max_bytes, what=f"{cls.__name__} text")
+        except bounded_json.BoundedJSONError as e:
+            raise ProtocolError(f"{cls.__name__}: {e}") from None
+        try:
+            return cls.from_dict(data)
+        except ProtocolError:
+            raise
+        except (TypeError, ValueError, RecursionError) as e:   # a value the dataclass itself refuses
+            raise ProtocolError(f"{cls.__name__}: invalid record: {type(e).__name__}: {str(e)[:200]}") from None
 
 
 # ---- parent -> child -------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ import struct
 
 import torch
 
+from kernelgym_gap.core import bounded_json
+
 MAGIC = b"KGGT\x01"
 MAX_HEADER = 4096
 MAX_DIMS = 16
@@ -91,10 +93,11 @@ def _read_exact(fd: int, n: int) -> bytes:
 
 
 def _parse_header(raw: bytes) -> tuple[torch.dtype, tuple[int, ...]]:
+    # bounded: a 4 KiB header of `[[[[...` made json.loads raise RecursionError in the checker (issue 31)
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise TensorFileError("the header is not JSON") from None
+        header = bounded_json.loads(raw, max_bytes=MAX_HEADER, max_depth=2, what="the header")
+    except bounded_json.BoundedJSONError as e:
+        raise TensorFileError(str(e)) from None
     if not isinstance(header, dict) or set(header) != {"dtype", "shape"}:
         raise TensorFileError("the header must hold exactly 'dtype' and 'shape'")
     dtype, shape = header["dtype"], header["shape"]

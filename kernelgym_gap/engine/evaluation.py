@@ -149,3 +149,36 @@ def checked_alone_if_failed(run: Callable[[], CheckResult], lane_dir: str | None
     latency["check_retry"] = time.perf_counter() - t
     first = result.message.strip().splitlines()[-1][:160] if result.message.strip() else ""
     return again, f"check_retried_alone: the first check, beside other evaluations, failed ({first})"
+
+
+# Errors that mean the caller misused the harness or the machine cannot run the backend at all: a batch
+# raises them as before (every request would fail the same way). Anything else raised while evaluating one
+# request is that request's failure record (harness_failure_record): one submission never fails another's.
+def is_misuse(exc: BaseException) -> bool:
+    from kernelgym_gap.core.errors import (BackendUnavailableError, TaskDefinitionError, UnknownChoiceError,
+                                           UnknownTaskError)
+    return isinstance(exc, (UnknownTaskError, UnknownChoiceError, TaskDefinitionError, BackendUnavailableError))
+
+
+def harness_failure_record(task: TaskSpec, source: str | bytes, dsl: str, backend: str, config: EvalConfig,
+                           exc: BaseException) -> EvalRecord:
+    """The record of one request whose evaluation raised in the harness (a bug, or something a submission
+    did that the harness did not survive): status protocol_error, stage "harness", reward 0, the exception's
+    type and first line in the message and in terms["flags"] (`harness_error: <Type>`). protocol_error is
+    never cached (store/results.py), so a fixed harness evaluates the submission again."""
+    from kernelgym_gap.core.backend import backend as backend_info
+    raw = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else bytes(source)
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    reason = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    try:
+        mode = backend_info(backend).reward_mode(config.reward.mode)
+    except Exception:   # noqa: BLE001 - the record must come back even for a backend this host lacks
+        mode = config.reward.mode
+    return EvalRecord(
+        task=task.id, task_version=task.version, dsl=dsl, backend=backend, status=Status.PROTOCOL_ERROR,
+        stage="harness", correct=False, reward=0.0, reward_mode=mode,
+        terms={"correctness": 0.0, "performance": None, "E": None, "U": None, "per_shape": None,
+               "kernelbench_allclose": None, "flags": [f"harness_error: {type(exc).__name__}"]},
+        message=f"the harness raised while evaluating this submission ({reason}); no verdict on the kernel",
+        source_sha256=hashlib.sha256(raw).hexdigest(),
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))

@@ -3,6 +3,7 @@ with, a cold start under the sandbox, and the report (bounded, parsed as the ver
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -44,11 +45,40 @@ def last_lines(text: str, lines: int = 8) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+def read_child_file(path: Path, max_bytes: int, what: str) -> bytes | None:
+    """The bytes of a file the child wrote, read as hostile: a link is not followed, a FIFO cannot block, a
+    directory or device is refused, and no more than `max_bytes` are read (the child may still be growing
+    it). None when there is no such file; ProtocolError for anything else that is wrong with it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ProtocolError(f"{what} cannot be opened ({e.strerror}): a link or not a file") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProtocolError(f"{what} is not a regular file")
+        parts, got = [], 0
+        while got <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - got))
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+    except OSError as e:
+        raise ProtocolError(f"{what} cannot be read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+    if got > max_bytes:
+        raise ProtocolError(f"{what} is larger than {max_bytes} bytes")
+    return b"".join(parts)
+
+
 def read_report(path: Path, outcome: ChildOutcome) -> ChildReport:
-    """The child's report: a regular file under MAX_REPORT_BYTES that parses as the record, or ProtocolError."""
-    if not path.is_file():
+    """The child's report: a regular file of at most MAX_REPORT_BYTES that parses as the record (bounded in
+    depth too: core/bounded_json.py), or ProtocolError. Nothing else escapes: the file is hostile input."""
+    raw = read_child_file(path, MAX_REPORT_BYTES, "the child's report")
+    if raw is None:
         raise ProtocolError(f"the child exited with code {outcome.returncode} without a report\n"
                             f"{last_lines(outcome.stderr_tail)}")
-    if path.stat().st_size > MAX_REPORT_BYTES:
-        raise ProtocolError(f"the child's report is larger than {MAX_REPORT_BYTES >> 20} MiB")
-    return ChildReport.from_json(path.read_bytes())
+    return ChildReport.from_json(raw, max_bytes=MAX_REPORT_BYTES)

@@ -350,7 +350,8 @@ class SandboxedChild:
                 if import_pending and import_deadline is None and self._import_started():
                     import_deadline = now + config.import_s
                 if import_deadline is not None and now >= import_deadline:
-                    if not (scratch / IMPORT_MARKER).exists():
+                    # lexists: never raises and follows no link (the child made the entry; its kind is moot)
+                    if not os.path.lexists(scratch / IMPORT_MARKER):
                         timed_out, stage_timeout = True, "import"
                         break
                     import_pending, import_deadline = False, None
