@@ -420,3 +420,119 @@ def test_an_honest_submission_needs_no_follow_up_probe(task, honest_source):
     record = evaluate(task, honest_source, "triton", "cpu", config())
     assert record.ok and "compile_probe" in record.latency and "compile_probe_specs" not in record.latency
     assert "flags" not in record.terms or not record.terms["flags"], record.terms
+
+
+# ------------------------------------------------- the harness's own code, out of reach (issue 31, finding 1)
+
+HARNESS_PATCHES = ["patch_child_timing.py", "patch_timing_stats.py", "patch_harness_constant.py"]
+PROBES = Path(__file__).resolve().parent / "fixtures" / "probes"
+
+
+class _SnapshotAdapter:
+    """What snapshots.Integrity reads of a DSL adapter, without installing one in this process."""
+
+    class log:  # noqa: N801 - stands in for the adapter's LaunchLog instance
+        pass
+
+    compile_hook = None
+
+    def watched(self):
+        return [], []
+
+    def hook_reader(self):
+        return dict
+
+
+def _import_child_side() -> set[str]:
+    """Every module of the child side (child/, dsl/, core/) imported here; their names."""
+    import importlib
+    import pkgutil
+
+    import kernelgym_gap
+    names = set()
+    for pkg in ("child", "dsl", "core"):
+        path = [str(Path(kernelgym_gap.__file__).parent / pkg)]
+        for info in pkgutil.iter_modules(path, f"kernelgym_gap.{pkg}."):
+            importlib.import_module(info.name)
+            names.add(info.name)
+    return names
+
+
+def test_every_child_side_module_is_covered_by_the_snapshots():
+    """What the snapshots protect is derived from what is loaded: every module of child/, dsl/ and core/ (a
+    new one included, with no list to add it to), every global of each, and a harness module loaded after
+    the snapshot from the next comparison on. Until 2026-12-05 a hand-kept list left child/timing.py out."""
+    import sys
+    import types
+
+    from kernelgym_gap.child import snapshots, timing
+    names = _import_child_side()
+    assert "kernelgym_gap.child.timing" in names and "kernelgym_gap.core.timing_stats" in names
+    integrity = snapshots.Integrity(_SnapshotAdapter())
+    loaded = {n for n in sys.modules if snapshots.is_harness_name(n)}
+    assert names <= integrity.covered() and loaded <= integrity.covered(), sorted(loaded - integrity.covered())
+    def changed():       # pytest-timeout's own itimer and threads are this process's, not a submission's
+        return [v for v in integrity.violations() if "timer" not in v and "thread" not in v]
+
+    assert changed() == []
+    late = types.ModuleType("kernelgym_gap._late_for_test")
+    late.helper = lambda: 1
+    sys.modules[late.__name__] = late
+    try:
+        assert changed() == [] and late.__name__ in integrity.covered()
+        late.helper = lambda: 2
+        real_spin, timing.SPIN_MS = timing.SPIN_MS, 0.0
+        try:
+            found = changed()
+        finally:
+            timing.SPIN_MS = real_spin
+        assert "kernelgym_gap._late_for_test.helper was replaced" in found
+        assert "kernelgym_gap.child.timing.SPIN_MS was replaced" in found
+        sys.modules[late.__name__] = types.ModuleType(late.__name__)
+        assert f"sys.modules[{late.__name__!r}] was replaced" in changed()
+    finally:
+        sys.modules.pop(late.__name__, None)
+
+
+def test_every_harness_module_of_a_real_child_is_covered(task, no_probe):
+    """In a real child (the cpu backend): at the submission's second call, every kernelgym_gap module loaded
+    there is covered by the live snapshots (tests/fixtures/probes/harness_coverage.py reports it)."""
+    import re
+    record = evaluate(task, (PROBES / "harness_coverage.py").read_text(), "triton", "cpu", config())
+    found = re.search(r"COVERAGE snapshots=(\d+) loaded=(\d+) timing=(\w+) uncovered=(.*?) END", record.message)
+    assert found, record.message
+    assert found.group(1) == "1" and int(found.group(2)) > 20 and found.group(3) == "True"
+    assert found.group(4) == "[]", found.group(4)
+
+
+@pytest.mark.parametrize("name", HARNESS_PATCHES)
+def test_a_patched_harness_module_is_named(name, task, no_probe):
+    """The patches are caught by what they changed (on cpu, where no timing runs: at the import)."""
+    record = evaluate(task, source_of(name, 9, Path("/nonexistent")), "triton", "cpu", config())
+    assert record.status.value == "integrity_violation" and record.reward == 0.0
+    named = {"patch_child_timing.py": ["kernelgym_gap.child.timing.time_shape was replaced",
+                                       "kernelgym_gap.child.timing.Bench._summarise was replaced"],
+             "patch_timing_stats.py": ["kernelgym_gap.core.timing_stats.summarise was replaced"],
+             "patch_harness_constant.py": ["kernelgym_gap.child.run.TIMING_WATCH_FRACTION was replaced",
+                                           "kernelgym_gap.child.timing.DEVICE_EXCESS was replaced"]}[name]
+    for what in named:
+        assert what in record.message, record.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", HARNESS_PATCHES)
+def test_gpu_a_patched_harness_module_is_caught(name, task):
+    """On cuda, where the timing runs: the patch is an integrity violation, never a score."""
+    record = evaluate(task, source_of(name, 9, Path("/nonexistent")), "triton", "cuda", config(300))
+    assert record.status.value == "integrity_violation", (record.status, record.message)
+    assert record.reward == 0.0 and record.correct is not True
+
+
+@pytest.mark.gpu
+def test_gpu_an_honest_kernel_scores_from_the_parents_summary(task, honest_source):
+    """On cuda: the honest kernel's record is ok and its per-shape times are the parent's own summary of
+    the raw readings (the repetitions match what was read)."""
+    record = evaluate(task, honest_source, "triton", "cuda", config(300))
+    assert record.ok and record.reward > 0, record.message
+    for p in record.terms["per_shape"]:
+        assert p["kernel_reps"] >= 1 and p["kernel_ms"] > 0 and not p["early_exit"]

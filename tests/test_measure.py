@@ -228,3 +228,45 @@ def test_tensor_bytes_counts_distinct_tensors_once():
     y = torch.zeros(10, dtype=torch.float32)
     assert _tensor_bytes((x, x, 3, "s"), {"y": y}) == 200 + 40
     assert _tensor_bytes((), {}, y) == 40
+
+
+def _scored(task, config, *timings):
+    """The score stage on a cuda child's report (as tests/test_library_cache.py's)."""
+    from kernelgym_gap.core.backend import backend
+    from kernelgym_gap.core.record import CheckResult, Job, Trial
+    from kernelgym_gap.engine import stages
+    from kernelgym_gap.engine.evaluation import Evaluation
+    from kernelgym_gap.sandbox.launch import ChildResult
+    from kernelgym_gap.sandbox.process import ChildOutcome
+    trials = tuple(Trial(index=10_000 + i, shape=t.shape, dtype=t.dtype, seed=1, distribution="normal",
+                         split="public") for i, t in enumerate(timings))
+    ev = Evaluation(task, b"", "triton", backend("cuda"), config)
+    ev.job = Job(task_id=task.id, dsl="triton", backend="cuda", source_file="s.py", outputs_dir="o",
+                 report_file="r.json", trials=(), timing=config.timing, timing_trials=trials)
+    ev.child = ChildResult(outcome=ChildOutcome(returncode=0, signal=None, timed_out=False, wall_s=1.0,
+                                                stdout_tail="", stderr_tail="", output_bytes=0, layers=()),
+                           report=report(*timings))
+    ev.check_result = CheckResult(status=Status.OK, message="", trials_checked=1)
+    return stages.Score().run(ev)
+
+
+def test_the_score_stage_scores_the_parents_summary_of_the_readings(registry, config, tmp_path):
+    """E and U come from the medians of the raw readings; a child summary they do not give is an integrity
+    violation, and a timing without readings a protocol error (issue 31: a submission that rewrote the
+    child's summariser to report a third of its kernel's time passed as ok on an H100, E 1.61 for 1.51)."""
+    from timing_readings import with_readings
+    config = config.replace(library_cache_path=str(tmp_path / "library_times.json"))
+    task = registry.get("LayerNorm")
+    shape = (8192, 4096)
+    fl, _ = floor_ms(task, shape, "float16", CAL)
+    honest = with_readings(timing(shape, "float16", 2 * fl, 3 * fl), config.timing)
+    verdict = _scored(task, config, honest)
+    assert verdict.status is Status.OK, verdict.message
+    assert verdict.terms["per_shape"][0]["E"] == pytest.approx(1.5)
+    assert verdict.terms["per_shape"][0]["kernel_reps"] == len(honest.readings.kernel.stream_ms)
+    forged = dataclasses.replace(honest, kernel_ms=honest.kernel_ms / 3)
+    verdict = _scored(task, config, forged)
+    assert verdict.status is Status.INTEGRITY_VIOLATION and verdict.stage == "score"
+    assert "is not its readings'" in verdict.message and "kernel_ms" in verdict.message
+    verdict = _scored(task, config, dataclasses.replace(honest, readings=None))
+    assert verdict.status is Status.PROTOCOL_ERROR and "no raw timing readings" in verdict.message
