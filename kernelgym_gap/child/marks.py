@@ -3,7 +3,7 @@
 
 The parent reads only which call runs, never the bound written here (it keeps its own copy), so nothing
 here is trusted; a child without marks only has the wall deadline. What it writes with is bound at import,
-before the submission loads (snapshots.HARNESS_MODULES lists this module)."""
+before the submission loads (the snapshots cover it, as every harness module)."""
 from __future__ import annotations
 
 import os

@@ -14,8 +14,8 @@ those trials, so that a child killed past a call's stage deadline leaves its fin
 outputs written inside the shared lane are then those of every shape but the largest of each run, which are
 the small ones; the largest shape's outputs are still written after the lanes.
 
-The names used after the submission loads are bound at import; this module is among
-child.snapshots.HARNESS_MODULES.
+The names used after the submission loads are bound at import; the snapshots cover
+this module as they cover every module of the harness (child/snapshots.harness_modules).
 """
 from __future__ import annotations
 

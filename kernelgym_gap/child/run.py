@@ -6,7 +6,7 @@ is assumed compromised once the submission is imported; what it reports is cross
 wherever it can be.
 
 This module, not runner.py, holds the work: a real child runs runner.py as __main__, which the integrity
-snapshots cannot name; this module is among snapshots.HARNESS_MODULES."""
+snapshots cover as `__main__`; this module, like every harness module, they cover by name."""
 from __future__ import annotations
 
 import collections

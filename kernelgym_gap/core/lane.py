@@ -33,7 +33,7 @@ ENV_FDS = "KGG_LANE_FDS"          # "GATE,DATA": the child's inherited descripto
 ENV_WAIT = "KGG_LANE_WAIT_S"      # how long the child waits for its lane in all before it goes on without it
 _POLL_S = (0.001, 0.05)           # first and longest sleep between tries when a wait has a timeout
 # bound at import: in the child, a submission that replaces fcntl.flock or time.monotonic afterwards does not
-# get its code run by the harness's lane calls (this module is among child/snapshots.HARNESS_MODULES)
+# get its code run by the harness's lane calls (the snapshots cover this module, as every harness module)
 _FLOCK, _NOW, _SLEEP = fcntl.flock, time.monotonic, time.sleep
 
 

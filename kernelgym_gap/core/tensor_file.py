@@ -11,7 +11,7 @@ Layout: MAGIC, a 4-byte little-endian header length, the header (JSON {"dtype": 
 then numel x itemsize bytes in the tensor's row-major order, native (little-endian) byte order.
 
 The child uses `write_tensor` after the submission has run: the names it needs are bound at import, and
-this module is among child.snapshots.HARNESS_MODULES.
+the snapshots cover this module, as every harness module (child/snapshots.harness_modules).
 """
 from __future__ import annotations
 
