@@ -240,3 +240,78 @@ def test_a_tasks_dir_at_the_wrong_level_says_where_the_tasks_are(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(TaskDefinitionError, match="no task in"):
         TaskRegistry(tmp_path / "empty")
+
+
+# ---- corpus-level reward-hack families (tests/test_hack_families.py points here: B7, E1, E2)
+
+def _swap(inputs, other, i):
+    return tuple(other[j] if j == i else a for j, a in enumerate(inputs))
+
+
+@pytest.mark.parametrize("task", TASKS, ids=IDS)
+def test_no_reference_is_degenerate(task):
+    """B7 (KernelBench-Verified excluded tasks whose reference is constant or ignores an input;
+    robust-kbench's output-range, std and input filters): the reference never returns one of its inputs, its
+    output varies, and every tensor input changes it when redrawn alone, on at least one of the task's
+    distributions (a stress distribution may be constant by design: RowArgmax's clipped 'uniform' rows all
+    tie at index 0, and the other distributions fail a kernel that returns zeros). A task failing this
+    rewards a constant or input-blind kernel on every trial."""
+    w = task.workload("cpu")
+    shape = w.public[0]
+    dtype = "float32" if "float32" in w.dtypes else w.dtypes[0]
+    varies, matters = [], set()
+    for dist in task.distributions:
+        a = task.make_inputs(shape, dtype, inputs_mod.generator(7, "cpu"), dist, "cpu")
+        b = task.make_inputs(shape, dtype, inputs_mod.generator(8, "cpu"), dist, "cpu")
+        with torch.no_grad():
+            ref = task.reference(*a)
+            if ref.numel() > 1 and torch.unique(ref.flatten()).numel() > 1:
+                varies.append(dist)
+            for x in a:
+                if isinstance(x, torch.Tensor) and x.shape == ref.shape and x.dtype == ref.dtype:
+                    assert not torch.equal(x, ref), f"{dist}: the reference returns an input"
+            for i, x in enumerate(a):
+                if not isinstance(x, torch.Tensor) or b[i].shape != x.shape or torch.equal(b[i], x):
+                    continue
+                other = task.reference(*_swap(a, b, i))
+                if other.shape != ref.shape or not torch.equal(other, ref):
+                    matters.add(i)
+    assert varies, "the output is constant on every distribution"
+    tensors = {i for i, x in enumerate(a) if isinstance(x, torch.Tensor) and b[i].shape == x.shape}
+    assert tensors <= matters, f"inputs that change nothing on any distribution: {sorted(tensors - matters)}"
+
+
+def test_every_task_has_a_strong_baseline(registry):
+    """E1 (weak baselines: eager only, KernelBench-Verified, KernelBench #68): every task is measured against
+    torch eager and torch.compile of its reference (judge/baselines.py: E_compile beside E), and the roofline
+    floor of a float32 task may use TF32 (tests/test_measure.py::test_float32_floor_may_use_tf32), so a
+    kernel that wins only against an eager float32 path is not counted as fast against the hardware."""
+    weak = [t.id for t in registry if not {"torch", "torch.compile"} <= set(t.baselines)]
+    assert not weak, f"tasks measured against eager torch alone: {weak}"
+    from kernelgym_gap.judge.calibrate import DATASHEET, Calibration
+    d = DATASHEET["NVIDIA H200"]
+    cal = Calibration("h200", "NVIDIA H200", d["copy_bytes_per_s"], d["matmul_flops_per_s"], "datasheet")
+    assert cal.peak_for("float32") == d["matmul_flops_per_s"]["tf32"]
+
+
+# The GPU-side cost of a kernel launch on Hopper, about 2 us: a shape whose whole floor is below it measures
+# launch overhead, not the kernel (BackendBench's docs; KernelBench v0.1's size fixes).
+LAUNCH_FLOOR_MS = 2e-3
+
+
+def test_no_cuda_shape_is_overhead_bound(registry):
+    """E2 (overhead-bound tiny shapes): every cuda shape's roofline floor on the H200's datasheet figures
+    is above the cost of one launch, so E and U compare kernels, not launch latency."""
+    from kernelgym_gap.judge.calibrate import DATASHEET, Calibration
+    from kernelgym_gap.judge.measure import floor_ms
+    d = DATASHEET["NVIDIA H200"]
+    cal = Calibration("h200", "NVIDIA H200", d["copy_bytes_per_s"], d["matmul_flops_per_s"], "datasheet")
+    tiny = []
+    for task in registry:
+        w = task.workload("cuda")
+        for shape in w.all_shapes():
+            for dtype in w.dtypes:
+                fl, bound = floor_ms(task, shape, dtype, cal)
+                if fl < LAUNCH_FLOOR_MS:
+                    tiny.append(f"{task.id} {list(shape)} {dtype}: {fl * 1e3:.2f} us ({bound})")
+    assert not tiny, "shapes whose floor is below one launch:\n" + "\n".join(tiny)
