@@ -138,15 +138,19 @@ def test_predictions_and_scaling_are_deterministic_per_seed(inputs):
 
 
 def test_the_script_runs_quickly_and_writes_its_tables(tmp_path, capsys):
-    t = time.perf_counter()
+    # CPU time, not wall: this 2-core machine is shared, and its load says nothing about the simulator
+    t = time.process_time()
     rc = _script().main(["--json", str(tmp_path / "sim.json")])
-    assert time.perf_counter() - t < 20
+    assert time.process_time() - t < 20
     assert rc == 0
     out = capsys.readouterr().out
     assert out.rstrip().splitlines()[-1].startswith("+ hung calls")          # the predictions table is last
     assert "SIMULATED, not measured" in out
     data = json.loads((tmp_path / "sim.json").read_text())
     assert {r["workload"] for r in data["calibration"]} >= {"full mix", "light batch", "warm env.step p50 (s)"}
+    # what 1,000 per GPU-hour takes: smaller lane stretches never predict less
+    sens = {(r["timing_x"], r["shared_x"]): r["slots_6"] for r in data["sensitivity"]}
+    assert sens[(0.5, 0.5)] > sens[(1.0, 1.0)] and sens[(0.25, 0.25)] > sens[(0.5, 0.5)]
 
 
 def test_bad_records_are_refused_with_their_line(tmp_path):

@@ -105,16 +105,38 @@ def calibration(inp: Inputs) -> list[dict]:
     return rows
 
 
-def predictions(inp: Inputs) -> list[dict]:
+def predictions(inp: Inputs, seed: int = 1) -> list[dict]:
+    """Per scenario: the replayed full mix and light batch (the runs the GPU would repeat: short, so their
+    last evaluations' tail moves the rate), the full mix four times over on one GPU (`full_mix_x4`: the steady
+    state, each copy in a seeded order), and the warm env.step's p50."""
     rows = []
+    longer = replicated(inp.workloads["full mix"], 4, seed)
     for sc in levers.scenarios(inp.fit):
         setup = sc.setup(Setup())
         full = simulate([sc.job(j) for j in inp.workloads["full mix"]], setup)
         light = simulate([sc.job(j) for j in inp.workloads["light batch"]], setup)
+        x4 = simulate([sc.job(j) for j in longer], setup)
         rows.append({"scenario": sc.name, "full_mix": round(full.evals_per_gpu_hour),
-                     "light_batch": round(light.evals_per_gpu_hour),
+                     "full_mix_x4": round(x4.evals_per_gpu_hour), "light_batch": round(light.evals_per_gpu_hour),
                      "step_p50_s": round(step_p50([sc.job(s) for s in inp.steps], setup), 2),
                      "full_mix_wall_p50_s": round(full.wall_p50, 1), "basis": sc.basis})
+    return rows
+
+
+def sensitivity(inp: Inputs, seed: int = 1) -> list[dict]:
+    """What 1,000 per GPU-hour takes: the last scenario (every lever, hung calls letting the lane go) on the
+    full mix four times over, with the timing and the shared stretches (correctness, check) scaled down."""
+    last = levers.scenarios(inp.fit)[-1]
+    base = [last.job(j) for j in replicated(inp.workloads["full mix"], 4, seed)]
+    rows = []
+    for kt in (1.0, 0.5, 0.25):
+        for ks in (1.0, 0.5, 0.25):
+            jobs = [j.scaled(timing=kt, correctness=ks, compile=ks, check=ks, check_ref=ks) for j in base]
+            row = {"timing_x": kt, "shared_x": ks}
+            for slots in (6, 8):
+                setup = dataclasses.replace(last.setup(Setup()), slots_per_gpu=slots)
+                row[f"slots_{slots}"] = round(simulate(jobs, setup).evals_per_gpu_hour)
+            rows.append(row)
     return rows
 
 

@@ -33,7 +33,8 @@ RECORD_STAGES = (
     ("timing", "child_timing", "exclusive"),
     ("outputs write", "child_outputs_write", ""),
     ("child misc", "_misc", ""),
-    ("wait shared (check)", "check_lane_wait", ""),
+    ("parent", "_rest", ""),           # the record's time outside gate, child and check; put here so that
+    ("wait shared (check)", "check_lane_wait", ""),        # the check ends at at_s, as lane_occupancy.py has it
     ("check", "_check_body", "shared"),
 )
 
@@ -67,6 +68,7 @@ def intervals_from_records(records: list[dict]) -> list[Interval]:
         lat["_handoff"] = max(0.0, g("child") - g("child_total")) if "child_total" in lat else g("child")
         lat["_misc"] = max(0.0, g("child_total") - sum(g(k) for k in inner))
         lat["_check_body"] = max(0.0, g("check") - g("check_lane_wait"))
+        lat["_rest"] = max(0.0, g("total") - g("gate") - g("child") - g("check"))
         t = r["at_s"] - g("total")
         name = r.get("submission") or r.get("task", "?")
         gpu = int(r.get("gpu", 0) or 0)
