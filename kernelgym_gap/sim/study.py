@@ -29,7 +29,7 @@ CALIBRATION_RUNS = (   # (label, records file, mode, the summary's row: its repo
     ("light batch, held_output_bytes=0", "throughput_records.jsonl", "lanes [held_output_bytes=0]",
      "lanes x4 [held_output_bytes=0]"),
 )
-SUMMARY = "throughput_h200_2026-12-05.json"
+SUMMARY = "throughput_*_*-*-*.json"     # throughput.py's summary, throughput_<device>_<date>.json
 # an earlier run of the light batch (older code: no pre-started children, outputs written in the lane), beside
 # the records folder: replayed as an out-of-sample check, reported and not gated (its folder, records, mode,
 # the summary beside the folder and its row)
@@ -58,7 +58,10 @@ def load(records_dir: str | Path, corpus_json: str | Path) -> Inputs:
     d = Path(records_dir)
     workloads, measured, walls = {}, {}, {}
     try:
-        summary = json.loads((d / SUMMARY).read_text())
+        found = sorted(d.glob(SUMMARY))
+        if not found:
+            raise OSError(f"no summary {SUMMARY} beside the records")
+        summary = json.loads(found[-1].read_text())
         reported = {m["mode"]: m["evals_per_gpu_hour"] for m in summary["modes"]}
         for label, name, mode, row in CALIBRATION_RUNS:
             rows = workload.read_records(d / name)

@@ -117,7 +117,7 @@ def write_trace(intervals: list[Interval], path: str | Path, title: str = "") ->
 
 COLOURS = {"correctness": "tab:blue", "timing": "tab:red", "check": "tab:green", "outputs write": "tab:purple",
            "setup": "tab:gray", "child start / hand-off": "tab:olive", "cold child start": "tab:olive",
-           "hand-off": "tab:olive", "compile (unlaned)": "tab:cyan", "check reference (early)": "tab:olive",
+           "hand-off": "tab:olive", "compile (unlaned)": "tab:cyan", "check reference (early)": "tab:orange",
            "preimport": "tab:pink", "cuda context": "tab:pink", "hung": "black"}
 
 
