@@ -183,3 +183,14 @@ def test_a_job_from_a_record_keeps_its_own_durations():
                                      "latency": {"gate": 0.0, "child": 60.0, "total": 60.1}})
     assert hung.hang_s == 60.0 and hung.hang_lane == "shared"
     assert dataclasses.replace(hung, hang_lane="").hang_lane == ""
+
+
+def test_a_slow_reward_server_bounds_every_gpu_as_the_cluster_bound_says():
+    """The single-server queue in the simulation against the bound study.scaling states for a cluster:
+    4 GPUs whose evaluations each take the server 2 s cannot exceed 3600 / 2 per hour in all."""
+    jobs = [Job(name=f"e{i}", correctness=1.0, timing=1.0, check=1.0) for i in range(120)]
+    fast = simulate(jobs, Setup(gpus_per_host=4))
+    slow = simulate(jobs, Setup(gpus_per_host=4, server_s=2.0))
+    assert fast.evals_per_gpu_hour * 4 > 3600 / 2.0            # without the server the GPUs would do more
+    assert slow.evals_per_gpu_hour * 4 == pytest.approx(3600 / 2.0, rel=0.08)
+    assert slow.server_busy_s / slow.makespan > 0.9
