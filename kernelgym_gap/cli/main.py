@@ -83,6 +83,8 @@ def cmd_eval(args) -> int:
               f"  ({record.reward_mode})")
         if record.message:
             print(record.message)
+        if record.failure and record.failure.reproduce and record.failure.reproduce not in record.message:
+            print(f"inputs (a held-out case: shown to you, never in the agent's feedback): {record.failure.reproduce}")
         t = record.terms
         if t.get("E") is not None:
             compiled = f"  E_compile={t['E_compile']:.4g}" if t.get("E_compile") is not None else ""

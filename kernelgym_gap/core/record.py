@@ -328,6 +328,9 @@ class FailureDetail:
     atol: float | None = None                   # the tolerance the output was judged with
     rtol: float | None = None
     bad_elements: int | None = None             # how many elements were rejected
+    # the call that regenerates the trial's inputs, for people: a held-out trial's message (the agent's
+    # feedback) leaves it out, and its shape and seed (engine/feedback.py); `kernelgym-gap eval` prints it
+    reproduce: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import dataclasses
 import datetime as _dt
 import hashlib
 import logging
@@ -112,14 +113,37 @@ class Evaluation:
         terms.update(verdict.terms or {})
         if self.flags:
             terms["flags"] = list(terms["flags"] or []) + self.flags
+        message, failure = self._agent_safe(verdict, terms)
         return EvalRecord(
             task=self.task.id, task_version=self.task.version, dsl=self.dsl, backend=self.backend.name,
             status=verdict.status, stage=verdict.stage, correct=verdict.correct, reward=verdict.reward,
-            reward_mode=self.backend.reward_mode(self.config.reward.mode), terms=terms, message=verdict.message,
-            failure=verdict.failure, diagnosis=verdict.diagnosis, trials_checked=verdict.trials_checked,
+            reward_mode=self.backend.reward_mode(self.config.reward.mode), terms=terms, message=message,
+            failure=failure, diagnosis=verdict.diagnosis, trials_checked=verdict.trials_checked,
             device=self.device, versions=self.versions, sandbox_layers=self.layers, latency=self.latency,
             source_sha256=self.source_sha,
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+    def _agent_safe(self, verdict, terms: dict):
+        """The verdict's message with the held-out trials' shapes, seeds and sizes scrubbed (the agent's
+        feedback: engine/feedback.py), the flags likewise; and its failure with `reproduce` filled in for
+        people (the call that regenerates the failing trial's inputs). Text that can hold what the child
+        wrote (every stage but the gate, the trusted check and the score, whose words are the parent's own)
+        also loses every number equal to a secret dimension."""
+        from kernelgym_gap.core import inputs as inputs_mod
+        from kernelgym_gap.core.registry import users_tasks_dir
+        from kernelgym_gap.engine import feedback
+        timing_trials = self.job.timing_trials if self.job is not None else ()
+        secrets = feedback.secrets_of((*self.trials, *timing_trials), self.task.workload(self.backend.name).public)
+        child_text = verdict.stage not in ("gate", "trusted_check", "score")
+        message = feedback.scrub(verdict.message, secrets, dims=child_text)
+        if terms.get("flags"):
+            terms["flags"] = [feedback.scrub(f, secrets, dims=child_text) if isinstance(f, str) else f
+                              for f in terms["flags"]]
+        failure = verdict.failure
+        if failure is not None and failure.trial is not None and failure.reproduce is None:
+            failure = dataclasses.replace(failure, reproduce=inputs_mod.reproduce_call(
+                self.task.id, failure.trial, self.backend.name, users_tasks_dir(self.task)))
+        return message, failure
 
     def close(self) -> None:
         """Ends whatever still runs and removes the directories (unless config.keep_scratch)."""

@@ -79,9 +79,16 @@ def _fmt(v: float | str) -> str:
     return v if isinstance(v, str) else f"{v:.6g}"
 
 
-def samples_text(first_bad) -> str:
-    """`at (0, 0): expected 0.81, got -0.4; ...` for a failure's first rejected elements."""
-    return "; ".join(f"{tuple(b.index)}: expected {_fmt(b.expected)}, got {_fmt(b.got)}" for b in first_bad)
+def samples_text(first_bad, indices: bool = True) -> str:
+    """`(0, 0): expected 0.81, got -0.4; ...` for a failure's first rejected elements; without `indices`
+    (a held-out trial: an index tells the shape's extent) `expected 0.81, got -0.4; ...`."""
+    return "; ".join((f"{tuple(b.index)}: " if indices else "") + f"expected {_fmt(b.expected)}, got {_fmt(b.got)}"
+                     for b in first_bad)
+
+
+def _counted(n: int, total: int, what: str, public: bool) -> str:
+    """`12 of 2048 elements (0.59%)`; for a held-out trial the share alone (the count tells the size)."""
+    return f"{n} of {total} {what} ({n / total:.2%})" if public else f"{n / total:.2%} of the {what}"
 
 
 class _Parts:
@@ -107,7 +114,9 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
            parts: _Parts | None = None) -> bool:
     """Raises _Fail on the first problem; returns whether a KernelBench-style allclose would pass."""
     parts = parts or _Parts("cpu")
-    where = dict(trial=trial)
+    public = trial.split == "public"
+    reproduce = inputs_mod.reproduce_call(task.id, trial, device, users_tasks_dir(task))
+    where = dict(trial=trial, reproduce=reproduce)
     expected_dtype = getattr(torch, task.output_dtype(trial.dtype))
     parts.enter("reference")
     ref = _reference(task, ins)       # on the trials' device: the comparison runs there too
@@ -118,25 +127,28 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
     if out.dtype != expected_dtype:
         raise _Fail(Status.WRONG_DTYPE, f"{what}: the output is {out.dtype}, expected {expected_dtype} (the "
                                         f"task's output dtype for {trial.dtype} inputs)", **where)
+    # a public trial's message ends with the call that regenerates its inputs; a held-out one's leaves it to
+    # the record (failure.reproduce), which people read and agents do not (engine/feedback.py)
+    inputs_line = f"\ninputs: {reproduce}" if public else ""
     if tuple(out.shape) != tuple(ref.shape):
         hint = " (the same number of elements, another shape)" if out.numel() == ref.numel() else ""
-        raise _Fail(Status.WRONG_SHAPE, f"{what}: the output has shape {list(out.shape)}, expected "
-                                        f"{list(ref.shape)}{hint}", **where)
+        shapes = (f"has shape {list(out.shape)}, expected {list(ref.shape)}" if public else
+                  f"does not have the expected shape ({out.dim()} dimensions, expected {ref.dim()})")
+        raise _Fail(Status.WRONG_SHAPE, f"{what}: the output {shapes}{hint}", **where)
     o, r = out.double(), ref.double()
     ref_finite = torch.isfinite(r)
-    reproduce = inputs_mod.reproduce_call(task.id, trial, device, users_tasks_dir(task))
     tol = task.tolerances[trial.dtype]
     nonfinite = ~torch.isfinite(o) & ref_finite
     if bool(nonfinite.any()):
         n = int(nonfinite.sum())
         first = _samples(nonfinite, o, r)
         raise _Fail(Status.NON_FINITE,
-                    f"{what}: {n} of {o.numel()} output values are inf or nan where the reference is finite\n"
-                    f"first bad elements: {samples_text(first)}\ninputs: {reproduce}",
-                    trial=trial, first_bad=first, bad_elements=n)
+                    f"{what}: {_counted(n, o.numel(), 'output values', public)} are inf or nan where the "
+                    f"reference is finite\nfirst bad elements: {samples_text(first, public)}{inputs_line}",
+                    first_bad=first, bad_elements=n, **where)
     if o.numel() and bool((o == 0).all()) and not bool((r == 0).all()):
         raise _Fail(Status.ALL_ZERO, f"{what}: the output is all zeros and the reference is not (was the output "
-                                     f"written?)\ninputs: {reproduce}", **where)
+                                     f"written?){inputs_line}", **where)
     diff = (o - r).abs().where(ref_finite, torch.zeros_like(o))
     allowed = tol.atol + tol.rtol * r.abs().where(ref_finite, torch.zeros_like(r))
     bad = diff > allowed
@@ -154,11 +166,11 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
         frac = n / bad.numel()
         first = _samples(bad, o, r)
         raise _Fail(Status.MISMATCH,
-                    f"{what}: {n} of {bad.numel()} elements ({frac:.2%}) differ from the reference beyond "
+                    f"{what}: {_counted(n, bad.numel(), 'elements', public)} differ from the reference beyond "
                     f"atol={tol.atol} + rtol={tol.rtol} x |expected|{bound_text} (max abs err {max_abs:.3g}, max rel err "
-                    f"{max_rel:.3g})\nfirst bad elements: {samples_text(first)}\ninputs: {reproduce}",
-                    trial=trial, max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac,
-                    first_bad=first, atol=tol.atol, rtol=tol.rtol, bad_elements=n)
+                    f"{max_rel:.3g})\nfirst bad elements: {samples_text(first, public)}{inputs_line}",
+                    max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac,
+                    first_bad=first, atol=tol.atol, rtol=tol.rtol, bad_elements=n, **where)
     parts.enter("allclose")
     with torch.no_grad():
         same_dtype_ref = task.reference(*ins)
@@ -168,7 +180,11 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
 
 
 def trial_label(trial: Trial) -> str:
-    """How a message names a trial: its split, shape, dtype, input distribution and seed."""
+    """How a message names a trial: a public one by its shape, dtype, input distribution and seed; a
+    held-out one in kind only (held-out shape, dtype, distribution): its shape and seed are the record's
+    (failure.trial, failure.reproduce), never the agent's feedback (engine/feedback.py)."""
+    if trial.split != "public":
+        return f"held-out shape, {trial.dtype}, {trial.distribution} inputs"
     return (f"{trial.split} shape {list(trial.shape)}, {trial.dtype}, {trial.distribution} inputs, "
             f"seed {trial.seed}")
 
