@@ -59,6 +59,13 @@ def test_the_chrome_trace_of_the_full_mix(tmp_path):
     # each lane hold appears on the lane's own thread too
     ex = [e for e in complete if e["tid"] == trace.TID_EXCLUSIVE]
     assert len(ex) == sum(1 for r in rows if r["latency"].get("child_timing"))
+    by_thread: dict = {}
+    for e in complete:
+        if e["tid"] < trace.TID_EXCLUSIVE:
+            by_thread.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_thread.values():            # the records' rounding clipped: no stage crosses another
+        spans.sort()
+        assert all(a[1] <= b[0] + 1 for a, b in zip(spans, spans[1:]))
     hung = [iv for iv in ivs if iv.stage == "hung"]
     assert len(hung) == 2                                   # the two timeouts of that run
     path = trace.write_trace(ivs, tmp_path / "t.trace.json")

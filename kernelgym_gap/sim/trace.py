@@ -60,7 +60,12 @@ def _slots(records: list[dict]) -> list[int]:
 def intervals_from_records(records: list[dict]) -> list[Interval]:
     """The stages of every record (one mode's) as intervals on the run's clock."""
     out: list[Interval] = []
-    for n, (r, slot) in enumerate(zip(records, _slots(records))):
+    slots = _slots(records)
+    reach: dict[tuple[int, int], float] = {}     # the last stage's end per slot: the rounding of at_s (10 ms)
+    # and of the latencies (1 ms) can make consecutive records overlap by a few ms, which a trace viewer
+    # would draw as wrongly nested: such a start is clipped to the previous end
+    for n in sorted(range(len(records)), key=lambda i: records[i]["at_s"] - records[i]["latency"].get("total", 0.0)):
+        r, slot = records[n], slots[n]
         lat = dict(r["latency"])
         g = lambda k: float(lat.get(k, 0.0) or 0.0)     # noqa: E731
         inner = ("child_setup", "child_import", "child_lane_wait_shared", "child_correctness",
@@ -73,16 +78,18 @@ def intervals_from_records(records: list[dict]) -> list[Interval]:
         name = r.get("submission") or r.get("task", "?")
         gpu = int(r.get("gpu", 0) or 0)
         if "child_total" not in lat:           # killed at a stage deadline: the child's time, no stages known
-            out.append(Interval(job=n, name=name, gpu=gpu, slot=slot, stage="hung", start=t + g("gate"),
-                                end=t + g("gate") + g("child")))
-            continue
-        for stage, key, lane in RECORD_STAGES:
-            d = float(lat.get(key, 0.0) or 0.0)
-            if d > 0:
-                out.append(Interval(job=n, name=name, gpu=gpu, slot=slot, stage=stage, start=t, end=t + d,
+            spans = [("hung", g("gate"), g("child"), "")]
+        else:                                  # (stage, time before it, its duration, its lane)
+            spans = [(stage, 0.0, g(key), lane) for stage, key, lane in RECORD_STAGES if g(key) > 0]
+        for stage, skip, d, lane in spans:
+            t += skip
+            start = max(t, reach.get((gpu, slot), t))
+            if t + d > start:
+                out.append(Interval(job=n, name=name, gpu=gpu, slot=slot, stage=stage, start=start, end=t + d,
                                     lane=lane, wait=stage.startswith("wait")))
-                t += d
-    return out
+                reach[(gpu, slot)] = t + d
+            t += d
+    return sorted(out, key=lambda iv: (iv.job, iv.start))
 
 
 def chrome_trace(intervals: list[Interval], title: str = "") -> dict:
