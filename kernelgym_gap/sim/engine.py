@@ -84,16 +84,19 @@ class Acquire:
 
 
 class Lane:
-    """One GPU's lane as core/lane.py makes it: a gate (a mutex, taken here in arrival order) and the data lock.
-    A reader passes the gate once no writer holds the data; a writer keeps the gate until it is done, so
-    readers that come after a waiting writer wait behind it (writer preference). Arrival order at the gate
-    is FIFO here; flock(2) promises no order, which the model does not reproduce."""
+    """One GPU's lane as core/lane.py makes it: a gate (a mutex) and the data lock. A reader passes the gate
+    once no writer holds the data; a writer keeps the gate while it waits for the readers to drain and until it
+    is done, so readers behind it wait (writer preference). flock(2) promises no order among the gate's
+    waiters: `rng` None takes them in arrival order (FIFO), an `rng` (random.Random) picks the next one at
+    random, the two ends of what flock may do."""
 
-    def __init__(self, index: int = 0):
+    def __init__(self, index: int = 0, rng=None):
         self.index = index
         self.readers = 0
         self.writer = False
-        self.queue: deque[tuple[str, Callable]] = deque()
+        self.gate: Callable | None = None      # a writer that holds the gate and waits for the readers
+        self.queue: list[tuple[str, Callable]] = []
+        self.rng = rng
 
     def request(self, sim: Sim, mode: str, grant: Callable) -> None:
         if mode not in ("shared", "exclusive"):
@@ -102,16 +105,19 @@ class Lane:
         self._admit(sim)
 
     def _admit(self, sim: Sim) -> None:
-        while self.queue and not self.writer:
-            mode, grant = self.queue[0]
+        if self.gate is not None and not self.readers:
+            self.writer, grant, self.gate = True, self.gate, None
+            sim.at(sim.now, grant)
+        while self.queue and not self.writer and self.gate is None:
+            mode, grant = self.queue.pop(self.rng.randrange(len(self.queue)) if self.rng else 0)
             if mode == "exclusive" and self.readers:
-                return                          # the writer holds the gate and waits for the readers to drain
-            self.queue.popleft()
-            if mode == "exclusive":
+                self.gate = grant               # it holds the gate and waits for the readers to drain
+            elif mode == "exclusive":
                 self.writer = True
+                sim.at(sim.now, grant)
             else:
                 self.readers += 1
-            sim.at(sim.now, grant)
+                sim.at(sim.now, grant)
 
     def release(self, sim: Sim, mode: str) -> None:
         if mode == "exclusive":

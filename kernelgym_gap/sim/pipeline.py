@@ -20,6 +20,7 @@ stage deadline kills it, and has no check."""
 from __future__ import annotations
 
 import dataclasses
+import random
 import statistics
 from collections import deque
 
@@ -64,6 +65,7 @@ class Setup:
     cores_per_host: int = 16
     compile_outside_lane: bool = False
     precompute_reference: bool = False
+    gate_seed: int | None = None   # None: the lane's gate in arrival order; a seed: in a random order (flock's)
     server_s: float = 0.0      # the reward server's service time per request (0: no server modelled)
     store_s: float = 0.0       # the store's service time per record write (0: no store modelled)
 
@@ -100,7 +102,8 @@ class _Run:
         self.sim = Sim()
         self.setup = setup
         n_gpus = setup.gpus_per_host * setup.hosts
-        self.lanes = [Lane(g) for g in range(n_gpus)]
+        rng = None if setup.gate_seed is None else random.Random(setup.gate_seed)
+        self.lanes = [Lane(g, rng) for g in range(n_gpus)]
         self.cores = [Cores(setup.cores_per_host) for _ in range(setup.hosts)]
         self.server = Server("reward server", setup.server_s) if setup.server_s > 0 else None
         self.store = Server("store", setup.store_s) if setup.store_s > 0 else None
