@@ -145,6 +145,7 @@ def _synthetic(layernorm, backend: str, finished, killed_at: int, first: bool = 
                                    device={"name": "NVIDIA H100 80GB HBM3", "sm_count": 132}, versions={})
     bound = 60.0 if first else 2.0
     outcome = types.SimpleNamespace(stage_timeout="call", stage_overrun=(killed_at, bound, bound + 0.05),
+                                    returncode=-9, stderr_tail="",
                                     stage_detail=f"call {killed_at} (trial {trials[killed_at].index}: ...) ran "
                                                  f"past {bound:.1f} s")
     job = Job(task_id=layernorm.id, dsl="triton", backend=backend, source_file="", outputs_dir="", report_file="",
@@ -160,17 +161,29 @@ def _synthetic(layernorm, backend: str, finished, killed_at: int, first: bool = 
 def test_too_little_checked_is_still_a_timeout(layernorm):
     # only the smallest shape's float32 first seed finished: float16 was never checked
     ev, _ = _synthetic(layernorm, "cpu", finished=[0], killed_at=1, first=True)
-    assert too_slow.killed_after_progress(ev)
     status, message, fields = too_slow.decide(ev)
     assert status is Status.TIMEOUT and "do not include the smallest shape in float16" in message, message
     assert "reward" not in fields
 
 
-def test_no_checkpoint_is_the_old_timeout(layernorm):
-    ev, _ = _synthetic(layernorm, "cpu", finished=[], killed_at=0, first=True)
-    assert not too_slow.killed_after_progress(ev)       # the Sandbox stage stops with timeout, as before
+def test_the_checkpoint_is_read_only_after_a_calls_deadline_and_as_hostile_input(layernorm, tmp_path):
+    from kernelgym_gap.core.record import ChildReport
+    from kernelgym_gap.core.slowness import CHECKPOINT_FILE
+    ev, trials = _synthetic(layernorm, "cpu", finished=[0, 1], killed_at=2)
+    ev.job = dataclasses.replace(ev.job, report_file=str(tmp_path / "report.json"))
+    assert too_slow.read_checkpoint(ev) is None                     # none written: the old timeout
+    checkpoint = ChildReport(status=Status.OK, message="checkpoint after 2 trial(s)", trials=ev.child.report.trials)
+    (tmp_path / CHECKPOINT_FILE).write_text(checkpoint.to_json())
+    assert too_slow.read_checkpoint(ev) == checkpoint
+    ev.child.outcome.stage_timeout = "import"                       # killed elsewhere: never read
+    assert too_slow.read_checkpoint(ev) is None
+    ev.child.outcome.stage_timeout = "call"
+    (tmp_path / CHECKPOINT_FILE).write_text('{"schema": "kernelgym_gap.child_report", "status": [[[')
+    assert too_slow.read_checkpoint(ev) is None                     # garbage: no verdict from it
+    (tmp_path / CHECKPOINT_FILE).write_text(dataclasses.replace(checkpoint, trials=()).to_json())
+    assert too_slow.read_checkpoint(ev) is None                     # nothing finished
     ev.killed = None
-    assert too_slow.decide(ev) is None
+    assert too_slow.decide(ev) is None                              # and TooSlow lets other evaluations by
 
 
 def test_on_cuda_the_bound_gives_e_and_u_upper_and_a_diagnosis(layernorm, monkeypatch):

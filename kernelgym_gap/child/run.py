@@ -32,6 +32,7 @@ from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.lane import inherited
 from kernelgym_gap.core.record import (IMPORT_MARKER, IMPORT_START_FD_ENV, ChildReport, Job, TrialOutcome,
                                        first_of_their_shape)
+from kernelgym_gap.core.slowness import CHECKPOINT_FILE
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.tensor_file import output_name
 
@@ -331,15 +332,15 @@ class ChildRun:
 
     def checkpoint(self) -> int | None:
         """The finished trials' outputs written (child/outputs.py) and a report listing them (status ok, no
-        timings), in place of the final report until it comes. A child the parent kills for a call past its
-        stage deadline leaves these: the parent checks them and tells a correct but too slow kernel from a
-        wrong one (issue 38). Harness code between calls, not the submission's: nothing here is timed."""
+        timings) in its own file beside the report (core/slowness.CHECKPOINT_FILE). A child the parent kills
+        for a call past its stage deadline leaves these: the parent checks them and tells a correct but too
+        slow kernel from a wrong one (issue 38). Harness code between calls, not the submission's: nothing here is timed."""
         if len(self.outcomes) == self.checkpointed:
             return None
         t = time.perf_counter()
         try:
             self.held.write()
-            _write_report(self.report_path, ChildReport(
+            _write_report(self.report_path.parent / CHECKPOINT_FILE, ChildReport(
                 status=Status.OK, message=f"checkpoint after {len(self.outcomes)} trial(s)", phases=self.phases,
                 trials=tuple(self.outcomes), **self.common))
         except BaseException as e:  # noqa: BLE001 - a file over the size limit, a full scratch

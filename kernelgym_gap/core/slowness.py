@@ -10,6 +10,12 @@ A leaf module: it imports nothing of the project, so the config, the child and t
 """
 from __future__ import annotations
 
+# The child's checkpoint (child/run.py, ChildRun.checkpoint), beside its report: a ChildReport listing the
+# trials finished so far. Its own file, never the report itself: a child that ends any other way (a crash,
+# an exit without a report) is judged as before; the parent reads it only for a child killed at a call's
+# deadline (engine/too_slow.py).
+CHECKPOINT_FILE = "checkpoint.json"
+
 
 def too_slow_to_time(kernel_ms: float, library_ms: float, hopeless_factor: float) -> bool:
     """Whether a kernel taking `kernel_ms` per call is over `hopeless_factor` x the library's `library_ms`."""

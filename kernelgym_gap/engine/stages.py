@@ -114,7 +114,9 @@ class Sandbox(Stage):
                                              f"point's construction) did not finish within its "
                                              f"{cfg.sandbox.import_s:.0f} s stage deadline and the child was killed")
         if out.timed_out and out.stage_timeout == "call":
-            if too_slow.killed_after_progress(ev):      # its finished trials are checked first (issue 38)
+            checkpoint = too_slow.read_checkpoint(ev)
+            if checkpoint is not None:      # its finished trials are checked first (issue 38): its report
+                ev.child = dataclasses.replace(ev.child, report=checkpoint)
                 ev.killed = out.stage_overrun
                 return None
             return self.stop(Status.TIMEOUT, f"{out.stage_detail}, its stage deadline, and the child was killed")

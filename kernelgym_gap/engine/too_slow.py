@@ -3,7 +3,7 @@
 The trials run smallest first (engine/correctness_order.py) and the child checkpoints the finished trials'
 outputs and outcomes before each new group of calls (child/run.py, ChildRun.checkpoint). When the parent
 kills it for a call past its bound (sandbox/deadlines.py), the Sandbox stage lets the evaluation go on
-(`killed_after_progress`) and the trusted checker judges the finished trials alone
+with the checkpoint as the child's report (`read_checkpoint`) and the trusted checker judges the finished trials alone
 (Evaluation.check). A wrong one stops the evaluation there, as it would have anyway (mismatch etc.); if
 they are all correct, this stage decides:
 
@@ -20,21 +20,31 @@ counts it apart: bench/metrics.py).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from kernelgym_gap.core.record import Trial, first_of_their_shape
-from kernelgym_gap.core.slowness import too_slow_to_time
+from kernelgym_gap.core.slowness import CHECKPOINT_FILE, too_slow_to_time
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.engine.correctness_order import shape_size
 
 log = logging.getLogger(__name__)
 
 
-def killed_after_progress(ev) -> bool:
-    """Whether a child killed at a call's deadline left a checkpoint with at least one finished trial (the
-    Sandbox stage then lets the evaluation go on to the trusted check of those trials)."""
-    out, report = ev.child.outcome, ev.child.report
-    return (out.stage_timeout == "call" and out.stage_overrun is not None and report is not None
-            and report.status is Status.OK and len(report.trials) > 0)
+def read_checkpoint(ev):
+    """The checkpoint a child killed at a call's deadline left (core/slowness.CHECKPOINT_FILE), read as
+    hostile input like its report (bounded, parsed as the record: sandbox/child_io.read_report); None when
+    there is none, it does not parse, or it lists no finished trial."""
+    from kernelgym_gap.core.errors import ProtocolError
+    from kernelgym_gap.sandbox.child_io import read_report
+    out = ev.child.outcome
+    if out.stage_timeout != "call" or out.stage_overrun is None:
+        return None
+    try:
+        report = read_report(Path(ev.job.report_file).parent / CHECKPOINT_FILE, out)
+    except (ProtocolError, OSError) as e:
+        log.info("%s: no usable checkpoint after a call's deadline: %s", ev.task.id, str(e)[:200])
+        return None
+    return report if report.status is Status.OK and report.trials and not report.timings else None
 
 
 def finished_trials(ev) -> frozenset[int]:
