@@ -1,6 +1,7 @@
-"""The reward server over loopback (a real uvicorn on 127.0.0.1): a batch answered with records, the token
-required, a malformed batch refused with 400 while the server stays up, a full queue refused with 429; and
-the datasets rows the trainers read."""
+"""The reward server over loopback (a real uvicorn on 127.0.0.1, under the shared serving layer's settings): a
+batch answered with records, the token required, a malformed batch refused with 400 while the server stays
+up, a bad item answered as that item's failure, a full queue refused with 429; and the datasets rows the
+trainers read. The hardening of issue 32 (R2-R8, restarts): test_reward_server_hardening.py."""
 import socket
 import threading
 import time
@@ -20,11 +21,13 @@ TOKEN = "s3cret-token"
 
 
 class Served:
-    def __init__(self, app):
+    def __init__(self, app, **settings):
+        from kernelgym_gap.serving.protocol import server_config
+        self.app = app
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.server = uvicorn.Server(server_config(app, **settings))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self):
@@ -39,6 +42,8 @@ class Served:
         self.server.should_exit = True
         self.thread.join(10)
         self.sock.close()
+        if hasattr(self.app, "close"):
+            self.app.close()
 
 
 def _sources(registry):
@@ -61,14 +66,21 @@ def test_batch_over_loopback_token_and_malformed(registry):
         # malformed batches: 400 and a reason
         auth = {"Authorization": f"Bearer {TOKEN}"}
         for body, why in [(b"{not json", "not JSON"), (b'{"items": []}', "empty"), (b'[1, 2]', "items"),
-                          (b'{"items": [{"task": "NoSuchTask", "source": "x"}]}', "item 0"),
-                          (b'{"items": [{"task": "GELU", "dsl": "cuda-c", "source": "x"}]}', "dsl"),
-                          (b'{"items": [{"task": "GELU", "source": "x", "completion": "y"}]}', "exactly one"),
-                          (b'{"items": [{"task": "GELU", "source": 5}]}', "string"),
                           (b'{"items": [' + b'{"task": "GELU", "source": "x"},' * 8 + b'{"task": "GELU", "source": "x"}]}',
                            "at most")]:
             r = httpx.post(srv.url + "/score", content=body, headers=auth)
             assert r.status_code == 400 and why in r.json()["error"], (body[:40], r.text)
+        # a bad item is that item's failure, never the batch's: the good item beside it is evaluated
+        for item, why in [({"task": "NoSuchTask", "source": "x"}, "NoSuchTask"), ({"task": "GELU", "dsl": "cuda-c",
+                           "source": "x"}, "dsl"), ({"task": "GELU", "source": "x", "completion": "y"}, "exactly one"),
+                          ({"task": "GELU", "source": 5}, "string")]:
+            r = httpx.post(srv.url + "/score", json={"items": [item, items[0]], "failure_reward": -1.0}, headers=auth,
+                           timeout=600)
+            assert r.status_code == 200, r.text
+            out = r.json()
+            assert out["rewards"] == [-1.0, 1.0] and out["records"][0] is None
+            assert out["terms"][0]["status"] == "invalid_item" and why in out["terms"][0]["reason"]
+            assert out["errors"] == [{"item": 0, "status": "invalid_item", "reason": out["terms"][0]["reason"]}]
         # the server is still up: a real batch, answered in order, with records
         out = RewardClient(srv.url, TOKEN, timeout=600).score(items)
         assert out["rewards"] == [1.0, 0.0, 1.0]
@@ -76,7 +88,7 @@ def test_batch_over_loopback_token_and_malformed(registry):
         assert [r.status for r in recs] == [Status.OK, Status.MISMATCH, Status.OK]
         assert out["terms"][1]["status"] == "mismatch"
         # OpenRLHF's request shape: the label is the task, the reply is the query less its prompt
-        r = httpx.post(srv.url + f"/openrlhf?token={TOKEN}", json={
+        r = httpx.post(srv.url + "/openrlhf", headers=auth, json={
             "query": ["PROMPT```python\n" + good + "```", "PROMPT" + bad], "prompts": ["PROMPT", "PROMPT"],
             "labels": ["AddReLU", "AddReLU"]}, timeout=600)
         assert r.status_code == 200 and r.json()["rewards"] == [1.0, 0.0]
@@ -84,22 +96,18 @@ def test_batch_over_loopback_token_and_malformed(registry):
         assert health["ok"] and health["pending"] == 0 and health["served"] >= 5
 
 
-def _slow_record(task, source, dsl, backend, config):
-    time.sleep(1.5)
-    return EvalRecord(task=task.id, task_version=task.version, dsl=dsl, backend=backend, status=Status.OK,
-                      correct=True, reward=1.0, reward_mode="correctness", terms={}, message="", device={})
-
-
 def test_full_queue_is_refused_with_429(registry):
-    scorer = Scorer("cpu", workers=1, evaluator=_slow_record)
-    app = create_app(scorer, TOKEN, max_pending=2, max_items=8)
-    auth = {"X-Token": TOKEN}
+    from reward_fakes import fake_record
+    scorer = Scorer("cpu", workers=1, evaluator=fake_record)
+    app = create_app(scorer, TOKEN, max_pending=2)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
     with Served(app) as srv:
         first = {}
 
         def occupy():
             first["r"] = httpx.post(srv.url + "/score", headers=auth, timeout=60,
-                                    json={"items": [{"task": "GELU", "source": "a"}, {"task": "GELU", "source": "b"}]})
+                                    json={"items": [{"task": "GELU", "source": "sleep:1.5 a"},
+                                                    {"task": "GELU", "source": "sleep:1.5 b"}]})
         t = threading.Thread(target=occupy)
         t.start()
         for _ in range(100):

@@ -36,7 +36,7 @@ from kernelgym_gap.web.context import (HERE, Settings, backend_of, json_response
                                        settings_of, submission_id, task_id_of, task_ids, task_spec)
 from kernelgym_gap.web.headers import SecurityHeaders
 from kernelgym_gap.web.intake import Rejected, bearer, check_token, read_body, read_form, validate
-from kernelgym_gap.web.limits import BodyLimit, BodyTimeout, BodyTooLarge
+from kernelgym_gap.serving.limits import BodyLimit, BodyTimeout, BodyTooLarge
 
 log = logging.getLogger(__name__)
 
