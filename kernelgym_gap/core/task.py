@@ -102,6 +102,10 @@ class TaskSpec:
     motivation: str = ""
     # One line per version after v0: what changed (tolerance, shapes, timed inputs, reward semantics).
     changelog: tuple[str, ...] = ()
+    # The bytes of min_bytes that are writes (the outputs, written once); the rest are reads. The floor
+    # (judge/floor.py) bounds the reads by the read bandwidth and the writes by the write bandwidth where
+    # both are measured. None: not split, the floor uses min_bytes over the fastest measured rate (sound).
+    written_bytes: Callable[[Shape, str], int] | None = None
     # Set for tasks an importer made (kernelgym_gap/importers/: "kernelbench"). They ship no reference
     # solutions, so validate() does not ask for any.
     origin: str = ""
@@ -138,6 +142,16 @@ class TaskSpec:
 
     def workload(self, backend: str) -> Workload:
         return self.workloads[backend]
+
+    def bytes_split(self, shape, dtype: str) -> tuple[int, int] | None:
+        """(bytes read, bytes written) of min_bytes, or None where the task does not split them. A split
+        that does not add up (written over min_bytes) is refused as no split: the floor stays sound."""
+        if self.written_bytes is None:
+            return None
+        total, written = int(self.min_bytes(shape, dtype)), int(self.written_bytes(shape, dtype))
+        if not 0 <= written <= total:
+            return None
+        return total - written, written
 
     def summary(self) -> str:
         """The statement's first sentence (what `kernelgym-gap tasks` shows)."""
@@ -202,6 +216,8 @@ class TaskSpec:
                     try:
                         if self.flops(s) < 0 or self.min_bytes(s, d) <= 0:
                             problems.append(f"flops/min_bytes not positive for {s} {d}")
+                        elif self.written_bytes is not None and not 0 <= self.written_bytes(s, d) <= self.min_bytes(s, d):
+                            problems.append(f"written_bytes outside 0..min_bytes for {s} {d}")
                     except Exception as e:  # noqa: BLE001 - the author's formula: its failure is a problem
                         problems.append(f"flops/min_bytes failed for {s} {d}: {type(e).__name__}: {e}")
         if not self.distributions:

@@ -1,4 +1,6 @@
-"""Device ceilings, measured on the device: copy bandwidth and dense matmul peak per dtype.
+"""Device ceilings, measured on the device: copy, read-only and write-only bandwidth, and dense matmul peak
+per dtype. The floor (judge/floor.py) uses the fastest of the three rates, and the read and write rates for
+a task's read and written bytes: an honest kernel can move bytes faster than a device-to-device copy does.
 
 `kernelgym-gap calibrate` runs the measurement in a child process (the parent never holds a CUDA
 context) and caches the result per device (name, driver, torch and triton versions). Every roofline uses
@@ -42,6 +44,16 @@ class Calibration:
     source: str                               # "measured" or "datasheet"
     measured_at: str = ""
     spreads: dict[str, float] = dataclasses.field(default_factory=dict)
+    # bytes per second of a read-only reduction (torch.sum) and of a write-only fill (fill_); None in a
+    # calibration cached before they were measured, and in the datasheet fallback (see `complete`)
+    read_bytes_per_s: float | None = None
+    write_bytes_per_s: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether it holds every rate a measurement gives (a measured calibration cached before the read and
+        write rates were measured is not: its floor is copy-only until `kernelgym-gap calibrate` runs again)."""
+        return self.source != "measured" or (self.read_bytes_per_s is not None and self.write_bytes_per_s is not None)
 
     def peak_for(self, dtype: str) -> float:
         """The fastest dense rate a kernel of this dtype could legitimately use (fp32 may use tf32)."""
@@ -143,6 +155,14 @@ def measure() -> Calibration:
     copy_bps = COPY_BYTES / (m.median_ms * 1e-3)
     spreads = {"copy": m.spread}
     del src, dst
+    # read-only: a reduction of COPY_BYTES to one value; write-only: a fill of COPY_BYTES (a kernel, not a
+    # memset: kernels write through the same path)
+    buf = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device="cuda").uniform_()
+    r = bench.measure(lambda i: buf.sum())
+    w = bench.measure(lambda i: buf.fill_(1.0 + i % 2))
+    read_bps, write_bps = COPY_BYTES / (r.median_ms * 1e-3), COPY_BYTES / (w.median_ms * 1e-3)
+    spreads.update(read=r.spread, write=w.spread)
+    del buf
     flops = {}
     for name, n in MATMUL_SIZES.items():
         dtype = torch.float32 if name in ("tf32", "float32") else getattr(torch, name)
@@ -161,7 +181,7 @@ def measure() -> Calibration:
     return Calibration(device_key=device_key(device, versions), device_name=device["name"],
                        copy_bytes_per_s=copy_bps, matmul_flops_per_s=flops, source="measured",
                        measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       spreads=spreads)
+                       spreads=spreads, read_bytes_per_s=read_bps, write_bytes_per_s=write_bps)
 
 
 # ------------------------------------------------------------------------------------ in the parent
@@ -191,7 +211,8 @@ def calibrate(gpu_index: int = 0, cache_path: Path | None = None, force: bool = 
 
 
 def add_commands(sub) -> None:
-    s = sub.add_parser("calibrate", help="measure the GPU's copy bandwidth and matmul peaks (cached per device)")
+    s = sub.add_parser("calibrate", help="measure the GPU's copy, read and write bandwidth and matmul peaks "
+                                         "(cached per device)")
     s.add_argument("--gpu", type=int, default=0, help="index of the GPU to measure")
     s.add_argument("--json", action="store_true", help="print the calibration as one JSON object")
     s.add_argument("--cache", help=f"cache file (default {default_cache_path()})")
@@ -205,6 +226,9 @@ def _cmd_calibrate(args) -> int:
         return 0
     print(f"{cal.device_name} ({cal.source}, {cal.measured_at})")
     print(f"  copy bandwidth   {cal.copy_bytes_per_s / 1e12:7.2f} TB/s (read + write)")
+    for what, rate in (("read", cal.read_bytes_per_s), ("write", cal.write_bytes_per_s)):
+        if rate is not None:
+            print(f"  {what:5s} bandwidth  {rate / 1e12:7.2f} TB/s ({what} only)")
     for k, v in cal.matmul_flops_per_s.items():
         print(f"  matmul {k:9s} {v / 1e12:7.1f} TFLOP/s")
     return 0

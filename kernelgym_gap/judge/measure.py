@@ -12,6 +12,7 @@ from pathlib import Path
 from kernelgym_gap.judge.calibrate import Calibration, calibrate, datasheet, device_key, load_cached
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.judge.diagnosis import causes, diagnose
+from kernelgym_gap.judge.floor import floor_ms  # noqa: F401 - measure.floor_ms, as before
 from kernelgym_gap.core.errors import HarnessError
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import ChildReport, ShapeTiming
@@ -93,18 +94,12 @@ def trusted_timings(job, timings) -> tuple[ShapeTiming, ...]:
     return tuple(out)
 
 
-def floor_ms(task: TaskSpec, shape, dtype: str, cal: Calibration) -> tuple[float, str]:
-    t_mem = task.min_bytes(shape, dtype) / cal.copy_bytes_per_s
-    t_math = task.flops(shape) / cal.peak_for(dtype)
-    return 1e3 * max(t_mem, t_math), ("memory" if t_mem >= t_math else "compute")
-
-
 def get_calibration(report: ChildReport, config: EvalConfig) -> Calibration:
     key = device_key(report.device, report.versions)
     path = Path(config.calibration_path) if config.calibration_path else None
     cal = load_cached(key, path)
-    if cal is not None:
-        return cal
+    if cal is not None:     # one cached before the read/write rates were measured: a copy-only floor (sound,
+        return cal          # judge/floor.py) until `kernelgym-gap calibrate` measures this device again
     try:
         return calibrate(config.gpu_index, path, key=key, lane_dir=config.sandbox.lane_dir)
     except HarnessError as e:
@@ -200,5 +195,6 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
                          evidence, config.diagnosis)
     terms = dict(agg, library_U=library_U, per_shape=per_shape, flags=flags,
                  calibration={"source": cal.source, "copy_bytes_per_s": cal.copy_bytes_per_s,
+                              "read_bytes_per_s": cal.read_bytes_per_s, "write_bytes_per_s": cal.write_bytes_per_s,
                               "matmul_flops_per_s": cal.matmul_flops_per_s, "device": cal.device_name})
     return Status.OK, "; ".join(flags), terms, diagnosis
