@@ -269,3 +269,19 @@ def test_episode_on_cpu_says_why_it_ended_early():
     assert "the episode ended at step 1 of 3: the kernel is correct, and the cpu backend measures correctness only" \
         in p.stdout
     assert "[1/3] step 1" in p.stderr                  # progress, one line per step (stderr is a pipe here)
+
+
+def test_eval_text_escapes_terminal_control_sequences_in_submission_text(registry):
+    """Issue 32 L6: a submission's error text with ANSI escapes (clear screen, cursor home, a forged
+    'reward 1.0000', a carriage return) is printed escaped by `eval`: no control character reaches the
+    terminal, the escapes are visible, and the only status line is the real one."""
+    p = cli("eval", "--task", "LayerNorm", "--backend", "cpu", FIXTURES / "hostile" / "ansi_message.py")
+    assert p.returncode == 0, p.stderr
+    controls = [c for c in p.stdout if (ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) < 0xa0 or c == "\u202e"]
+    assert controls == [], p.stdout
+    assert "\\x1b[2J" in p.stdout and "\\r" in p.stdout and "\\x9b" in p.stdout and "\\u202e" in p.stdout
+    # the real verdict comes first and the screen is never cleared, so the forged line stays visibly
+    # part of the message below it
+    status_lines = [ln for ln in p.stdout.splitlines() if ln.startswith("status:")]
+    assert status_lines and "reward: 0.0000" in status_lines[0], p.stdout
+    assert p.stdout.index(status_lines[0]) < p.stdout.index("\\x1b[2J")

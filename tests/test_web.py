@@ -466,3 +466,69 @@ def test_browser_submits_a_reference_solution_and_sees_it_ranked(browser, server
     d.find_element(By.LINK_TEXT, "JSON API").click()
     WebDriverWait(d, 30).until(lambda d: d.current_url.endswith("/api"))
     assert "/api/leaderboard" in find(By.TAG_NAME, "body").text
+
+
+def _health(base: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(base + "/api/health", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_a_killed_worker_is_reaped_reported_and_restarted_and_the_queue_drains(server):
+    """Issue 32 L1: SIGKILL the leaderboard's worker. It is reaped (no zombie), /api/health says so (its
+    restarts, its last exit), a new worker is started, and a submission queued afterwards is evaluated."""
+    base, proc = server["base"], server["proc"]
+    code, h = _health(base)
+    assert code == 200 and h["ok"] is True and h["worker"]["alive"] is True and h["worker"]["restarts"] == 0
+    old = h["worker"]["pid"]
+    assert old == server["workers"][0]
+    os.kill(old, signal.SIGKILL)
+    deadline, seen = time.monotonic() + 60, None
+    while time.monotonic() < deadline:
+        code, h = _health(base)
+        if h["worker"]["restarts"] >= 1 and h["worker"]["alive"] and h["worker"]["pid"] != old:
+            seen = h
+            break
+        time.sleep(0.2)
+    assert seen is not None, f"no restart within 60 s: {h}"
+    assert "signal 9" in seen["worker"]["last_exit"] and code == 200 and seen["ok"] is True
+    assert _state(old) is None, f"the killed worker is left as {_state(old)} (a zombie: never reaped)"
+    server["workers"].append(seen["worker"]["pid"])          # the fixture checks it ends with the server
+    assert [int(line.split()[0]) for line in _children(proc.pid, "pid=,args=")
+            if "kernelgym_gap.web.worker" in line] == [seen["worker"]["pid"]]
+    body = json.dumps({"task": "GELU", "name": "after-restart", "dsl": "triton",
+                       "source": GELU_FAST.read_text()}).encode()
+    req = urllib.request.Request(base + "/api/submissions", data=body, method="POST",
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        sid = json.loads(r.read())["id"]
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{base}/api/submissions/{sid}", timeout=10) as r:
+            sub = json.loads(r.read())
+        if sub["state"] in ("done", "error"):
+            break
+        time.sleep(1)
+    assert sub["state"] == "done" and sub["status"] == "ok", sub
+
+
+def test_health_is_degraded_while_the_worker_is_down(tmp_path):
+    """The supervisor's status while no worker beats: /api/health answers 503, ok false, degraded."""
+    from starlette.testclient import TestClient
+    from kernelgym_gap.web.app import create_app
+    from kernelgym_gap.web.supervise import WorkerSupervisor
+    sup = WorkerSupervisor([sys.executable, "-c", "import sys; sys.exit(7)"], backoff_min_s=30)
+    sup.start()
+    try:
+        deadline = time.monotonic() + 20
+        while sup.last_exit is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        app = create_app(st.Store(tmp_path / "h.sqlite3"), TOKEN, backend="cpu")
+        app.state.settings.worker = sup
+        r = TestClient(app).get("/api/health")
+        assert r.status_code == 503 and r.json()["status"] == "degraded" and r.json()["ok"] is False
+        assert r.json()["worker"]["alive"] is False and r.json()["worker"]["last_exit"] == "exit status 7"
+    finally:
+        sup.stop()

@@ -625,3 +625,87 @@ def test_8_an_unknown_tasks_screening_is_404_like_its_sibling(live):
     for path in ("/api/tasks/Unknown-v0/screening", "/api/tasks/Unknown-v0"):
         assert _request(live.base, path)[0] == 404, path
     assert _request(live.base, "/api/tasks/GELU-v0/screening")[0] == 200
+
+
+# ---- issue 32: the leaderboard on the serving layer it shares with the reward server ------------------
+
+def test_32_one_clients_idle_connections_leave_room_for_another(store, registry):
+    """300 idle connections from one address used to make /api/health 503 (the cap was shared by all
+    clients); the cap per client address keeps the others served."""
+    with Live(create_app(store, TOKEN, registry=registry, backend="cpu"), max_connections=64,
+              max_per_client=8) as server:
+        held = []
+        for _ in range(12):
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.connect(("127.0.0.1", server.port))
+            held.append(s)
+        time.sleep(0.3)
+        assert _request(server.base, "/api/health")[0] == 200          # from 127.0.0.1
+        extra = held[-1]
+        closed, took, data = _closed_within(extra, 5.0)
+        assert closed and data.startswith(b"HTTP/1.1 503"), data[:100]
+        for s in held:
+            s.close()
+
+
+# ---- issue 32 L2: a results database a submission could read is refused; a new one is private -------------
+
+def test_a_new_database_is_created_0600_in_a_0700_directory(tmp_path):
+    import stat as _stat
+    path = tmp_path / "fresh" / "deeper" / "results.sqlite3"
+    store = st.Store(path)
+    store.enqueue(b"def f(): pass\n", task_id="kernelgym_gap/GELU-v0", dsl="triton", backend="cpu",
+                  submitter="someone", origin="api")
+    assert _stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert _stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    for side in (Path(f"{path}-wal"), Path(f"{path}-shm")):      # SQLite copies the database's mode
+        if side.exists():
+            assert _stat.S_IMODE(side.stat().st_mode) & 0o077 == 0, side
+    store.close()
+
+
+@pytest.fixture
+def open_dir():
+    """A directory inside the checkout (which every sandbox layer binds in), open to all (0755 all the way)."""
+    import shutil
+    import tempfile
+    from kernelgym_gap.core.registry import PROJECT_ROOT
+    d = Path(tempfile.mkdtemp(prefix=".kgg-exposure-", dir=PROJECT_ROOT))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_world_readable_database_where_the_sandbox_reaches_is_refused_with_the_fix(open_dir, capsys):
+    from kernelgym_gap.cli.main import main
+    from kernelgym_gap.core.config import SandboxConfig
+    from kernelgym_gap.sandbox.exposure import ExposedFileError, check_private
+    db = open_dir / "results.sqlite3"
+    st.Store(db).close()
+    os.chmod(db, 0o644)                      # as the old code made it (umask 022)
+    if os.geteuid() == 0:                    # submissions run as a fresh uid: "other" bits decide
+        with pytest.raises(ExposedFileError, match=r"readable by every user.*chmod 600"):
+            check_private(db)
+    # submissions that run as this user (not root, or uid None) see whatever the sandbox binds in: the
+    # checkout, whatever the mode
+    os.chmod(db, 0o600)
+    with pytest.raises(ExposedFileError, match=r"inside .*which the sandbox binds in"):
+        check_private(db, config=SandboxConfig(uid=None))
+    os.chmod(db, 0o644)
+    src = Path(__file__).parent.parent / "tasks" / "elementwise" / "gelu" / "solutions" / "triton_blocked.py"
+    for argv in (["leaderboard", "worker", "--backend", "cpu", "--db", str(db)],
+                 ["submit", "--task", "GELU", "--name", "x", "--backend", "cpu", "--db", str(db), str(src)]):
+        if os.geteuid() != 0:
+            break
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert str(db) in err and "chmod 600" in err and "other submissions' sources" in err
+    assert st.Store(db).count("submissions") == 0           # nothing was evaluated or stored
+
+
+def test_a_private_database_is_accepted(tmp_path):
+    from kernelgym_gap.sandbox.exposure import check_private
+    db = tmp_path / "private" / "results.sqlite3"
+    st.Store(db).close()
+    check_private(db)                        # 0600 in 0700, outside the checkout: no error

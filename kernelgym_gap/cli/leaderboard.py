@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
 import sys
 
 from kernelgym_gap.cli.options import BACKEND_HELP, DSL_HELP, REWARD_MODE_HELP, SEED_HELP
+from kernelgym_gap.core.terminal import for_terminal, one_line
 
 TOKEN_ENV = "KERNELGYM_GAP_TOKEN"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -81,9 +81,18 @@ def add_commands(sub) -> None:
     s.set_defaults(func=cmd_show)
 
 
-def _store(args):
+def _store(args, evaluates: bool = False):
+    """The store; for a command that evaluates submissions (`evaluates`), a database they could read is
+    refused first (sandbox/exposure.py: ExposedFileError, exit 2, with the reason and the fix)."""
     from kernelgym_gap.store.db import Store, resolve_db_path
-    return Store(resolve_db_path(args.db))
+    path = resolve_db_path(args.db)
+    if evaluates:
+        from kernelgym_gap.sandbox.exposure import check_private
+        check_private(path)             # an existing file as it is, before it is opened
+    store = Store(path)
+    if evaluates:
+        check_private(path)             # and one just created (0600, unless its directory says otherwise)
+    return store
 
 
 def cmd_submit(args) -> int:
@@ -93,7 +102,7 @@ def cmd_submit(args) -> int:
     name = submitter_name(args.name)             # the web's rule, checked before anything is evaluated
     source = read_source(args.file)
     task = task_registry(args).get(args.task)
-    store = _store(args)
+    store = _store(args, evaluates=True)
     res = cached_evaluate_full(store, task, source, args.dsl, args.backend, eval_config(args), name,
                                remeasure=args.remeasure, origin="cli")
     r = res.record
@@ -102,15 +111,15 @@ def cmd_submit(args) -> int:
                           "evaluation": res.evaluation_id, "db": str(store.path), "record": r.to_dict()}))
         return 0
     how = f"served from the cache (evaluation #{res.evaluation_id})" if res.cache_hit else "evaluated"
-    print(f"submission #{res.submission_id} by {name}: {r.task} dsl={r.dsl} backend={r.backend}, {how}")
+    print(f"submission #{res.submission_id} by {one_line(name)}: {r.task} dsl={r.dsl} backend={r.backend}, {how}")
     print(f"status: {r.status.value}  correct: {r.correct}  reward: {r.reward:.4f}  ({r.reward_mode})")
-    if r.message:
-        print(r.message)
+    if r.message:                    # the submission's own text: escaped (core/terminal.py)
+        print(for_terminal(r.message))
     t = r.terms or {}
     if t.get("E") is not None:
         print(f"E={t['E']:.4g}  U={t['U']:.4g}  performance={t.get('performance') or 0:.4f}")
     if r.diagnosis:
-        print(f"diagnosis: {r.diagnosis.get('verdict')}: {r.diagnosis.get('summary', '')}")
+        print(f"diagnosis: {r.diagnosis.get('verdict')}: {for_terminal(r.diagnosis.get('summary', ''))}")
     print(f"stored in {store.path}")
     return 0
 
@@ -126,7 +135,7 @@ def cmd_results(args) -> int:
     print(f"{'id':>6} {'submitter':20s} {'task':16s} {'backend':7s} {'state':7s} {'status':18s} {'reward':>7s} "
           f"{'E':>7s} {'U':>7s} cached")
     for s in page.items:
-        print(f"{s['id']:>6} {s['submitter'][:20]:20s} {s['task'][:16]:16s} {s['backend']:7s} {s['state']:7s} "
+        print(f"{s['id']:>6} {one_line(s['submitter'])[:20]:20s} {one_line(s['task'])[:16]:16s} {s['backend']:7s} {s['state']:7s} "
               f"{(s['status'] or '-'):18s} {_n(s['reward'], 4):>7s} {_n(s['e']):>7s} {_n(s['u']):>7s} "
               f"{'yes' if s['cache_hit'] else ''}")
     print(f"{page.total} submission(s) in {store.path}")
@@ -174,7 +183,7 @@ def cmd_show(args) -> int:
             return 0
         print(f"{task_id} on {backend}")
         for r in page.items:
-            print(f"{r['rank']:>3}. {r['submitter'][:24]:24s} reward={_n(r['reward'], 4)} E={_n(r['e'])} "
+            print(f"{r['rank']:>3}. {one_line(r['submitter'])[:24]:24s} reward={_n(r['reward'], 4)} E={_n(r['e'])} "
                   f"U={_n(r['u'])} {r['verdict'] or r['status']}  #{r['id']} {r['submitted_at']}")
         return 0
     page = board.overall_ranking(store, backend, default_registry().ids(), 1, board.MAX_PER_PAGE)
@@ -183,7 +192,7 @@ def cmd_show(args) -> int:
         return 0
     print(f"overall ranking on {backend} ({store.path})")
     for r in page.items:
-        print(f"{r['rank']:>3}. {r['submitter'][:24]:24s} score={_n(r['score'], 4)} "
+        print(f"{r['rank']:>3}. {one_line(r['submitter'])[:24]:24s} score={_n(r['score'], 4)} "
               f"correct={r['tasks_correct']}/{r['tasks_total']} E={_n(r['E'])} U={_n(r['U'])} "
               f"submissions={r['submissions']}")
     return 0
@@ -212,7 +221,7 @@ def cmd_serve(args) -> int:
         return 3
     from kernelgym_gap.store.db import resolve_db_path
     backend = _resolve_backend(args.backend)
-    store = _store(args)
+    store = _store(args, evaluates=not args.no_worker)
     token, origin = args.token, "--token"
     if not token and os.environ.get(TOKEN_ENV):
         token, origin = os.environ[TOKEN_ENV], f"${TOKEN_ENV}"
@@ -224,10 +233,12 @@ def cmd_serve(args) -> int:
               "reads are open to them, writes need the token", file=sys.stderr)
     app = create_app(store, token, backend=backend)
     worker = None
-    if not args.no_worker:
+    if not args.no_worker:     # supervised: reaped, restarted with backoff, its liveness in /api/health
+        from kernelgym_gap.web.supervise import WorkerSupervisor
         cmd = [sys.executable, "-m", "kernelgym_gap.web.worker", "--db", str(resolve_db_path(args.db)),
                "--backend", backend, "--threads", str(args.workers), "--parent-pid", str(os.getpid())]
-        worker = subprocess.Popen(cmd, start_new_session=True)
+        worker = WorkerSupervisor(cmd).start()
+        app.state.settings.worker = worker
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"leaderboard: http://{host}:{args.port}/  (db {store.path}; submissions evaluated on {backend} "
           f"by {'worker pid %d' % worker.pid if worker else 'no worker: run `kernelgym-gap leaderboard worker`'})",
@@ -243,10 +254,5 @@ def cmd_serve(args) -> int:
         pass
     finally:
         if worker is not None:
-            worker.terminate()
-            try:
-                worker.wait(10)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            worker.stop(timeout=10)
     return 0

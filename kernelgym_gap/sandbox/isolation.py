@@ -49,6 +49,12 @@ def _python_ro_paths(extra: Sequence[str] = ()) -> list[str]:
     return kept
 
 
+def bound_paths(extra: Sequence[str] = ()) -> list[str]:
+    """The host directories every sandbox layer leaves visible to a child (read-only): the project, the
+    interpreter and its packages, and `extra` (exposure.py refuses a database inside one of them)."""
+    return _python_ro_paths(extra)
+
+
 def _ancestors(path: str) -> list[str]:
     parts = Path(path).parts[1:-1]
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]

@@ -77,7 +77,11 @@ class Store(ResultsMixin, QueueMixin, DeviceCacheMixin, BenchMixin):
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         if str(self.path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # the database holds every stored submission's source: its directory is made 0700 and the file
+            # 0600 here (SQLite gives -wal/-shm the database's mode), never readable by a sandbox's uid
+            from kernelgym_gap.sandbox.exposure import create_private_dir, create_private_file
+            create_private_dir(self.path.parent)
+            create_private_file(self.path)
         try:
             self.schema_version = migrate(self.conn)
         except sqlite3.DatabaseError as e:

@@ -33,8 +33,14 @@ def api_index(request: Request):
 def api_health(request: Request):
     s = settings_of(request)
     counts = {t: s.store.count(t) for t in ("submissions", "evaluations")}
-    return json_response({"ok": True, "backend": s.backend, "schema_version": SCHEMA_VERSION, "pending": s.store.pending(),
-                  **counts})
+    body = {"ok": True, "status": "ok", "backend": s.backend, "schema_version": SCHEMA_VERSION,
+            "pending": s.store.pending(), **counts}
+    if s.worker is not None:        # the supervised worker (web/supervise.py): down is degraded, 503
+        body["worker"] = s.worker.status()
+        if not body["worker"]["alive"]:
+            body.update(ok=False, status="degraded")
+            return json_response(body, 503, headers={"Retry-After": str(s.retry_after_s)})
+    return json_response(body)
 
 
 def api_leaderboard(request: Request):

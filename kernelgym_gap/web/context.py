@@ -32,6 +32,7 @@ class Settings:
     retry_after_s: int = 2
     body_timeout_s: float = 30.0
     write_limiter: object = None     # threads that may wait on the write lock at once (reads keep the rest)
+    worker: object = None            # `leaderboard serve`'s WorkerSupervisor (web/supervise.py): /api/health
 
     @property
     def body_limit(self) -> int:     # JSON escaping can grow a source; the source itself is checked after

@@ -28,6 +28,8 @@ from kernelgym_gap.store.db import LEASE_S, Store, cache_key_for, new_owner, res
 
 log = logging.getLogger(__name__)
 
+HEARTBEAT_S = 1.0        # one byte to --heartbeat-fd this often: the server's supervisor (web/supervise.py)
+
 
 class Worker:
     def __init__(self, store: Store, registry, config, threads: int = 1, poll_s: float = 0.5,
@@ -40,6 +42,22 @@ class Worker:
         self.signalled = False              # set by the signal handler; wait() turns it into a stop
         self._threads: list[threading.Thread] = []
         self.busy: dict[int, int] = {}          # thread index -> submission id being evaluated
+
+    def beat_to(self, fd: int) -> None:
+        """Writes one byte to `fd` every HEARTBEAT_S until stop(): `leaderboard serve`'s supervisor reads
+        them (its liveness in /api/health; a worker silent too long is restarted). A closed pipe (the
+        server is gone) ends the beats, nothing else."""
+        def beat() -> None:
+            while True:
+                try:
+                    os.write(fd, b".")
+                except OSError:
+                    return
+                if self._stop.wait(HEARTBEAT_S):
+                    return
+        t = threading.Thread(target=beat, name="kgg-worker-beat", daemon=True)
+        t.start()
+        self._threads.append(t)
 
     def start(self) -> None:
         requeued = self.store.requeue_interrupted()
@@ -167,13 +185,23 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="evaluations at once (cuda: one per GPU)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs to spread cuda evaluations over (0: all visible)")
     p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    p.add_argument("--heartbeat-fd", type=int, help="write a byte to this pipe every second (the server's "
+                                                      "supervisor watches it)")
     p.add_argument("--lease-s", type=float, default=LEASE_S,
                    help="seconds a claimed submission stays this worker's without a heartbeat")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="worker %(levelname)s %(name)s: %(message)s")
     from kernelgym_gap.core.config import EvalConfig
     from kernelgym_gap.core.registry import default_registry
-    store = Store(resolve_db_path(args.db))
+    from kernelgym_gap.sandbox.exposure import ExposedFileError, check_private
+    db_path = resolve_db_path(args.db)
+    try:       # the submissions it runs must not be able to read the database (issue 32, L2)
+        check_private(db_path)
+        store = Store(db_path)
+        check_private(db_path)
+    except ExposedFileError as e:
+        print(f"worker: {e}", file=sys.stderr, flush=True)
+        return 2
     threads, gpus = max(1, args.threads), max(1, args.gpus)
     if args.backend == "cuda":
         gpus = args.gpus or _gpu_count()
@@ -190,6 +218,8 @@ def main(argv=None) -> int:
             return 0
     print(f"worker: evaluating queued submissions of {store.path} on {args.backend} "
           f"({worker.n_threads} thread(s))", file=sys.stderr, flush=True)
+    if args.heartbeat_fd is not None:
+        worker.beat_to(args.heartbeat_fd)
     worker.start()
     worker.wait(args.parent_pid)
     worker.stop(timeout=2.0)

@@ -1,0 +1,103 @@
+"""Whether a sandboxed submission could read a file the trusted side keeps: the results database (every
+stored submission's source and messages), its -wal/-shm, a token file. Issue 32, L2: a database created 0644
+inside the checkout (which the sandbox binds read-only) was read by a later submission and printed out
+through its own error message.
+
+A sandboxed child runs either as a fresh uid of its own (root: SandboxConfig.uid "auto"; in no group) or as
+the caller's own uid (not root). So a file is within its reach when
+  - fresh uid: the file is readable by "other" and every directory above it is searchable by "other";
+  - caller's uid: the file lies inside a directory the sandbox binds in (the project, the interpreter and
+    its site-packages: isolation.bound_paths), where the mount namespace leaves it visible, or the sandbox
+    has no mount namespace at all (isolation "none").
+`check_private(path, what)` raises ExposedFileError with the reason and the fix; the leaderboard's serve,
+worker and submit call it at start (exit 2). `create_private_dir` and `create_private_file` make the store's
+directory 0700 and its database 0600 where the code creates them (SQLite gives -wal/-shm the database's mode).
+"""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from kernelgym_gap.core.errors import KernelGymError
+
+
+class ExposedFileError(KernelGymError):
+    """A file holding other submissions' data (or a secret) that a sandboxed submission could read."""
+
+
+def _ancestors(path: Path) -> list[Path]:
+    return list(reversed(path.parents))
+
+
+def _other_can_read(path: Path) -> str | None:
+    """Why a uid in no group of the file's could read `path` (None: it cannot)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if not st.st_mode & stat.S_IROTH:
+        return None
+    for d in _ancestors(path):
+        try:
+            if not os.stat(d).st_mode & stat.S_IXOTH:
+                return None             # a directory on the way that others cannot enter: out of reach
+        except OSError:
+            return None
+    return f"mode {stat.S_IMODE(st.st_mode):04o} (readable by every user) and every directory above it open to all"
+
+
+def sandbox_runs_as_caller(config=None) -> bool:
+    """Whether submissions run as this process's own uid (not root, or SandboxConfig.uid None)."""
+    from kernelgym_gap.core.config import SandboxConfig
+    config = config or SandboxConfig()
+    return os.geteuid() != 0 or config.uid is None
+
+
+def reachable_reason(path: Path | str, config=None) -> str | None:
+    """Why a sandboxed submission could read `path` (None: it cannot, as far as the layers tell)."""
+    from kernelgym_gap.core.config import SandboxConfig
+    from kernelgym_gap.sandbox.isolation import bound_paths
+    config = config or SandboxConfig()
+    path = Path(os.path.realpath(path))
+    if not path.exists():
+        return None
+    if sandbox_runs_as_caller(config):
+        if config.isolation == "none":
+            return "submissions run as this user without a mount namespace (isolation none)"
+        for root in bound_paths(config.extra_ro_paths):
+            if path == Path(root) or Path(root) in path.parents:
+                return (f"it is inside {root}, which the sandbox binds in, and submissions run as this "
+                        f"user (uid {os.geteuid()})")
+        return None
+    return _other_can_read(path)
+
+
+def check_private(path: Path | str, what: str = "the results database", config=None) -> None:
+    """Refuse (ExposedFileError) a file, and its SQLite -wal/-shm beside it, that a submission could read."""
+    path = Path(path).expanduser()
+    if str(path) == ":memory:":
+        return
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        why = reachable_reason(p, config)
+        if why is not None:
+            raise ExposedFileError(
+                f"{what} {p} can be read by sandboxed submissions: {why}. A submission could read other "
+                f"submissions' sources out of it. Fix: keep it outside the project and the Python installation, "
+                f"in a directory of mode 0700 (e.g. the default ~/.local/share/kernelgym_gap/), and "
+                f"`chmod 600 {p}`; or point --db / $KERNELGYM_GAP_DB elsewhere")
+
+
+def create_private_dir(d: Path) -> None:
+    """`d` and any missing parent, the last one created 0700 (one that exists is left as it is)."""
+    if not d.exists():
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def create_private_file(path: Path) -> None:
+    """Create `path` empty and 0600 if it does not exist (O_EXCL: never over one another process made)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError:          # it exists, or cannot be made here: sqlite3 opens it or says why (StoreError)
+        return
+    os.close(fd)
