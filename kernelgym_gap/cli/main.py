@@ -69,6 +69,7 @@ def cmd_tasks(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from kernelgym_gap.core.terminal import for_terminal
     from kernelgym_gap.engine.pipeline import evaluate
     source = read_source(args.file)
     task = task_registry(args).get(args.task)
@@ -81,10 +82,11 @@ def cmd_eval(args) -> int:
         print(f"{record.task}  dsl={record.dsl}  backend={record.backend}")
         print(f"status: {record.status.value}  correct: {record.correct}  reward: {record.reward:.4f}"
               f"  ({record.reward_mode})")
-        if record.message:
-            print(record.message)
+        if record.message:              # the submission's own text: escaped (core/terminal.py, issue 32 L6)
+            print(for_terminal(record.message))
         if record.failure and record.failure.reproduce and record.failure.reproduce not in record.message:
-            print(f"inputs (a held-out case: shown to you, never in the agent's feedback): {record.failure.reproduce}")
+            print("inputs (a held-out case: shown to you, never in the agent's feedback): "
+                  + for_terminal(record.failure.reproduce))
         t = record.terms
         if t.get("E") is not None:
             compiled = f"  E_compile={t['E_compile']:.4g}" if t.get("E_compile") is not None else ""
@@ -92,7 +94,7 @@ def cmd_eval(args) -> int:
         elif record.backend == "cpu":
             print(CPU_NOTE)
         if record.diagnosis:
-            print(f"diagnosis: {record.diagnosis.get('verdict')}: {record.diagnosis.get('summary', '')}")
+            print(f"diagnosis: {record.diagnosis.get('verdict')}: {for_terminal(record.diagnosis.get('summary', ''))}")
     return 0
 
 
