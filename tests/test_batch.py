@@ -306,3 +306,21 @@ def test_async_vector_env_runs_real_evaluations_in_parallel(registry):
         assert rec[0]["source_sha256"] != rec[1]["source_sha256"]
     finally:
         envs.close()
+
+
+def test_a_harness_failure_on_the_warm_path_is_that_requests_record():
+    """The warm pool's path (each worker's WarmPool handed to the evaluator): one request's exception is its
+    own record, and the requests after it on the same worker and warm pool are still evaluated."""
+    seen = []
+
+    def warm_double(task, source, dsl, backend, config, checker=None, children=None):
+        seen.append((source, checker is not None, children is not None))
+        if source == "bad":
+            raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+        return EvalRecord(task=task.id, task_version=task.version, dsl=dsl, backend=backend, status=Status.OK,
+                          correct=True, reward=1.0, reward_mode="correctness", terms={}, message=source)
+    reqs = [EvalRequest("AddReLU", s, backend="cpu") for s in ("a", "bad", "c")]
+    recs = evaluate_many(reqs, workers=1, evaluator=warm_double, warm=True)
+    assert [r.status for r in recs] == [Status.OK, Status.PROTOCOL_ERROR, Status.OK]
+    assert "RecursionError" in recs[1].message and recs[1].stage == "harness"
+    assert seen == [("a", True, True), ("bad", True, True), ("c", True, True)]
