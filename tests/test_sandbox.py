@@ -389,3 +389,35 @@ def test_gpu_path_sandbox_starts(tmp_path, isolation):
         assert isolation in out.layers
     if ROOT and isolation != "none":
         assert got["uid"] >= iso.UID_BASE
+
+
+def test_stale_cgroups_of_a_killed_harness_are_reclaimed_and_live_ones_kept():
+    """Issue 32 L5: a harness killed mid-evaluation leaves its children's cgroups (c<pid>-<hex> under
+    kernelgym_gap/). The next start removes those whose creator is gone and that hold no process; one whose
+    creator still runs (this process) is kept."""
+    import subprocess
+    from kernelgym_gap.sandbox import cgroup
+    bases = cgroup.group_dirs()
+    if not bases:
+        probe = cgroup.ChildCgroups("c%d-0" % os.getpid(), 8, None)   # makes kernelgym_gap/ where it can
+        probe.close()
+        bases = cgroup.group_dirs()
+    if not bases:
+        pytest.skip("no cgroup hierarchy this process may create groups in")
+    p = subprocess.Popen(["true"])
+    p.wait()
+    dead = p.pid                                   # exited and reaped: no such process now
+    assert not os.path.exists(f"/proc/{dead}")
+    stale = [b / f"c{dead}-{secrets.token_hex(5)}" for b in bases]
+    live = [b / f"c{os.getpid()}-{secrets.token_hex(5)}" for b in bases]
+    for d in stale + live:
+        d.mkdir()
+    try:
+        removed = cgroup.reclaim_stale()
+        assert set(stale) <= set(removed)
+        assert not any(d.exists() for d in stale)
+        assert all(d.exists() for d in live) and not set(live) & set(removed)
+    finally:
+        for d in stale + live:
+            if d.exists():
+                d.rmdir()

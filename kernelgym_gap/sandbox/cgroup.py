@@ -3,11 +3,14 @@
 Created under this process's own cgroup (read from /proc/self/cgroup), so the harness never touches
 cgroups it does not own: cgroup v1 (separate `pids` and `memory` hierarchies) or v2 (the unified hierarchy,
 when this process's cgroup delegates the controllers). Anything unavailable is simply absent from `layers`.
+A harness killed mid-evaluation cannot remove its children's cgroups: the next one to make a child's cgroups
+removes those whose creator is gone and that hold no process (reclaim_stale).
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -76,11 +79,86 @@ def _read_keyed(path: Path, key: str) -> int | None:
     return None
 
 
+_NAME = re.compile(r"^c(\d+)-[0-9a-f]+$")       # ChildCgroups' names: c<creating pid>-<random hex>
+
+
+def _started_at(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), None when there is no such process."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _creator_gone(d: Path, pid: int) -> bool:
+    """Whether the harness process that made cgroup `d` is gone: no process `pid`, or one started after `d`
+    was made (the pid was reused)."""
+    started = _started_at(pid)
+    if started is None:
+        return True
+    try:
+        made = d.stat().st_ctime
+    except OSError:
+        return False
+    return started > made + 1.0           # btime and the tick count are whole seconds / ticks: a margin
+
+
+def group_dirs() -> list[Path]:
+    """Our GROUP directories under this process's own cgroups (v1 per controller, v2 unified)."""
+    v1, v2 = _mounts()
+    own = _own_paths()
+    out = [v1[c] / own.get(c, "/").lstrip("/") / GROUP for c in ("pids", "memory") if c in v1]
+    if v2 is not None and "unified" in own:
+        out.append(v2 / own["unified"].lstrip("/") / GROUP)
+    return [d for d in out if d.is_dir()]
+
+
+def reclaim_stale(bases: list[Path] | None = None) -> list[Path]:
+    """Removes the child cgroups a killed harness left (issue 32, L5): ours by name (c<pid>-<hex>, under
+    GROUP), whose creating process is gone and that hold no process any more. A cgroup whose processes still
+    run is left (and its creator, alive, still owns it). Returns the directories removed."""
+    removed = []
+    for base in (bases if bases is not None else group_dirs()):
+        try:
+            entries = list(base.iterdir())
+        except OSError:
+            continue
+        for d in entries:
+            m = _NAME.match(d.name)
+            if m is None or not d.is_dir() or not _creator_gone(d, int(m.group(1))):
+                continue
+            try:
+                if (d / "cgroup.procs").read_text().split():
+                    continue
+                d.rmdir()                       # a cgroup directory is removed with rmdir, its files and all
+                removed.append(d)
+            except OSError:
+                continue
+    return removed
+
+
+_reclaimed = False
+
+
+def reclaim_stale_once() -> int:
+    """reclaim_stale the first time a process makes a child's cgroups (every harness start: eval, the
+    leaderboard's worker, the reward server's slots). Returns how many were removed."""
+    global _reclaimed
+    if _reclaimed:
+        return 0
+    _reclaimed = True
+    return len(reclaim_stale())
+
+
 class ChildCgroups:
     """The cgroups of one child. `procs_fds` are opened here, written by the child itself (its own pid)
     between fork and exec, so that it is inside its limits before any of its code runs."""
 
     def __init__(self, name: str, pids_max: int | None, memory_bytes: int | None):
+        reclaim_stale_once()            # what a killed harness left behind (its children are gone)
         self.dirs: dict[str, Path] = {}
         self.layers: list[str] = []
         self.version = None
