@@ -51,6 +51,7 @@ class Row:
 
 
 H200_1203 = "passed, H200 2026-12-03 (test_hostile.py)"
+H200_1203_MACHINE = "passed, H200 2026-12-03 (test_hostile.py::test_gpu_machine_attack)"
 H = "hostile/"
 
 FAMILIES: tuple[Row, ...] = (
@@ -177,26 +178,31 @@ FAMILIES: tuple[Row, ...] = (
     # D. attacking the environment
     Row("D1", "file shadowing", "audit guard; read-only binds; scratch removed", H + "shadow_module.py",
         "integrity_violation", "integrity_violation"),
-    Row("D2", "reading the harness (the job's held-out shapes)", "none yet: the job the child needs stays in "
-        "its memory (job.json is deleted once read), and the submission's own exception text reaches the agent",
+    Row("D2", "reading the harness (the job's held-out shapes)", "held-out shapes and seeds scrubbed from every "
+        "message (engine/feedback.py); the job stays in the child's memory (job.json is deleted once read)",
         H + "known_hole_job_in_message.py", "runtime_error", NA,
-        xfail="open: a submission's error message is passed to the agent unredacted", xfail_on=("cpu",)),
+        xfail="open: the submission's own error text reaches the agent; scrubbing removes written held-out "
+        "shapes, not encoded ones", xfail_on=("cpu",)),
     Row("D2", "reading the parent's secrets", "clean env; pid namespace; unprivileged uid", H + "read_secrets.py",
-        "runtime_error", "runtime_error", elsewhere="tests/test_hostile.py::test_machine_attack"),
+        "runtime_error", "runtime_error", H200_1203_MACHINE,
+        elsewhere="tests/test_hostile.py::test_machine_attack"),
     Row("D3", "grader tampering (files)", "read-only binds, private /tmp, uid; audit guard",
         H + "write_outside.py", "integrity_violation", "integrity_violation",
+        H200_1203_MACHINE,
         elsewhere="tests/test_hostile.py::test_machine_attack"),
     Row("D3", "grader tampering (call marker)", "the parent keeps its own copy of each call's bound",
         H + "call_marker_forge.py", "timeout|too_slow", NA, elsewhere="tests/test_hostile.py::test_machine_attack"),
     Row("D4", "leaving the machine in a bad state", "a fresh process per evaluation; the next honest "
         "evaluation scores as before", H + "oob_store.py", "crash|runtime_error", "crash|runtime_error",
+        H200_1203_MACHINE,
         elsewhere="tests/test_hostile.py::test_machine_attack"),
     Row("D5", "ptrace escape", "pid namespace; unprivileged uid; no_new_privs", H + "ptrace_attach.py",
         "runtime_error", "runtime_error", must_say="ptrace attached to: none"),
     Row("D5", "process escape (raw fork)", "pids cgroup; leftover-process check; deadline", H + "daemon.py",
         "integrity_violation", NA, elsewhere="tests/test_hostile.py::test_machine_attack"),
     Row("D5", "killing the harness", "audit guard; pid namespace; uid", H + "kill_parent.py",
-        "integrity_violation", "integrity_violation", elsewhere="tests/test_hostile.py::test_machine_attack"),
+        "integrity_violation", "integrity_violation", H200_1203_MACHINE,
+        elsewhere="tests/test_hostile.py::test_machine_attack"),
     Row("D6", "obfuscated exec", "run-time checks, not source rules (op recorder)", H + "obfuscated_exec.py",
         "library_compute", "library_compute"),
     Row("D7", "run-time installs", "audit guard (process creation); no network; read-only site-packages",
@@ -384,9 +390,9 @@ def _source(row: Row) -> str:
 
 
 def _leaked(record, task, backend: str) -> bool:
-    """known_hole_job_in_message.py's own words, with the held-out shapes it found, in the agent's message."""
+    """known_hole_job_in_message.py's held-out shapes, written out or hex-encoded, in the agent's message."""
     shapes = sorted(tuple(s) for s in task.workload(backend).heldout)
-    return f"held-out shapes: {shapes}" in record.message
+    return f"held-out shapes: {shapes}" in record.message or repr(shapes).encode().hex() in record.message
 
 
 def _caught(row: Row, record, task, backend: str, expected: str) -> bool:
