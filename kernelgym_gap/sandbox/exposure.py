@@ -9,6 +9,10 @@ the caller's own uid (not root). So a file is within its reach when
   - caller's uid: the file lies inside a directory the sandbox binds in (the project, the interpreter and
     its site-packages: isolation.bound_paths), where the mount namespace leaves it visible, or the sandbox
     has no mount namespace at all (isolation "none").
+The other way round, `check_task_readable(task, config)`: a user's task directory the sandbox's uid cannot
+read (`mktemp -d` makes 0700) failed every evaluation as "crash: the child exited with code 1 without a
+report"; it is refused before the child starts (TaskDefinitionError naming the path and the chmod to run).
+
 `check_private(path, what)` raises ExposedFileError with the reason and the fix; the leaderboard's serve,
 worker and submit call it at start (exit 2). `create_private_dir` and `create_private_file` make the store's
 directory 0700 and its database 0600 where the code creates them (SQLite gives -wal/-shm the database's mode).
@@ -19,7 +23,7 @@ import os
 import stat
 from pathlib import Path
 
-from kernelgym_gap.core.errors import KernelGymError
+from kernelgym_gap.core.errors import KernelGymError, TaskDefinitionError
 
 
 class ExposedFileError(KernelGymError):
@@ -101,3 +105,61 @@ def create_private_file(path: Path) -> None:
     except OSError:          # it exists, or cannot be made here: sqlite3 opens it or says why (StoreError)
         return
     os.close(fd)
+
+
+_readable_ok: set[tuple[str, str]] = set()       # (task directory, tasks_dir) found readable: not walked again
+
+
+def _blocks_others(path: Path, need: int) -> str | None:
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError as e:
+        return f"{path} cannot be examined ({e.strerror})"
+    if mode & need != need:
+        return f"{path} is mode {mode:04o}"
+    return None
+
+
+def unreadable_for_sandbox(task_dir: Path, tasks_dir: Path) -> str | None:
+    """Why a fresh uid in no group could not load the task in `task_dir` from `tasks_dir` (the child globs
+    tasks_dir/*/*/task.py, imports task.py and reads what lies beside it); None when it can."""
+    tasks_dir, task_dir = Path(os.path.realpath(tasks_dir)), Path(os.path.realpath(task_dir))
+    for d in _ancestors(tasks_dir):
+        why = _blocks_others(d, stat.S_IXOTH)
+        if why:
+            return why
+    dirs = [tasks_dir] + [p for p in _ancestors(task_dir) if tasks_dir in p.parents] + [task_dir]
+    for d in dirs:
+        why = _blocks_others(d, stat.S_IROTH | stat.S_IXOTH)
+        if why:
+            return why
+    for dirpath, dirnames, filenames in os.walk(task_dir):
+        dirnames[:] = [n for n in dirnames if n != "__pycache__"]
+        for n in dirnames:
+            why = _blocks_others(Path(dirpath) / n, stat.S_IROTH | stat.S_IXOTH)
+            if why:
+                return why
+        for n in filenames:
+            why = _blocks_others(Path(dirpath) / n, stat.S_IROTH)
+            if why:
+                return why
+    return None
+
+
+def check_task_readable(task, config=None) -> None:
+    """Refuse (TaskDefinitionError) a user's task the sandbox's uid cannot read, before its child starts:
+    the child would fail to load it and the evaluation come out as the submission's crash. Submissions that
+    run as this user read what this user reads (the task directory is bound in): nothing to check then."""
+    if task.tasks_dir is None or task.directory is None or sandbox_runs_as_caller(config):
+        return
+    key = (str(task.directory), str(task.tasks_dir))
+    if key in _readable_ok:
+        return
+    why = unreadable_for_sandbox(Path(task.directory), Path(task.tasks_dir))
+    if why is None:
+        _readable_ok.add(key)
+        return
+    raise TaskDefinitionError(
+        f"task directory {task.tasks_dir} cannot be read by the sandbox's user (submissions run as a fresh "
+        f"unprivileged uid, in no group): {why}. Every evaluation of {task.id} would fail. Fix: "
+        f"`chmod -R o+rX {task.tasks_dir}` and `chmod o+x` on each directory above it (mktemp -d makes 0700)")

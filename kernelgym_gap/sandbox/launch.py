@@ -20,6 +20,7 @@ from kernelgym_gap.core.status import Status
 from kernelgym_gap.dsl import needs_compile_probe
 from kernelgym_gap.sandbox.child_io import backend_env, cold_child, read_report
 from kernelgym_gap.sandbox.deadlines import call_bounds
+from kernelgym_gap.sandbox.exposure import check_task_readable
 from kernelgym_gap.sandbox.prestart import ChildSpec
 from kernelgym_gap.sandbox.probe import CompileProbe, probe_env, probe_trials
 from kernelgym_gap.sandbox.process import ChildOutcome
@@ -29,6 +30,8 @@ def child_spec(task, dsl: str, backend: str, config: EvalConfig) -> ChildSpec:
     child reads its task from the registry's directory: one outside the project is bound too."""
     sandbox = config.sandbox
     tasks_dir = task.tasks_dir
+    # a user's task directory the sandbox's uid cannot read: refused here, before a child fails on it
+    check_task_readable(task, sandbox)
     if tasks_dir is not None and tasks_dir not in sandbox.extra_ro_paths:
         sandbox = dataclasses.replace(sandbox, extra_ro_paths=(*sandbox.extra_ro_paths, tasks_dir))
     if backend == "cuda":
