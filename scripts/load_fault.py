@@ -4,8 +4,8 @@
 
 What it does, in a temporary directory, against `kernelgym-gap serve-reward --backend cpu` (real
 evaluations, the server's own processes):
-1. a quiet run: one client scores every honest item once (reference solutions of AddReLU and GELU, and a
-   wrong variant of each; each source made distinct by a comment) on a fresh server: the expected rewards;
+1. a quiet run: one client scores every honest item once (a reference solution of each --tasks task and a
+   wrong variant of it; each source made distinct by a comment) on a fresh server: the expected rewards;
 2. the load run, on another fresh server with a results database: N trainer clients (threads, each its own
    X-Client-Id) send M batches each, every batch its honest items plus one hostile item in turn: an unknown
    task, a submission that writes a 100,000-deep report.json (tests/fixtures/hostile/report_deep_nesting.py)
@@ -29,7 +29,6 @@ import os
 import signal
 import socket
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,15 +89,18 @@ class Server:
                 self.proc.kill()
 
 
-def honest_items(batch: str) -> list[dict]:
+WRONG = {"AddReLU": ("tl.maximum(s, 0.0)", "s"), "GELU": ("0.5 *", "0.25 *")}
+
+
+def honest_items(batch: str, tasks: list[str]) -> list[dict]:
     from kernelgym_gap.core.registry import default_registry
     reg = default_registry()
     out = []
-    for name, bad in (("AddReLU", ("tl.maximum(s, 0.0)", "s")), ("GELU", None)):
+    for name in tasks:
         task = reg.get(name)
         good = task.solution_path(task.solutions[0]).read_text()
         out.append({"task": name, "source": f"# {batch} good\n" + good})
-        wrong = good.replace(*bad) if bad else good.replace("0.5 *", "0.25 *")
+        wrong = good.replace(*WRONG[name])
         out.append({"task": name, "source": f"# {batch} wrong\n" + wrong})
     return out
 
@@ -125,6 +127,8 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=2, help="batches per client")
     ap.add_argument("--workers", type=int, default=2, help="the server's evaluation slots")
     ap.add_argument("--deadline", type=float, default=900, help="seconds for the whole run at most")
+    ap.add_argument("--tasks", default="AddReLU", help="honest items' tasks, comma-separated (AddReLU, GELU): "
+                                                      "a reference solution and a wrong variant of each")
     args = ap.parse_args()
     if args.clients * args.batches > 40:
         raise SystemExit("at most 40 batches in all (this is a bounded run)")
@@ -132,7 +136,10 @@ def main() -> int:
     t_start = time.monotonic()
 
     # 1. the quiet run
-    plan = {(c, b): honest_items(f"c{c}b{b}") for c in range(args.clients) for b in range(args.batches)}
+    tasks = [t for t in args.tasks.split(",") if t]
+    if not tasks or set(tasks) - set(WRONG):
+        raise SystemExit(f"--tasks: one or more of {', '.join(WRONG)}")
+    plan = {(c, b): honest_items(f"c{c}b{b}", tasks) for c in range(args.clients) for b in range(args.batches)}
     quiet = Server(_port(), work, args.workers, None, work / "quiet-requests.sqlite3")
     quiet.start()
     expected = {}

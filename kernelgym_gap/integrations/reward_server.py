@@ -40,10 +40,21 @@ import os
 import sys
 from pathlib import Path
 
-from kernelgym_gap.integrations.reward_app import MAX_BODY_BYTES, RewardApp, create_app
 from kernelgym_gap.integrations.reward_client import (TOKEN_ENV, URL_ENV, RewardClient, RewardServerError,
                                                       compute_score, reward_func)
 from kernelgym_gap.integrations.reward_items import MAX_SOURCE_CHARS, BadBatch, parse_batch
+
+_SERVER_SIDE = ("MAX_BODY_BYTES", "RewardApp", "create_app")
+
+
+def __getattr__(name: str):
+    """The server's names, imported when asked for: a trainer that loads this file for `compute_score` (verl
+    loads it by path) needs httpx only, not the web stack (starlette, anyio)."""
+    if name in _SERVER_SIDE:
+        from kernelgym_gap.integrations import reward_app
+        return getattr(reward_app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["MAX_BODY_BYTES", "MAX_SOURCE_CHARS", "TOKEN_ENV", "URL_ENV", "BadBatch", "RewardApp", "RewardClient",
            "RewardServerError", "add_commands", "compute_score", "create_app", "parse_batch", "reward_func"]
@@ -87,6 +98,7 @@ def requests_db_path(args) -> Path:
 
 def cmd_serve_reward(args) -> int:
     from kernelgym_gap.cli.options import eval_config
+    from kernelgym_gap.integrations.reward_app import create_app
     from kernelgym_gap.integrations.scorer import Scorer
     from kernelgym_gap.serving.auth import announce, new_token
     from kernelgym_gap.serving.protocol import serve
