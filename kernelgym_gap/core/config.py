@@ -151,7 +151,7 @@ class EvalConfig:
     reward: RewardConfig = RewardConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()   # screening thresholds (judge/diagnosis.py)
     # a kernel measured under this fraction of its floor is a failure (faster_than_floor): 0.8 leaves the
-    # best honest kernels of the corpus (U 1.02 on the H200) 22% under the bound (judge/floor.py; 0.9 before
+    # best honest kernels of the corpus (U up to 1.03 on the H200) 21% under the bound (judge/floor.py; 0.9 before
     # issue 31 zeroed any kernel whose task overcounted min_bytes by 10%)
     floor_tolerance: float = 0.8
     scratch_root: str | None = None      # where per-evaluation scratch directories go (system temp by default)
