@@ -488,6 +488,13 @@ def test_every_child_side_module_is_covered_by_the_snapshots():
             timing.SPIN_MS = real_spin
         assert "kernelgym_gap._late_for_test.helper was replaced" in found
         assert "kernelgym_gap.child.timing.SPIN_MS was replaced" in found
+        from kernelgym_gap.core import tensor_file      # a table of the outputs' hand-off, changed in place
+        key = next(iter(tensor_file.DTYPES))
+        real_dtype, tensor_file.DTYPES[key] = tensor_file.DTYPES[key], None
+        try:
+            assert "kernelgym_gap.core.tensor_file.DTYPES was changed in place" in changed()
+        finally:
+            tensor_file.DTYPES[key] = real_dtype
         sys.modules[late.__name__] = types.ModuleType(late.__name__)
         assert f"sys.modules[{late.__name__!r}] was replaced" in changed()
     finally:

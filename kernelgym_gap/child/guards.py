@@ -15,14 +15,15 @@ import _thread
 
 from kernelgym_gap.child.watch import WATCH, SandboxDenied
 
-_PROCESS_EVENTS = {"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-                   "subprocess.Popen", "pty.spawn", "os.startfile"}
-_SIGNAL_EVENTS = {"os.kill", "os.killpg", "signal.pthread_kill"}
-_SOCKET_EVENTS = {"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
-                  "socket.getaddrinfo", "socket.gethostbyname"}
-_FS_EVENTS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.chmod",
+_PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+                   "subprocess.Popen", "pty.spawn", "os.startfile"})
+_SIGNAL_EVENTS = frozenset({"os.kill", "os.killpg", "signal.pthread_kill"})
+_SOCKET_EVENTS = frozenset({"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
+                  "socket.getaddrinfo", "socket.gethostbyname"})
+_FS_EVENTS = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.chmod",
               "os.chown", "os.truncate", "os.utime", "os.mkfifo", "os.mknod", "shutil.rmtree", "os.chflags",
-              "os.setxattr", "os.removexattr"}
+              "os.setxattr", "os.removexattr"})
+# frozen: the snapshots compare these bindings by identity, and a set could be emptied in place
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _installed = False
 

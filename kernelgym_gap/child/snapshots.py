@@ -55,6 +55,26 @@ def _harness_snapshot(mod) -> dict:
     return {k: v for k, v in _stable_dict(mod).items() if not (k.startswith("__") and k.endswith("__"))}
 
 
+_TABLES = (dict, set, list)
+
+
+def _table_copy(value):
+    """A harness module's table (tensor_file.DTYPES, dsl.ADAPTERS, ...) as it is now, to compare its contents
+    later: a table changed in place keeps its identity."""
+    return dict(value) if isinstance(value, dict) else list(value)
+
+
+def _same_table(value, copy) -> bool:
+    try:
+        if isinstance(value, dict):
+            return value.keys() == copy.keys() and all(value[k] is v for k, v in copy.items())
+        if isinstance(value, set):
+            return len(value) == len(copy) and all(x in value for x in copy)
+        return len(value) == len(copy) and all(a is b for a, b in zip(value, copy))
+    except Exception:  # noqa: BLE001 - keys whose comparison raises were put there by the submission
+        return False
+
+
 def _bound_modules(harness: list) -> list:
     """The modules this harness's modules bind as globals (statistics, dataclasses, torch, ...), other than
     its own: the library code its timing, checks and hand-off call through them."""
@@ -165,6 +185,7 @@ class Integrity:
         self._codes: dict = {}           # label -> (function, its code state)
         self._seen: set = set()          # ids of the modules and classes covered
         self._harness: dict = {}         # harness module name -> the module object sys.modules had
+        self._tables: dict = {}          # "module.name" -> (a harness module's dict/set/list, its copy)
         self._watch = WATCH
         self._watch_bindings: list = []
         self._cover_harness()
@@ -210,7 +231,10 @@ class Integrity:
         new = [(n, m) for n, m in harness_modules() if n not in self._harness]
         for name, mod in new:
             self._harness[name] = mod
-            self._add_module(name, mod, _harness_snapshot(mod))
+            snap = _harness_snapshot(mod)
+            self._add_module(name, mod, snap)
+            self._tables.update({f"{name}.{k}": (v, _table_copy(v)) for k, v in snap.items()
+                                 if type(v) in _TABLES})
             for c in _classes_of(name, mod):
                 self._add_class(c)
             if vars(mod).get("WATCH") is WATCH:
@@ -242,6 +266,8 @@ class Integrity:
         found = [f"sys.modules[{name!r}] was replaced" for name, mod in self._harness.items()
                  if sys.modules.get(name) is not mod]
         found += self._replaced()
+        found += [f"{label} was changed in place" for label, (value, copy) in self._tables.items()
+                  if not _same_table(value, copy)]
         for label, (value, state) in self._codes.items():
             if not _same_code(_code_state(value), state):
                 found.append(f"{label} was changed in place (its code, defaults or closure)")
