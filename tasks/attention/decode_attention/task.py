@@ -15,6 +15,17 @@ def reference(q, k, v):
 _V_DISTRIBUTION = {"large": "normal"}
 
 
+def error_bound(ins, dtype):
+    """A split-L kernel may round each chunk's partial output to the input dtype before combining them: each
+    partial is a weighted mean of its chunk's v, off by up to u relative (u = 2^-11 for float16, 2^-8 for
+    bfloat16; 0 for float32), so the output errs by up to u * sum_j p_j |v_j|, the attention of |v|, however
+    small the output itself is (a spread-out softmax averages v to ~1/sqrt(L)). The bound is twice that,
+    for the float32 score round-off and the combination's own rounding."""
+    q, k, v = ins
+    u = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}.get(dtype, 0.0)
+    return 2 * u * reference(q, k, v.abs())
+
+
 def make_inputs(shape, dtype, gen, distribution, device):
     b, h, l, d = shape
     # q and k of std 30 would give scores of std ~900, where float32 round-off in the score alone moves
@@ -29,7 +40,7 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="DecodeAttention",
-    version=0,
+    version=1,
     category="attention",
     statement=("Attention for one decoding step. q has shape [B, H, D] (the new token's query per sequence and "
                "head); k and v have shape [B, H, L, D] (the KV cache, all L positions valid); all contiguous, the "
@@ -60,11 +71,19 @@ TASK = TaskSpec(
     # The reference is float64 on the same rounded inputs. A float32 kernel errs by (1) float32 round-off
     # in the scores (~1e-4 for 'offset' scores of ~700) and in the L-term sums (~L * 2^-24 relative in the
     # worst case, ~3e-7 * sqrt(L) typical), and (2) one rounding of O to the output dtype (u = 2^-11 fp16,
-    # 2^-8 bf16, relative). A split-L kernel that rounds its partial results to the input dtype adds ~u
-    # more. fp16: atol 2e-3, rtol 4e-3; bf16: atol 1.6e-2, rtol 3e-2. float32 (cpu only): 5e-4, for (1).
+    # 2^-8 bf16, relative). A split-L kernel that rounds its partial results to the input dtype adds up to
+    # u * sum_j p_j |v_j| (error_bound: 2x that, per element). fp16: atol 2e-3, rtol 4e-3; bf16 (v1): atol
+    # 1e-3, rtol 3e-2 + error_bound. v0's bf16 atol of 1.6e-2 was above the outputs on the cuda shapes'
+    # spread-out 'sparse' and 'uniform' inputs (std 0.002-0.006 at L = 3000..32768), where a constant output
+    # passed (max |o - mean| / allowed 0.3-0.9, tests/test_tolerances.py). float32 (cpu only): 5e-4, for (1).
     # A dropped or twice-counted split, or a partial maximum not rescaled, misses by far more.
     tolerances={"float32": Tolerance(5e-4, 5e-4), "float16": Tolerance(2e-3, 4e-3),
-                "bfloat16": Tolerance(1.6e-2, 3e-2)},
+                "bfloat16": Tolerance(1e-3, 3e-2)},
+    error_bound=error_bound,
+    changelog=("v1: bfloat16 atol 1.6e-2 -> 1e-3 plus error_bound (2 u sum_j p_j |v_j|, what rounding a split's "
+               "partial output to the input dtype may cost): v0's atol was above the typical output on the "
+               "spread-out 'sparse' and 'uniform' inputs of the cuda shapes, where a constant output passed "
+               "(issue 31)",),
     flops=lambda s: 4 * s[0] * s[1] * s[2] * s[3],                      # q.k and p*v over L keys, D wide
     # q read once, the K and V caches read once, o written once
     min_bytes=lambda s, d: (2 * s[0] * s[1] * s[3] + 2 * s[0] * s[1] * s[2] * s[3]) * itemsize(d),

@@ -34,7 +34,7 @@ def min_bytes(shape, dtype):
 
 TASK = TaskSpec(
     name="Conv2d",
-    version=0,
+    version=1,
     level=3,
     tags=('compute-bound', 'implicit-gemm'),
     motivation=("A 3x3 convolution, the core of CNN backbones, U-Nets and VAE decoders in diffusion models; cuDNN's implicit GEMM is the bar."),
@@ -67,12 +67,18 @@ TASK = TaskSpec(
                          dtypes=("float16", "float32")),
     },
     # Outputs are O(1). float16: inputs are exact in the float64 reference, so the error is the output's
-    # rounding (2^-11 relative) plus float32 accumulation, far below 1e-2; a float16 accumulator over
-    # C*R*S ~ 2300 terms misses it. float32: a TF32 simulation (10-bit mantissa, round to nearest) of the
-    # cuda shapes gives a max |err| / (1 + |ref|) of 1.4e-3 for these distributions, so 5e-3 leaves a 3.5x
-    # margin; plain fp32 FMA is ~1e-6. A missed border tap or channel block errs by ~0.1-1.
-    tolerances={"float32": Tolerance(5e-3, 5e-3), "float16": Tolerance(1e-2, 1e-2),
-                "bfloat16": Tolerance(3e-2, 3e-2)},
+    # rounding (2^-11 relative) plus float32 accumulation (~1e-6): rtol = 4u = 2e-3 and atol 1e-3, as the
+    # other convolutions. Measured at the cpu shapes (tests/test_tolerances.py; max |err| / (1 + |ref|) over
+    # the four distributions): float32 sums in another order 3.4e-4, a float16 accumulator 3.5e-3 ('normal';
+    # 1.6e-3 'uniform', 2.3e-3 'positive'), and it grows with C*R*S (~2300 terms on cuda). v0's 1e-2 (5x
+    # the siblings) admitted the float16 accumulator on every distribution. float32: a TF32 simulation
+    # (10-bit mantissa, round to nearest) of the cuda shapes gives a max |err| / (1 + |ref|) of 1.4e-3 for
+    # these distributions, so 5e-3 leaves a 3.5x margin; plain fp32 FMA is ~1e-6. A missed border tap or
+    # channel block errs by ~0.1-1.
+    tolerances={"float32": Tolerance(5e-3, 5e-3), "float16": Tolerance(1e-3, 2e-3),
+                "bfloat16": Tolerance(8e-3, 1.6e-2)},
+    changelog=("v1: float16 tolerance 1e-2/1e-2 -> atol 1e-3, rtol 2e-3 (bfloat16 8e-3/1.6e-2), as the other "
+               "convolutions: v0's admitted a float16-accumulating kernel on every distribution (issue 31)",),
     flops=flops,
     min_bytes=min_bytes,
     solutions=(

@@ -30,7 +30,7 @@ def min_bytes(shape, dtype):
 
 TASK = TaskSpec(
     name="DepthwiseConv2d",
-    version=0,
+    version=1,
     level=2,
     tags=('memory-bound', 'stencil'),
     motivation=('Depthwise 3x3 convolution, as in MobileNet/EfficientNet and ConvNeXt blocks: little arithmetic per byte, so data reuse decides the speed.'),
@@ -57,11 +57,16 @@ TASK = TaskSpec(
     },
     # Nine products per output, no tensor cores: float32 FMA error is ~1e-6 relative even for "large"
     # (x30) inputs, so 1e-4 is tight and safe. float16: inputs are exact in the float64 reference; the
-    # error is the output's rounding (2^-11 relative) plus float32 accumulation, far below 1e-2, while a
-    # float16 accumulator on "large" inputs errs by ~0.1 near zero outputs. A missed border tap errs by
-    # ~0.3 (times 30 for "large").
-    tolerances={"float32": Tolerance(1e-4, 1e-4), "float16": Tolerance(1e-2, 1e-2),
-                "bfloat16": Tolerance(3e-2, 3e-2)},
+    # error is the output's rounding (2^-11 relative) plus float32 accumulation: rtol = 4u = 2e-3, atol
+    # 1e-3. Measured at the cpu shapes (tests/test_tolerances.py; max |err| / (1 + |ref|)): float32 sums in
+    # another order 4.7e-4 ('large'; 1.4e-4 to 2.8e-4 elsewhere), a float16 accumulator 1.5e-2 on 'large'
+    # and 1.3e-3 on 'normal'. v0's 1e-2 admitted the float16 accumulator everywhere but on 'large', which
+    # no float16 trial drew on cuda before issue 31. A missed border tap errs by ~0.3 (times 30 for "large").
+    tolerances={"float32": Tolerance(1e-4, 1e-4), "float16": Tolerance(1e-3, 2e-3),
+                "bfloat16": Tolerance(8e-3, 1.6e-2)},
+    changelog=("v1: float16 tolerance 1e-2/1e-2 -> atol 1e-3, rtol 2e-3 (bfloat16 8e-3/1.6e-2): v0's admitted a "
+               "float16 accumulator on every distribution but 'large', which float16 never drew on cuda "
+               "(issue 31)",),
     flops=flops,
     min_bytes=min_bytes,
     solutions=(

@@ -22,7 +22,7 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="BiasGELU",
-    version=0,
+    version=1,
     category="elementwise",
     statement=("Add bias (shape [N]) to every row of x (shape [M, N]) and apply the tanh-approximate GELU "
                "(torch.nn.functional.gelu with approximate='tanh', as in GPT-2, GPT-J and Megatron's bias_gelu): "
@@ -50,8 +50,17 @@ TASK = TaskSpec(
     # ulp of z; where z cancels to ~0, GELU halves that absolute error: < 4e-6 for |x| < 180), exp/tanh
     # on the GPU are accurate to a few ulp; 1e-5 relative leaves room and still rejects a float16
     # computation. float16/bfloat16: one rounding of the output, half an ulp (4.9e-4 / 3.9e-3 relative).
-    tolerances={"float32": Tolerance(1e-5, 1e-5), "float16": Tolerance(1e-3, 1e-3),
-                "bfloat16": Tolerance(1e-2, 1e-2)},
+    # v1: a float32 kernel rounds once, at most half an ulp (2^-11 = 4.9e-4 relative for float16, 2^-9 for
+    # bfloat16) plus float32's ~1e-6: rtol 1e-3 (float16) and 8e-3 (bfloat16) are ~2x and ~4x that, and
+    # atol only covers the subnormal range and float32 cancellation (1e-5 / 1e-4). v0's atol of 1e-3 / 1e-2
+    # admitted 16-bit math (a rounding per op) on every distribution and a constant output on inputs whose
+    # outputs are all below it. Measured at the cpu shapes, max |err| / allowed over the distributions:
+    # float16 math 42x the allowance, float32 0.49x.
+    tolerances={"float32": Tolerance(1e-5, 1e-5), "float16": Tolerance(1e-5, 1e-3),
+                "bfloat16": Tolerance(1e-4, 8e-3)},
+    changelog=("v1: float16 atol 1e-3 -> 1e-5 and bfloat16 1e-2/1e-2 -> 1e-4/8e-3: the 16-bit tolerance is "
+               "derived from one rounding; v0's admitted 16-bit arithmetic where the statement asks for "
+               "float32 (issue 31)",),
     flops=lambda s: FLOPS_PER_ELEMENT * s[0] * s[1],
     # x read once, bias read once, the output written once.
     min_bytes=lambda s, d: (2 * s[0] * s[1] + s[1]) * itemsize(d),

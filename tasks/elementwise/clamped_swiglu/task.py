@@ -27,7 +27,7 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="ClampedSwiGLU",
-    version=0,
+    version=1,
     category="elementwise",
     statement=("gpt-oss's MoE activation. x has shape [M, 2*D] with the gate and linear halves INTERLEAVED: "
                "g = x[:, 0::2], l = x[:, 1::2] (each [M, D]). Clamp g from above only, g = min(g, 7), and l to "
@@ -52,8 +52,17 @@ TASK = TaskSpec(
     # The reference runs in float64. float32: a few ulp from exp (ex2.approx on the GPU), the divide and two
     # multiplies: far below 1e-5 relative. float16/bfloat16: one rounding of the output, half an ulp
     # (4.9e-4 / 3.9e-3 relative); the clamps act on the same rounded inputs as the reference's.
-    tolerances={"float32": Tolerance(1e-5, 1e-5), "float16": Tolerance(1e-3, 1e-3),
-                "bfloat16": Tolerance(1e-2, 1e-2)},
+    # v1: a float32 kernel rounds once, at most half an ulp (2^-11 = 4.9e-4 relative for float16, 2^-9 for
+    # bfloat16) plus float32's ~1e-6: rtol 1e-3 (float16) and 8e-3 (bfloat16) are ~2x and ~4x that, and
+    # atol only covers the subnormal range and float32 cancellation (1e-5 / 1e-4). v0's atol of 1e-3 / 1e-2
+    # admitted 16-bit math (a rounding per op) on every distribution and a constant output on inputs whose
+    # outputs are all below it. Measured at the cpu shapes, max |err| / allowed over the distributions:
+    # float16 math 2.1x / bfloat16 math 1.9x the allowance, float32 0.46x / 0.47x.
+    tolerances={"float32": Tolerance(1e-5, 1e-5), "float16": Tolerance(1e-5, 1e-3),
+                "bfloat16": Tolerance(1e-4, 8e-3)},
+    changelog=("v1: float16 atol 1e-3 -> 1e-5 and bfloat16 1e-2/1e-2 -> 1e-4/8e-3: the 16-bit tolerance is "
+               "derived from one rounding; v0's admitted 16-bit arithmetic where the statement asks for "
+               "float32 (issue 31)",),
     flops=lambda s: FLOPS_PER_ELEMENT * s[0] * s[1],
     # x read once (2 * M * D elements), the output written once (M * D).
     min_bytes=lambda s, d: 3 * s[0] * s[1] * itemsize(d),

@@ -19,7 +19,7 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="GELU",
-    version=0,
+    version=1,
     level=1,
     tags=('memory-bound', 'activation', 'transcendental'),
     motivation=('The activation of BERT/GPT-2-style MLPs; the tanh/erf math makes a naive kernel compute-heavy per element, yet the op must run at copy bandwidth.'),
@@ -47,8 +47,17 @@ TASK = TaskSpec(
     # 1 + erf(x) for x << 0 costs at most ~0.5 * |x| * 6e-8 absolute (< 1e-5 for |x| < 300). The tanh
     # approximation differs from the exact form by up to ~5e-4 and fails the float32 check, as it should.
     # float16/bfloat16: the output rounding alone is half an ulp (4.9e-4 / 3.9e-3 relative).
-    tolerances={"float32": Tolerance(1e-5, 1e-5), "float16": Tolerance(1e-3, 1e-3),
-                "bfloat16": Tolerance(1e-2, 1e-2)},
+    # v1: a float32 kernel rounds once, at most half an ulp (2^-11 = 4.9e-4 relative for float16, 2^-9 for
+    # bfloat16) plus float32's ~1e-6: rtol 1e-3 (float16) and 8e-3 (bfloat16) are ~2x and ~4x that, and
+    # atol only covers the subnormal range and float32 cancellation (1e-5 / 1e-4). v0's atol of 1e-3 / 1e-2
+    # admitted 16-bit math (a rounding per op) on every distribution and a constant output on inputs whose
+    # outputs are all below it. Measured at the cpu shapes, max |err| / allowed over the distributions:
+    # float16 math (every op rounded, tests/test_tolerances.py) 35x the allowance, float32 0.46x.
+    tolerances={"float32": Tolerance(1e-5, 1e-5), "float16": Tolerance(1e-5, 1e-3),
+                "bfloat16": Tolerance(1e-4, 8e-3)},
+    changelog=("v1: float16 atol 1e-3 -> 1e-5 and bfloat16 1e-2/1e-2 -> 1e-4/8e-3: the 16-bit tolerance is "
+               "derived from one rounding; v0's admitted 16-bit arithmetic where the statement asks for "
+               "float32 (issue 31)",),
     flops=lambda s: FLOPS_PER_ELEMENT * numel(s),
     min_bytes=lambda s, d: 2 * numel(s) * itemsize(d),
     solutions=(

@@ -21,7 +21,7 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="SiLUAndMul",
-    version=0,
+    version=1,
     category="elementwise",
     statement=("The SwiGLU gate of a gated MLP (vLLM's silu_and_mul). x has shape [M, 2*D]: its first D columns "
                "are the gate a, its last D columns the up projection b. Return silu(a) * b, where "
@@ -48,8 +48,17 @@ TASK = TaskSpec(
     # far below 1e-5 relative, and the absolute floor only matters where silu(a) * b underflows.
     # float16/bfloat16: one rounding of the output, half an ulp (4.9e-4 / 3.9e-3 relative); torch's own
     # float16 result rounds twice (after silu, after the multiply) and still fits.
-    tolerances={"float32": Tolerance(1e-5, 1e-5), "float16": Tolerance(1e-3, 1e-3),
-                "bfloat16": Tolerance(1e-2, 1e-2)},
+    # v1: a float32 kernel rounds once, at most half an ulp (2^-11 = 4.9e-4 relative for float16, 2^-9 for
+    # bfloat16) plus float32's ~1e-6: rtol 1e-3 (float16) and 8e-3 (bfloat16) are ~2x and ~4x that, and
+    # atol only covers the subnormal range and float32 cancellation (1e-5 / 1e-4). v0's atol of 1e-3 / 1e-2
+    # admitted 16-bit math (a rounding per op) on every distribution and a constant output on inputs whose
+    # outputs are all below it. Measured at the cpu shapes, max |err| / allowed over the distributions:
+    # float16 math 3.3x the allowance, float32 0.48x.
+    tolerances={"float32": Tolerance(1e-5, 1e-5), "float16": Tolerance(1e-5, 1e-3),
+                "bfloat16": Tolerance(1e-4, 8e-3)},
+    changelog=("v1: float16 atol 1e-3 -> 1e-5 and bfloat16 1e-2/1e-2 -> 1e-4/8e-3: the 16-bit tolerance is "
+               "derived from one rounding; v0's admitted 16-bit arithmetic where the statement asks for "
+               "float32 (issue 31)",),
     flops=lambda s: FLOPS_PER_ELEMENT * s[0] * s[1],
     # x read once (2 * M * D elements), the output written once (M * D).
     min_bytes=lambda s, d: 3 * s[0] * s[1] * itemsize(d),

@@ -21,7 +21,7 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="QKNorm",
-    version=0,
+    version=1,
     category="normalization",
     statement=("Per-head RMS normalization of queries or keys x (shape [T, H, D]: tokens, heads, head_dim; "
                "contiguous): for every token t and head h, y[t, h, :] = x[t, h, :] / sqrt(mean(x[t, h, :]^2) "
@@ -49,7 +49,13 @@ TASK = TaskSpec(
     # the input dtype before the weight multiply (Hugging Face's Qwen3RMSNorm does): rtol = 4u; atol covers
     # outputs near zero (|weight| < 1.5). float32: a few ulp (D <= 256 squares summed in float32).
     tolerances={"float32": Tolerance(1e-5, 1e-5), "float16": Tolerance(1e-3, 2e-3),
-                "bfloat16": Tolerance(8e-3, 1.6e-2)},
+                "bfloat16": Tolerance(1e-4, 8e-3)},
+    # v1 bfloat16: the output's rounding is half an ulp (2^-9 relative) and the float32 sum of squares over
+    # a head (<= 256 terms) ~1e-6, so rtol 8e-3 (4x) and a small atol; v0's 8e-3 / 1.6e-2 admitted a
+    # bfloat16 accumulator on every distribution. Measured at the cpu shapes (tests/test_tolerances.py),
+    # max |err| / allowed: bfloat16 accumulation 2.35, float32 in another order 0.48.
+    changelog=("v1: bfloat16 tolerance 8e-3/1.6e-2 -> atol 1e-4, rtol 8e-3: v0's admitted a bfloat16 "
+               "accumulator on every distribution (issue 31)",),
     # per element: square, add, multiply by rstd, multiply by weight
     flops=lambda s: 4 * numel(s),
     min_bytes=lambda s, d: (2 * numel(s) + s[2]) * itemsize(d),
