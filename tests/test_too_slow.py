@@ -85,7 +85,14 @@ def test_too_slow_reward_sits_between_wrong_and_every_finished_kernel():
 
 def test_the_stage_table_knows_too_slow():
     assert STAGE_OF[Status.TOO_SLOW] == ("too_slow",)
-    assert Status("too_slow") is Status.TOO_SLOW and Status.TOO_SLOW.is_failure
+    assert Status("too_slow") is Status.TOO_SLOW and not Status.TOO_SLOW.is_failure
+
+
+def test_trainers_get_the_too_slow_reward_not_their_failure_reward(serial_record):
+    from kernelgym_gap.integrations.terms import record_terms, reward_of
+    record, _ = serial_record
+    assert reward_of(record, failure_reward=-1.0) == record.reward > 0.0
+    assert record_terms(record, failure_reward=-1.0)["score"] == record.reward
 
 
 # ---------------------------------------------------------------------------- cpu, through the engine

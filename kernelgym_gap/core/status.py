@@ -42,7 +42,9 @@ class Status(str, enum.Enum):
 
     @property
     def is_failure(self) -> bool:
-        return self is not Status.OK
+        """Every status but ok and too_slow: a too_slow kernel was correct where checked and earns its own
+        reward (judge/reward.too_slow_reward), which trainers must get, not their failure reward."""
+        return self not in (Status.OK, Status.TOO_SLOW)
 
     def __str__(self) -> str:
         return self.value
