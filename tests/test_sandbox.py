@@ -421,3 +421,24 @@ def test_stale_cgroups_of_a_killed_harness_are_reclaimed_and_live_ones_kept():
         for d in stale + live:
             if d.exists():
                 d.rmdir()
+
+
+def test_the_compile_probe_counts_against_the_evaluations_disk_quota():
+    """Issue 32 L3: the evaluation's disk quota (SandboxConfig.scratch_quota_bytes, sandbox/disk.py) covers
+    the cpu backend's compile probe too: a submission whose module fills the probe's directory is
+    output_too_large, not an ok score beside an inconclusive probe."""
+    import dataclasses
+
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.core.status import Status
+    from kernelgym_gap.engine.pipeline import evaluate
+    from kernelgym_gap.sandbox import disk
+    child, probe = disk.split(64 << 20)
+    assert (child, probe) == (32 << 20, 16 << 20) and child + 2 * probe <= 64 << 20
+    assert disk.split(SandboxConfig().scratch_quota_bytes) == (5 << 30, 512 << 20)
+    config = EvalConfig(sandbox=dataclasses.replace(SandboxConfig(), scratch_quota_bytes=64 << 20))
+    source = (Path(__file__).parent / "fixtures" / "hostile" / "probe_disk_hog.py").read_bytes()
+    record = evaluate(default_registry().get("LayerNorm"), source, "triton", "cpu", config)
+    assert record.status is Status.OUTPUT_TOO_LARGE, (record.status, record.message)
+    assert "quota" in record.message and record.reward == 0.0

@@ -42,7 +42,9 @@ class SandboxConfig:
     gpu_devices: tuple[int, ...] | None = None   # None: no GPU device nodes in the sandbox
     max_output_bytes: int = 64 * 1024   # tail of stdout/stderr kept each
     kill_output_bytes: int | None = 16 << 20     # a child writing more than this to stdout+stderr is killed
-    scratch_quota_bytes: int | None = 16 << 30   # the scratch directory may not grow past this
+    # the evaluation's disk: its scratch and its compile probes' directories together (sandbox/disk.py: the
+    # largest cuda task writes 4.25 GiB of outputs; a probe's share is 512 MiB)
+    scratch_quota_bytes: int | None = 6 << 30
     scratch_max_entries: int = 20_000
     private_tmp_bytes: int = 256 << 20  # size of the sandbox's own /tmp
     extra_ro_paths: tuple[str, ...] = ()

@@ -19,6 +19,7 @@ from kernelgym_gap.core.record import ChildReport, Job
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.dsl import needs_compile_probe
 from kernelgym_gap.sandbox.child_io import backend_env, cold_child, read_report
+from kernelgym_gap.sandbox import disk
 from kernelgym_gap.sandbox.deadlines import call_bounds
 from kernelgym_gap.sandbox.exposure import check_task_readable
 from kernelgym_gap.sandbox.prestart import ChildSpec
@@ -39,6 +40,8 @@ def child_spec(task, dsl: str, backend: str, config: EvalConfig) -> ChildSpec:
     # the interpreter accepts Triton kernels that cannot compile for a GPU: on the cpu backend a probe
     # compiles them for sm_90 (probe.py); the DSL's adapter says whether it needs one
     probe = tuple(sorted(probe_env().items())) if needs_compile_probe(dsl, backend) else None
+    # the evaluation's disk quota, shared with the probes when there are any (sandbox/disk.py)
+    sandbox = disk.child_sandbox(sandbox, with_probe=probe is not None)
     return ChildSpec(dsl=dsl, backend=backend, sandbox=sandbox, env=tuple(sorted(backend_env(backend).items())),
                      scratch_root=config.scratch_root, probe_env=probe)
 
@@ -96,6 +99,9 @@ class Launcher:
             cover_error = probe.cover(report.launched, self.spec.scratch_root)
             if probe.specs_wall_s is not None:
                 latency["compile_probe_specs"] = probe.specs_wall_s
+        if probe is not None and probe.over_disk_quota() and "scratch_quota" not in outcome.limits_hit:
+            # a probe is the same submission: its disk counts against the evaluation's quota (disk.py)
+            outcome = dataclasses.replace(outcome, limits_hit=(*outcome.limits_hit, "scratch_quota"))
         return ChildResult(outcome=outcome, report=report, report_error=report_error, probe_error=probe_error,
                            cover_error=cover_error, probe_inconclusive=probe.inconclusive if probe is not None else None, latency=latency)
 
@@ -108,7 +114,7 @@ class Launcher:
         self.probe_dir = (self.pre.probe_dir if self.pre is not None
                           else Path(tempfile.mkdtemp(prefix="kgg-probe-", dir=self.spec.scratch_root)))
         probe = CompileProbe(dataclasses.replace(job, mode="compile_probe", trials=probe_trials(job.trials)),
-                             self.probe_dir, source, self.spec.sandbox, dict(self.spec.probe_env),
+                             self.probe_dir, source, disk.probe_sandbox(self.spec.sandbox), dict(self.spec.probe_env),
                              pre=self.pre.probe if self.pre is not None else None)
         probe.start()
         return probe

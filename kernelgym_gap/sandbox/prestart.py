@@ -32,6 +32,7 @@ import time
 import weakref
 from pathlib import Path
 
+from kernelgym_gap.sandbox.disk import probe_sandbox
 from kernelgym_gap.sandbox.process import ChildOutcome, SandboxConfig, SandboxedChild, child_env
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ class PrestartedChild:
                 self.probe_dir = Path(tempfile.mkdtemp(prefix="kgg-probe-", dir=spec.scratch_root))
                 # probe_env is set on the cpu backend only: the same `--wait --backend cpu` argv serves the probe
                 self.probe = SandboxedChild(spec.argv(), self.probe_dir,
-                                            child_env(self.probe_dir, dict(spec.probe_env)), spec.sandbox,
+                                            child_env(self.probe_dir, dict(spec.probe_env)),
+                                            probe_sandbox(spec.sandbox),     # its share of the disk (disk.py)
                                             stdin_pipe=True)
         except BaseException:
             self.discard()

@@ -40,6 +40,7 @@ class CompileProbe(threading.Thread):
         self.report: ChildReport | None = None
         self.wall_s = 0.0
         self.specs_wall_s: float | None = None
+        self.specs_outcome: ChildOutcome | None = None
         self.inconclusive: str | None = None
 
     def run(self):
@@ -52,6 +53,11 @@ class CompileProbe(threading.Thread):
                 clear_imports(self.directory)
             self.outcome = cold_child(path, self.directory, self.env, self.sandbox, self.job.call_bounds)
         self.wall_s = self.outcome.wall_s
+
+    def over_disk_quota(self) -> bool:
+        """Whether this probe or its follow-up passed its share of the evaluation's disk (sandbox/disk.py):
+        the submission's output_too_large, not an inconclusive probe."""
+        return any(o is not None and "scratch_quota" in o.limits_hit for o in (self.outcome, self.specs_outcome))
 
     def compile_error(self) -> str | None:
         """The probe's compile error, if it found one; None when it passed or could not tell (then
@@ -77,7 +83,7 @@ class CompileProbe(threading.Thread):
                                               specs=tuple(missing[:self.MAX_SPECS])), directory, self.source,
                           self.sandbox)
             outcome = cold_child(_job_file(job, directory), directory, self.env, self.sandbox, job.call_bounds)
-            self.specs_wall_s = outcome.wall_s
+            self.specs_wall_s, self.specs_outcome = outcome.wall_s, outcome
             _, failure, self.inconclusive = _verdict(job, outcome)
         finally:
             shutil.rmtree(directory, ignore_errors=True)

@@ -382,7 +382,10 @@ class SandboxedChild:
             limits_hit.append("memory")
         if stats.get("forks_refused"):
             limits_hit.append("pids")
-        _, _, removed = _walk(scratch, config.scratch_max_entries, remove_special=True)
+        used, entries, removed = _walk(scratch, config.scratch_max_entries, remove_special=True)
+        if (config.scratch_quota_bytes is not None and "scratch_quota" not in limits_hit
+                and (used > config.scratch_quota_bytes or entries > config.scratch_max_entries)):
+            limits_hit.append("scratch_quota")    # filled and exited between two looks: still over (disk.py)
         rc = proc.returncode
         sig = None
         if rc is not None and rc < 0:
