@@ -498,8 +498,9 @@ def test_5_connections_beyond_the_cap_are_refused_at_once(store, registry):
     with Live(create_app(store, TOKEN, registry=registry, backend="cpu"), max_connections=4) as server:
         held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(4)]
         time.sleep(0.3)
+        # past the cap only the health reserve is left (issue 32, L4): anything but a health path is 503
         extra = socket.create_connection(("127.0.0.1", server.port))
-        extra.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        extra.sendall(b"GET /api/leaderboard HTTP/1.1\r\nHost: x\r\n\r\n")
         closed, took, data = _closed_within(extra, 5.0)
         assert closed and took < 2.0 and data.startswith(b"HTTP/1.1 503"), data[:100]
         for s in held:
@@ -709,3 +710,34 @@ def test_a_private_database_is_accepted(tmp_path):
     db = tmp_path / "private" / "results.sqlite3"
     st.Store(db).close()
     check_private(db)                        # 0600 in 0700, outside the checkout: no error
+
+
+def test_32_health_answers_when_every_connection_is_taken_by_many_addresses(store, registry):
+    """Issue 32 L4: idle connections spread over many client addresses fill the server's cap (the cap per
+    client does not stop them); /api/health still answers from the reserve above the cap, and the reserve
+    serves nothing else."""
+    from kernelgym_gap.serving.protocol import HEALTH_RESERVE
+    with Live(create_app(store, TOKEN, registry=registry, backend="cpu"), max_connections=32,
+              max_per_client=8) as server:
+        held = []
+        for i in range(4):                                   # 4 addresses x 8: the whole cap, no client over its own
+            for _ in range(8):
+                s = socket.socket()
+                s.bind((f"127.0.0.{10 + i}", 0))
+                s.connect(("127.0.0.1", server.port))
+                held.append(s)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        assert _request(server.base, "/api/health")[0] == 200       # from 127.0.0.1, a reserved connection
+        assert time.monotonic() - t0 < 1.0
+        assert _request(server.base, "/api/leaderboard")[0] == 503  # the reserve is for health only
+        extra = []
+        for i in range(HEALTH_RESERVE + 1):                  # the reserve itself is bounded
+            s = socket.socket()
+            s.bind((f"127.0.1.{1 + i}", 0))
+            s.connect(("127.0.0.1", server.port))
+            extra.append(s)
+        closed, took, data = _closed_within(extra[-1], 5.0)
+        assert closed and data.startswith(b"HTTP/1.1 503"), data[:100]
+        for s in held + extra:
+            s.close()

@@ -9,6 +9,9 @@ client cannot hold the server open.
   limit_concurrency (the same number) answers 503 to requests beyond it.
 - MAX_PER_CLIENT: connections open at once from one client address; one more from it is answered 503 and
   closed, so that one client's idle sockets never use up the whole server (the others still connect).
+- HEALTH_RESERVE: connections beyond MAX_CONNECTIONS that may only ask for a health path (HEALTH_PATHS;
+  anything else on them is answered 503), so that a server whose connections are all taken, by idle
+  clients spread over many addresses, still answers its monitor (issue 32, L4).
 - MAX_HEADER_BYTES: h11's bound on an incomplete request head (a larger head is answered 400).
 - Bodies: limits.BodyLimit (the app's body limit and BODY_TIMEOUT_S for the whole body).
 """
@@ -25,6 +28,8 @@ HEADER_TIMEOUT_S = 10.0
 KEEP_ALIVE_S = 5
 MAX_CONNECTIONS = 256
 MAX_PER_CLIENT = 64
+HEALTH_RESERVE = 16
+HEALTH_PATHS = frozenset({"/api/health", "/health"})
 MAX_HEADER_BYTES = 16 * 1024
 BODY_TIMEOUT_S = 30.0
 
@@ -43,6 +48,7 @@ class GuardedH11Protocol(H11Protocol):
     max_connections = MAX_CONNECTIONS
     max_per_client = MAX_PER_CLIENT
     per_client: collections.Counter = collections.Counter()
+    health_reserve = HEALTH_RESERVE
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -50,10 +56,13 @@ class GuardedH11Protocol(H11Protocol):
         peer = transport.get_extra_info("peername")
         self._peer = peer[0] if isinstance(peer, (tuple, list)) and peer else str(peer)
         self.per_client[self._peer] += 1
-        if len(self.connections) > self.max_connections or self.per_client[self._peer] > self.max_per_client:
+        if (len(self.connections) > self.max_connections + self.health_reserve
+                or self.per_client[self._peer] > self.max_per_client):
             transport.write(_503)
             transport.close()
             return
+        if len(self.connections) > self.max_connections:   # a reserved connection: health only
+            self.app = _health_only(self.app)
         self._arm_header_timer()
 
     def _arm_header_timer(self) -> None:
@@ -89,6 +98,17 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
 
+def _health_only(app):
+    """The app for a connection past MAX_CONNECTIONS (HEALTH_RESERVE): a health path, or 503."""
+    async def guarded(scope, receive, send):
+        if scope.get("type") != "http" or scope.get("path") in HEALTH_PATHS:
+            return await app(scope, receive, send)
+        await send({"type": "http.response.start", "status": 503,
+                    "headers": [(b"content-type", b"text/plain"), (b"retry-after", b"1"), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": b"too many open connections"})
+    return guarded
+
+
 def guarded_protocol(header_timeout_s: float = HEADER_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
                      max_per_client: int = MAX_PER_CLIENT):
     return type("GuardedH11Protocol", (GuardedH11Protocol,),
@@ -102,7 +122,8 @@ def server_config(app, host: str = "127.0.0.1", port: int = 8000, *, header_time
     """The uvicorn settings both servers run with (tests and scripts use them too)."""
     return uvicorn.Config(app, host=host, port=port, log_level=log_level,
                           http=guarded_protocol(header_timeout_s, max_connections, max_per_client),
-                          timeout_keep_alive=KEEP_ALIVE_S, limit_concurrency=max_connections,
+                          # uvicorn answers 503 past limit_concurrency: the health reserve lies below it
+                          timeout_keep_alive=KEEP_ALIVE_S, limit_concurrency=max_connections + HEALTH_RESERVE,
                           h11_max_incomplete_event_size=MAX_HEADER_BYTES, ws="none", lifespan="off",
                           timeout_graceful_shutdown=5)
 
