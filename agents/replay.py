@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelgym_gap.core.registry import TaskRegistry, default_registry
-from kernelgym_gap.core.task import Solution
+from kernelgym_gap.core.task import SOLUTION_KINDS, Solution
 
 
 class ReplayAgent:
@@ -13,7 +13,9 @@ class ReplayAgent:
 
     def __init__(self, registry: TaskRegistry | None = None, kinds: tuple[str, ...] = ("optimized", "slow")):
         self.registry = registry or default_registry()
-        self.kinds = kinds
+        if isinstance(kinds, str) or not set(kinds) <= set(SOLUTION_KINDS):   # not a string's characters
+            raise ValueError(f"kinds={kinds!r}: expected a list of {', '.join(SOLUTION_KINDS)}")
+        self.kinds = tuple(kinds)
         self.queue: list[Solution] = []
         self.last: Solution | None = None
         self._task = None

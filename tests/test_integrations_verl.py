@@ -11,7 +11,8 @@ import pytest
 import kernelgym_gap.integrations.verl as kg_verl
 from kernelgym_gap.integrations.scorer import shared_scorer
 
-KEYS = {"score", "reward", "acc", "correct", "correctness", "performance", "E", "U", "status", "reward_mode"}
+KEYS = {"score", "reward", "acc", "correct", "correctness", "performance", "E", "U", "status", "reward_mode",
+        "reason"}
 
 
 def _replies(registry):
@@ -31,8 +32,7 @@ def test_contract_without_verl(registry):
     assert kg_verl._request("kernelgym_gap/GELU-v0", "x", {"task": "Softmax", "backend": "cpu"}, None, None)[:3] == \
         ("Softmax", "cpu", "triton")
     assert kg_verl._request("GELU", "x", None, "cuda", "tilelang")[:3] == ("GELU", "cuda", "tilelang")
-    with pytest.raises(ValueError):
-        kg_verl._request(None, "x", {}, None, None)
+    assert kg_verl._request(None, "x", {}, None, None)[0] is None      # scored as that sample's failure
 
 
 def test_verl_loads_compute_score_by_path_and_scores(registry):
@@ -120,3 +120,25 @@ def test_verl_reward_managers_score_a_batch(registry):
     assert totals == [1.0, 0.0]
     assert result["reward_extra_info"]["status"] == ["ok", result["reward_extra_info"]["status"][1]]
     assert result["reward_extra_info"]["status"][1] != "ok"
+
+
+def test_verl_batch_manager_scores_an_unknown_task_as_that_samples_failure(registry):
+    """verl's own BatchRewardManager over a batch where one sample names a task that does not exist: that
+    sample scores 0 with status invalid_item and the reason, the other is evaluated (issue 37: before, the
+    UnknownTaskError went up through the manager into the trainer)."""
+    pytest.importorskip("verl")
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.workers.reward_manager.batch import BatchRewardManager
+    good, _ = _replies(registry)
+    prompts = ["Write GELU.", "Write it."]
+    tok = _tokenizer(prompts + [good])
+    config = OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": kg_verl.__file__, "name": "compute_score_batch", "reward_kwargs": {"backend": "cpu", "workers": 2}}}})
+    manager = BatchRewardManager(tok, num_examine=0, compute_score=get_custom_reward_fn(config))
+    infos = [{"task": "NoSuchTask", "backend": "cpu"}, {"task": "GELU", "backend": "cpu"}]
+    result = manager(_data(tok, prompts, [good, good], infos), return_dict=True)
+    assert result["reward_tensor"].sum(dim=1).tolist() == [0.0, 1.0]
+    info = result["reward_extra_info"]
+    assert info["status"] == ["invalid_item", "ok"]
+    assert "NoSuchTask" in info["reason"][0] and info["reason"][1] == ""

@@ -26,6 +26,11 @@ def available_agents() -> list[str]:
 
 
 def load_agent(name: str, **kwargs) -> Agent:
+    return load_agent_module(name).make_agent(**kwargs)
+
+
+def load_agent_module(name: str):
+    """The module agents/NAME.py (loaded once per process); the CLI reads its make_agent's parameters."""
     path = AGENTS_DIR / f"{name}.py"
     if not path.is_file():
         raise UnknownChoiceError("agent", name, available_agents())
@@ -36,4 +41,4 @@ def load_agent(name: str, **kwargs) -> Agent:
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         spec.loader.exec_module(module)
-    return module.make_agent(**kwargs)
+    return module

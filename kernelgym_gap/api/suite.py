@@ -41,7 +41,7 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
               workers: int | None = None, gpus: list[int] | None = None, warm: bool = False) -> list[SuiteRow]:
     """One episode per (task, dsl) with the replay agent. Episodes run in parallel: on the cuda backend one
     at a time per GPU (every visible GPU by default, each episode's evaluations pinned to its worker's GPU),
-    on the cpu backend `workers` at a time (default 1). Rows come back in plan order. progress(finished,
+    on the cpu backend `workers` at a time (default: one per core). Rows come back in plan order. progress(finished,
     total, label) is called as each solution starts (label: task and file) and as it ends (`label: status
     reward`, finished one higher). warm: each worker holds
     one warm.WarmPool (its GPU's on cuda: a warm checker and pre-started children) that its episodes share.
@@ -57,10 +57,10 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelan
     agent = load_agent("replay", registry=registry)
     plan = [(t, d) for t in tasks for d in dsls if agent.solutions(t.id, d)]
     total = sum(len(agent.solutions(t.id, d)) for t, d in plan)
-    # the batch API's slots: one per GPU on cuda (an error when none is visible), `workers` on cpu (here 1
-    # by default: an episode is a sequence of steps, and the cpu backend already runs two children a step)
+    # the batch API's slots: one per GPU on cuda (an error when none is visible), `workers` on cpu (default
+    # one per core, as bench and evaluate_many: one worker left a 2-core machine half idle between children)
     from kernelgym_gap.api.lanes import worker_slots
-    slots = worker_slots([backend], workers or (1 if backend == "cpu" else None), gpus)[backend]
+    slots = worker_slots([backend], workers, gpus)[backend]
     todo: queue.Queue = queue.Queue()
     for i, item in enumerate(plan):
         todo.put((i, item))

@@ -11,8 +11,9 @@ E_CHANGE = 0.10            # a geometric-mean E that moved by more than 10% is r
 
 def _headline(m: dict | None, kmax: str) -> dict:
     if m is None:
-        return {k: None for k in HEADLINE} | {"correct": None, "samples": None}
-    return {"correct": m["correct"], "samples": m["samples"], "correctness_rate": m["correctness_rate"],
+        return {k: None for k in HEADLINE} | {"correct": None, "samples": None, "verified": None, "unverified": None}
+    return {"correct": m["correct"], "samples": m["samples"], "verified": m.get("verified", m["samples"]),
+            "unverified": m.get("unverified", 0), "correctness_rate": m["correctness_rate"],
             "pass_at_1": m["pass_at_k"].get("1"), "fast_1": (m.get("fast_p") or {}).get("1"),
             "fast_1_at_k": (m.get("fast_1_at_k") or {}).get(kmax),
             "geomean_E": m["geomean_E"], "geomean_U": m["geomean_U"],
@@ -26,10 +27,16 @@ def changes(a: dict, b: dict) -> list[str]:
     if b["samples"] is None:
         return ["not run"]
     out = []
-    if a["correct"] == 0 and b["correct"] > 0:
+    # unverified samples are not scored (docs/backends.md): a run with none verified neither solved nor lost
+    va, vb = a.get("verified", a["samples"]), b.get("verified", b["samples"])
+    if va and vb and a["correct"] == 0 and b["correct"] > 0:
         out.append("solved")
-    elif a["correct"] > 0 and b["correct"] == 0:
+    elif va and vb and a["correct"] > 0 and b["correct"] == 0:
         out.append("lost")
+    elif va and not vb:
+        out.append("unverified (not scored)")
+    elif vb and not va:
+        out.append(f"verified: {b['correct']}/{vb} correct")
     ra, rb = a["correctness_rate"], b["correctness_rate"]
     if ra is not None and rb is not None and abs(ra - rb) > 1e-9:
         out.append(f"correct {fmt_pct(ra)}->{fmt_pct(rb)}")
@@ -75,6 +82,14 @@ def compare(reports: list[dict]) -> dict:
     }
 
 
+def _correct_cell(h: dict) -> str:
+    """correct/verified, and the unverified samples (not scored) beside them when there are any."""
+    if h["samples"] is None:
+        return "-"
+    cell = f"{h['correct']}/{h.get('verified', h['samples'])}"
+    return cell + (f" +{h['unverified']} unverified" if h.get("unverified") else "")
+
+
 def format_compare(c: dict) -> str:
     labels = c["labels"]
     lines = [f"compare: {', '.join(labels)} (changes against {c['baseline']})", ""]
@@ -88,7 +103,7 @@ def format_compare(c: dict) -> str:
         cells = [name]
         for lab in labels:
             h = blk["runs"][lab]
-            cells += ["-" if h["samples"] is None else f"{h['correct']}/{h['samples']}", fmt_pct(h["fast_1"]),
+            cells += [_correct_cell(h), fmt_pct(h["fast_1"]),
                       fmt_num(h["geomean_E"])]
         ch = "; ".join(f"{lab}: {', '.join(v)}" if len(labels) > 2 else ", ".join(v)
                        for lab, v in blk["changes"].items() if v)

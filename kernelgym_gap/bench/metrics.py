@@ -21,6 +21,11 @@ Per task, over its n samples (c of them correct):
                      correctness_rate nor pass@k: those mean verified on every trial, and a too_slow kernel
                      never ran the shapes it was killed on. Never in fast_p (no E was measured, only a
                      bound). Counted apart so that "correct but hopelessly slow" is not lost among failures.
+  unverified         samples whose best step is unverified (a TileLang kernel the cpu backend could only
+                     compile for the GPU, not run: docs/backends.md, "unverified"). Not scored: neither
+                     correct nor failed, so they are left out of every denominator (correctness_rate,
+                     pass@k and fast_p are over the n - u verified samples; null when none is verified) and
+                     out of `failures`; `verified` = n - u.
   tokens, seconds    sums over the samples, where the agent reports usage
 
 Over tasks (overall, per category): rates and estimators are the mean over the tasks (each task counts the
@@ -70,8 +75,8 @@ def _mean(xs: Iterable[float | None]) -> float | None:
 def summarize_episode(episode: dict, steps: Sequence[dict]) -> dict:
     """One sample from its episode row and its stored steps (store.bench_steps rows, in step order)."""
     best = None
-    for s in steps:
-        if best is None or (s["reward"] or 0.0) > (best["reward"] or 0.0):
+    for s in steps:       # by reward; at equal reward an unverified step (not scored) outranks a failed one
+        if best is None or _rank(s) > _rank(best):
             best = s
     usage = episode.get("usage") or {}
     tokens = None
@@ -97,6 +102,10 @@ def summarize_episode(episode: dict, steps: Sequence[dict]) -> dict:
             "seconds": episode.get("seconds"), "error": episode.get("error"), "finished": episode.get("finished")}
 
 
+def _rank(step: dict) -> tuple:
+    return (step["reward"] or 0.0, step["status"] == "unverified")
+
+
 def _verdicts(correct: Sequence[dict]) -> dict:
     seen = Counter(s["verdict"] for s in correct if s["verdict"])
     return {**{v: seen.get(v, 0) for v in VERDICTS}, **{v: n for v, n in seen.items() if v not in VERDICTS}}
@@ -108,7 +117,8 @@ def _fast(s: dict, p: float) -> bool:
 
 def task_metrics(samples: Sequence[dict], ks: Sequence[int], speed: bool) -> dict:
     """The metrics of one task's samples (see the module docstring). speed: the backend measures time."""
-    n = len(samples)
+    u = sum(s["unverified"] for s in samples)
+    n = len(samples) - u                # the verified samples: unverified ones are not scored
     c = sum(s["correct"] for s in samples)
     c_fast = sum(_fast(s, 1.0) for s in samples)
     correct = [s for s in samples if s["correct"]]
@@ -116,8 +126,8 @@ def task_metrics(samples: Sequence[dict], ks: Sequence[int], speed: bool) -> dic
     secs = [s["seconds"] for s in samples if s["seconds"] is not None]
     first = samples[0] if samples else {}
     return {
-        "category": first.get("category", ""), "level": first.get("level"), "samples": n, "correct": c,
-        "unverified": sum(s["unverified"] for s in samples), "errors": sum(bool(s["error"]) for s in samples),
+        "category": first.get("category", ""), "level": first.get("level"), "samples": len(samples), "correct": c,
+        "verified": n, "unverified": u, "errors": sum(bool(s["error"]) for s in samples),
         "too_slow": sum(s.get("too_slow", False) for s in samples),
         "correctness_rate": c / n if n else None,
         "fast_p": {pkey(p): sum(_fast(s, p) for s in samples) / n for p in PS} if speed and n else None,
@@ -127,7 +137,7 @@ def task_metrics(samples: Sequence[dict], ks: Sequence[int], speed: bool) -> dic
         "geomean_U": geomean(s["U"] for s in correct) if speed else None,
         "geomean_E_compile": geomean(s["E_compile"] for s in correct) if speed else None,
         "diagnosis": _verdicts(correct) if speed else None,
-        "failures": dict(Counter(s["status"] for s in samples if not s["correct"])),
+        "failures": dict(Counter(s["status"] for s in samples if not s["correct"] and not s["unverified"])),
         "step_statuses": dict(Counter(st for s in samples for st in s["step_statuses"])),
         "steps_mean": _mean(s["steps"] for s in samples),
         "tokens": {k: sum(t[k] for t in tokens) for k in ("prompt", "completion", "total")} if tokens else None,
@@ -160,6 +170,7 @@ def aggregate(per_task: Sequence[dict], speed: bool) -> dict:
     return {
         "tasks": len(per_task), "samples": sum(t["samples"] for t in per_task),
         "correct": sum(t["correct"] for t in per_task), "unverified": sum(t["unverified"] for t in per_task),
+        "verified": sum(t.get("verified", t["samples"]) for t in per_task),
         "errors": sum(t["errors"] for t in per_task), "too_slow": sum(t.get("too_slow", 0) for t in per_task),
         "solved_tasks": sum(t["correct"] > 0 for t in per_task),
         "correctness_rate": _mean(t["correctness_rate"] for t in per_task),
@@ -194,7 +205,8 @@ def fast_p_curve(samples: Sequence[dict], grid: Sequence[float]) -> list[float]:
     """fast_p at each p of `grid` (the mean over tasks, as `compute` reports it)."""
     by_task: dict[str, list[dict]] = {}
     for s in samples:
-        by_task.setdefault(s["task"], []).append(s)
+        if not s.get("unverified"):     # not scored: out of the denominators, as in task_metrics
+            by_task.setdefault(s["task"], []).append(s)
     if not by_task:
         return [0.0 for _ in grid]
     return [sum(sum(_fast(s, p) for s in ss) / len(ss) for ss in by_task.values()) / len(by_task) for p in grid]

@@ -16,6 +16,11 @@ SELECT_NOTE = ("each sample is its episode's best step by reward (ties: the earl
                "correct with E = t_eager / t_kernel >= p; over tasks, rates are means over tasks")
 
 
+UNVERIFIED_NOTE = ("not scored (neither correct nor failed): a TileLang kernel that the cpu backend could only "
+                   "compile for the GPU, not run; left out of the rates, pass@k and the failures (correct/N counts "
+                   "the verified samples). docs/backends.md, \"unverified\"")
+
+
 class RunNotFound(LookupError):
     pass
 
@@ -76,7 +81,8 @@ def text_table(header, rows) -> list[str]:
     return lines + ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
 
 
-def _cells(m: dict, ks: list[int]) -> list[str]:
+def _cells(m: dict, ks: list[int], unv: bool = False) -> list[str]:
+    """One table row; unv: the table has an `unverified` column (the run has unverified samples)."""
     kmax = str(ks[-1])
     fp = m.get("fast_p") or {}
     f1k = m.get("fast_1_at_k") or {}
@@ -85,7 +91,8 @@ def _cells(m: dict, ks: list[int]) -> list[str]:
     top = max(fails.items(), key=lambda kv: kv[1]) if fails else None
     tok = (m.get("tokens") or {}).get("total")
     at_kmax = ks[-1] > 1          # with one sample, pass@K and fast_1@K are pass@1 and fast_1 again: no column
-    return [f"{m['correct']}/{m['samples']}", fmt_pct(m["correctness_rate"]), fmt_pct(m["pass_at_k"].get("1"))] \
+    return [f"{m['correct']}/{m.get('verified', m['samples'])}"] + ([str(m.get("unverified", 0))] if unv else []) \
+        + [fmt_pct(m["correctness_rate"]), fmt_pct(m["pass_at_k"].get("1"))] \
         + ([fmt_pct(m["pass_at_k"].get(kmax))] if at_kmax else []) + [fmt_pct(fp.get("1")), fmt_pct(fp.get("2"))] \
         + ([fmt_pct(f1k.get(kmax))] if at_kmax else []) + [
             fmt_num(m["geomean_E"]), fmt_num(m["geomean_U"]),
@@ -97,21 +104,24 @@ def _cells(m: dict, ks: list[int]) -> list[str]:
 def format_report(r: dict) -> str:
     ks = r["ks"]
     kmax = ks[-1]
-    header = (["task", "correct", "rate", "pass@1"] + ([f"pass@{kmax}"] if kmax > 1 else []) + ["fast_1", "fast_2"]
+    unv = bool(r["overall"].get("unverified"))
+    header = (["task", "correct"] + (["unverified"] if unv else []) + ["rate", "pass@1"] + ([f"pass@{kmax}"] if kmax > 1 else []) + ["fast_1", "fast_2"]
               + ([f"fast_1@{kmax}"] if kmax > 1 else []) + ["E gm", "U gm", "eff/rep/str", "top failure", "tokens",
                                                               "s"])
-    rows = [[ids.short(t)] + _cells(m, ks) for t, m in sorted(r["tasks"].items(), key=lambda kv: (kv[1]["category"],
+    rows = [[ids.short(t)] + _cells(m, ks, unv) for t, m in sorted(r["tasks"].items(), key=lambda kv: (kv[1]["category"],
                                                                                                    kv[0]))]
-    rows += [[f"[{c}]"] + _cells(m, ks) for c, m in r["by_category"].items()]
-    rows.append(["OVERALL"] + _cells(r["overall"], ks))
+    rows += [[f"[{c}]"] + _cells(m, ks, unv) for c, m in r["by_category"].items()]
+    rows.append(["OVERALL"] + _cells(r["overall"], ks, unv))
     o = r["overall"]
     lines = [f"bench {r['label']}: agent {r['agent']}, dsl {r['dsl']}, backend {r['backend']}"
              + (f" ({', '.join(r['device'])})" if r["device"] and r["backend"] == "cuda" else "")
              + f", {r['settings'].get('samples')} sample(s) x {r['settings'].get('steps')} step(s)", ""]
     lines += text_table(header, rows)
     lines.append("")
-    lines.append(f"{o['solved_tasks']}/{o['tasks']} tasks solved at least once; {o['correct']}/{o['samples']} "
-                 f"samples correct; pass@k: " + ", ".join(f"@{k} {fmt_pct(o['pass_at_k'].get(str(k)))}" for k in ks))
+    lines.append(f"{o['solved_tasks']}/{o['tasks']} tasks solved at least once; {o['correct']}/{o.get('verified', o['samples'])} "
+                 f"verified samples correct; pass@k: " + ", ".join(f"@{k} {fmt_pct(o['pass_at_k'].get(str(k)))}" for k in ks))
+    if o.get("unverified"):
+        lines.append(f"{o['unverified']} sample(s) unverified: " + UNVERIFIED_NOTE)
     if o.get("too_slow"):
         lines.append(f"{o['too_slow']} sample(s) too_slow: correct on every shape they finished, killed past a "
                      "call's deadline on a larger one (not counted correct: never verified there; no E, only a "

@@ -155,7 +155,10 @@ def cmd_bench(args) -> int:
     registry = options.task_registry(args)
     task_ids = select_tasks(registry, args.tasks)
     kw = options.agent_kwargs(args, with_seed=False)   # each sample gets its own seed below
-    probe = load_agent(args.agent, **({"registry": registry} if args.agent in ("replay", "search") else {}), **kw)
+    try:
+        probe = load_agent(args.agent, **({"registry": registry} if args.agent in ("replay", "search") else {}), **kw)
+    except (TypeError, ValueError) as e:
+        raise KernelGymError(f"agent {args.agent!r} cannot be made: {e}") from None
     skipped = []
     if args.agent == "replay":
         skipped = [t for t in task_ids if not probe.solutions(t, args.dsl)]

@@ -47,7 +47,8 @@ that failed its checks still ran), 2 usage error, 3 the harness could not run (e
 CPU_NOTE = ("cpu backend: correctness only (Triton interpreter, TileLang C target): reward 1.000 = correct, "
             "0.000 = not; E, U and the verdict need --backend cuda on a GPU.")
 UNVERIFIED_NOTE = ("unverified: a TileLang kernel that does not lower to the C target was compiled for the GPU "
-                   "(sm_90a) but not run here: not a failure, its correctness is checked on cuda.")
+                   "(sm_90a) but not run here: not scored (neither ok nor failed; left out of bench's rates and pass@k), its "
+                   "correctness is checked on cuda. docs/backends.md, \"unverified\".")
 
 
 def cmd_tasks(args) -> int:
@@ -141,8 +142,9 @@ def cmd_run(args) -> int:
         return 0
     print(format_table(rows))
     bad = [r for r in rows if r.status not in ("ok", "unverified")]
-    print(f"\n{len(rows)} reference solutions evaluated; {len(rows) - len(bad)} ok or unverified, "
-          f"{len(bad)} failed")
+    n_unv = sum(r.status == "unverified" for r in rows)
+    print(f"\n{len(rows)} reference solutions evaluated; {len(rows) - len(bad) - n_unv} ok, {n_unv} "
+          f"unverified (not scored), {len(bad)} failed")
     for dsl, n in not_run.items():
         print(f"skipped: {n} {dsl} solutions: {skipped[dsl]}")
     if backend == "cpu":
@@ -193,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reward-mode", choices=["full", "correctness"], help=options.REWARD_MODE_HELP)
     s.add_argument("--seed", type=int, help=options.SEED_HELP)
     s.add_argument("--workers", type=int, help="episodes at once (default: cuda one per visible GPU, all of "
-                                                "them; cpu 1)")
+                                                "them; cpu one per core)")
     s.add_argument("--warm", action="store_true", help="a warm pool per worker: one trusted checker process "
                                                         "kept alive, and each submission's fresh child started "
                                                         "(imports done) before its step (default: cold starts)")

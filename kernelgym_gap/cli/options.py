@@ -131,12 +131,113 @@ def agent_kwargs(args, with_seed: bool = True) -> dict:
         kw.update({name: getattr(args, flag) for flag, name in flags if getattr(args, flag) is not None})
     elif args.agent == "search" and with_seed and args.seed is not None:
         kw["seed"] = args.seed
+    given: dict = {}
     for item in args.agent_arg:
         if "=" not in item:
             raise KernelGymError(f"--agent-arg {item!r}: expected KEY=VALUE")
         k, v = item.split("=", 1)
         try:
-            kw[k] = json.loads(v)
+            given[k.strip()] = json.loads(v)
         except ValueError:
-            kw[k] = v
+            given[k.strip()] = v
+    kw.update(coerce_agent_args(args.agent, given))
     return kw
+
+
+def _agent_parameters(name: str) -> tuple[dict, bool] | None:
+    """({parameter: type hint}, takes other keywords too) of what the agent's make_agent builds (its own
+    parameters, else, when it only forwards **kwargs, those of the class its return annotation names); None
+    when they cannot be read."""
+    import inspect
+    import typing
+
+    from kernelgym_gap.api.agent import load_agent_module
+    try:
+        make = load_agent_module(name).make_agent
+    except Exception:  # noqa: BLE001 - an agent that does not load is reported by load_agent itself
+        return None
+    target = make
+    params = inspect.signature(make).parameters
+    if all(p.kind is p.VAR_KEYWORD for p in params.values()):
+        try:
+            target = typing.get_type_hints(make).get("return")
+        except Exception:  # noqa: BLE001
+            return None
+        if not inspect.isclass(target):
+            return None
+        params = inspect.signature(target).parameters
+        target = target.__init__
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: no types, names still checked
+        hints = {}
+    named = {n: hints.get(n) for n, p in params.items()
+             if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return named, any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _kinds(hint) -> tuple[str, type | None]:
+    """("seq", element type) for list/tuple/Sequence hints, ("scalar", type) for int/float/bool/str, else
+    ("any", None). Optional[...] is looked through."""
+    import collections.abc
+    import types
+    import typing
+    origin, targs = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, getattr(types, "UnionType", typing.Union)):
+        inner = [a for a in targs if a is not type(None)]
+        return _kinds(inner[0]) if len(inner) == 1 else ("any", None)
+    if origin in (list, tuple, collections.abc.Sequence, set, frozenset):
+        elem = targs[0] if targs and targs[0] is not Ellipsis else None
+        return "seq", (elem if elem in (str, int, float) else None)
+    if hint in (int, float, bool, str):
+        return "scalar", hint
+    return "any", None
+
+
+def _type_name(t) -> str:
+    return {int: "an integer", float: "a number", bool: "true or false", str: "text"}.get(t, str(t))
+
+
+def coerce_agent_args(agent: str, given: dict) -> dict:
+    """--agent-arg values checked and converted against the agent's parameters: a list parameter takes
+    `a,b` (or one word, or JSON `["a", "b"]`); a number or a flag must parse as one. An unknown key or a
+    value of the wrong kind is a KernelGymError that says what was expected (not the agent iterating a
+    string one character at a time)."""
+    found = _agent_parameters(agent)
+    if found is None:
+        return dict(given)
+    params, takes_others = found
+    out = {}
+    for key, value in given.items():
+        if key not in params and takes_others:
+            out[key] = value            # the agent takes (and may ignore) keywords it does not name
+            continue
+        if key not in params:
+            raise KernelGymError(f"--agent-arg {key}=...: agent {agent!r} has no parameter {key!r}; expected "
+                                 f"one of {', '.join(sorted(params)) or '(none)'}")
+        kind, elem = _kinds(params[key])
+        where = f"--agent-arg {key}={value if isinstance(value, str) else json.dumps(value)}"
+        if kind == "seq":
+            if isinstance(value, str):
+                value = [x.strip() for x in value.split(",") if x.strip()]
+            if not isinstance(value, list) or (elem is not None and not all(
+                    isinstance(x, elem) and not isinstance(x, bool) for x in value)):
+                raise KernelGymError(f"{where}: expected a list of {_type_name(elem) if elem else 'values'}: "
+                                     f"{key}=a,b or {key}='[\"a\", \"b\"]'")
+            value = tuple(value) if typing_origin_is_tuple(params[key]) else value
+        elif kind == "scalar" and elem is not str:
+            ok = isinstance(value, bool) if elem is bool else (
+                isinstance(value, (int, float) if elem is float else int) and not isinstance(value, bool))
+            if not ok:
+                raise KernelGymError(f"{where}: expected {_type_name(elem)}")
+        elif kind == "scalar" and not isinstance(value, str):
+            value = json.dumps(value)
+        out[key] = value
+    return out
+
+
+def typing_origin_is_tuple(hint) -> bool:
+    import typing
+    if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", typing.Union)):
+        return any(typing_origin_is_tuple(a) for a in typing.get_args(hint))
+    return typing.get_origin(hint) is tuple

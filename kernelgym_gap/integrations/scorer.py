@@ -19,6 +19,14 @@
 
 `completion_text` turns a trainer's completion (a string, or chat messages) into the reply text;
 `record_terms` flattens a record into the numbers a trainer logs.
+
+Per-sample failures, never the trainer's: `submit_replies` (what every trainer adapter calls) turns an item
+it cannot evaluate (an unknown task, an unknown dsl, a reply that is not text) into a `RejectedItem`, a
+record-shaped failure with status `invalid_item` and the reason, scored `failure_reward` like any failed
+evaluation, while the batch's other items are evaluated as usual. An empty reply is evaluated (the static
+gate fails it at no cost: no code, no entry point). `unverified` (a TileLang kernel the cpu backend could only
+compile, docs/backends.md) is not scored: `reward_of` gives None for it (TRL ignores a None reward);
+adapters that must return a number give `failure_reward` with status `unverified` in the terms.
 """
 from __future__ import annotations
 
@@ -39,66 +47,13 @@ from typing import Any
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import UnknownChoiceError
 from kernelgym_gap.core.record import EvalRecord
-from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import DSLS, TaskSpec
+from kernelgym_gap.integrations.terms import (  # noqa: F401 - the adapters' names, kept importable from here
+    ItemStatus, RejectedItem, completion_text, number_reward, record_terms, reward_of, rejected_future)
 
 log = logging.getLogger(__name__)
 
 Item = tuple  # (task id or name, source, dsl)
-
-
-def completion_text(completion: Any) -> str:
-    """The reply text of a trainer's completion: a string as it is; chat messages (a list of {"role",
-    "content"} dicts, TRL's and verifiers' conversational format): the assistant messages' contents joined
-    (content given as a list of parts: their "text"); a single message dict: its content."""
-    if completion is None:
-        return ""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return _content(completion.get("content"))
-    if isinstance(completion, (list, tuple)):
-        msgs = [m for m in completion if _role(m) in (None, "assistant")]
-        return "\n\n".join(_content(m.get("content") if isinstance(m, dict) else getattr(m, "content", m))
-                           for m in msgs)
-    return _content(getattr(completion, "content", completion))
-
-
-def _role(m: Any) -> str | None:
-    return m.get("role") if isinstance(m, dict) else getattr(m, "role", None)
-
-
-def _content(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, (list, tuple)):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(getattr(p, "text", p)) for p in content)
-    return str(content)
-
-
-def reward_of(record: EvalRecord, failure_reward: float = 0.0) -> float:
-    """The record's reward, or `failure_reward` when the evaluation failed (any status but `ok`;
-    `unverified`, compiled but not run, keeps its own reward)."""
-    if record.status.is_failure and record.status is not Status.UNVERIFIED:
-        return float(failure_reward)
-    return float(record.reward)
-
-
-def record_terms(record: EvalRecord, failure_reward: float = 0.0) -> dict[str, Any]:
-    """The record flattened for a trainer's logs: `score` (reward_of), `reward` (the record's own), `acc`
-    and `correct` (1.0 / 0.0), the numeric terms (`correctness`, `performance`, `E`, `U`: None when not
-    measured, e.g. on the cpu backend), `status` and `reward_mode` (strings). The same keys every time."""
-    t = record.terms or {}
-
-    def num(name):
-        v = t.get(name)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-    correct = 1.0 if record.correct else 0.0
-    return {"score": reward_of(record, failure_reward), "reward": float(record.reward), "acc": correct,
-            "correct": correct, "correctness": num("correctness"), "performance": num("performance"),
-            "E": num("E"), "U": num("U"), "status": record.status.value, "reward_mode": record.reward_mode}
 
 
 @dataclasses.dataclass
@@ -175,6 +130,36 @@ class Scorer:
             self._ensure_thread()
             self._queue.put(jobs)
         return [j.future for j in jobs]
+
+    def submit_replies(self, items: Sequence[tuple]) -> list[concurrent.futures.Future]:
+        """What the trainer adapters call: items (task, reply, dsl), the reply a completion's text whose code
+        is extracted here (`api.completions.extract_code`). One future per item, in order; an item that
+        cannot be evaluated (unknown task or dsl, a reply that is not text, a bad shape) is resolved at once
+        with a RejectedItem saying why, and the others go to one batch (module docstring)."""
+        from kernelgym_gap.api.completions import extract_code
+        from kernelgym_gap.core.errors import KernelGymError
+        futures: list = [None] * len(items)
+        good, where = [], []
+        for i, item in enumerate(items):
+            task = dsl = None
+            try:
+                task, reply, dsl = tuple(item) + (("triton",) if len(item) == 2 else ())
+                if dsl not in DSLS:
+                    raise UnknownChoiceError("dsl", str(dsl), DSLS)
+                if not isinstance(reply, str):
+                    raise TypeError(f"a reply is text, not {type(reply).__name__}")
+                spec = self.registry.get(str(task))
+                good.append((spec.id, extract_code(reply, spec.entry_point), dsl))
+                where.append(i)
+            except (KernelGymError, TypeError, ValueError, KeyError) as e:
+                futures[i] = rejected_future(task, dsl, f"not evaluated: {e}")
+        for i, f in zip(where, self.submit_many(good) if good else []):
+            futures[i] = f
+        return futures
+
+    def score_replies(self, items: Sequence[tuple], timeout: float | None = None) -> list:
+        """submit_replies' records (EvalRecord or RejectedItem), in order."""
+        return [f.result(timeout) for f in self.submit_replies(items)]
 
     def submit(self, task: str, source: str, dsl: str = "triton") -> concurrent.futures.Future:
         return self.submit_many([(task, source, dsl)])[0]

@@ -12,7 +12,9 @@ reward shape: the task of each completion from a dataset column (default "task";
 `kernelgym-gap tasks` prints them, e.g. "GELU"), the DSL from the "dsl" column when there is one, the code
 from the completion's fenced block (`api.completions.extract_code`; chat completions: the assistant
 messages), one float per completion (the record's reward; a failed evaluation scores `failure_reward`, 0 by
-default; a row whose task is None scores None, "not applicable", which TRL ignores). All completions of a
+default; a row whose task is None scores None, "not applicable", which TRL ignores; so does an `unverified`
+record, not scored: docs/backends.md; an unknown task or dsl is that row's failure, status `invalid_item`
+with the reason in `f.last_records`, never an exception in the trainer). All completions of a
 call are scored at once through the batch path (`scorer.Scorer`: evaluate_many, the result cache, the warm
 pool with warm=True). The function also logs, through the `log_metric` / `log_extra` hooks TRL passes,
 the fraction of correct kernels and each completion's status.
@@ -30,8 +32,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernelgym_gap.api.completions import extract_code
-from kernelgym_gap.integrations.scorer import Scorer, completion_text, reward_of, shared_scorer
+from kernelgym_gap.integrations.scorer import Scorer, completion_text, shared_scorer
+from kernelgym_gap.integrations.terms import feedback_of, number_reward, reward_of
 
 DEFAULT_NAME = "kernelgym_gap"
 
@@ -69,10 +71,9 @@ def reward_function(backend: str = "auto", dsl: str = "triton", failure_reward: 
         for i, (task, completion, d) in enumerate(zip(tasks, completions, dsls)):
             if task is None:
                 continue
-            entry = scorer.registry.get(str(task)).entry_point
-            items.append((str(task), extract_code(completion_text(completion), entry), d or dsl))
+            items.append((task, completion_text(completion), d or dsl))
             where.append(i)
-        records = scorer.score(items)
+        records = scorer.score_replies(items)       # an item it cannot evaluate: a RejectedItem, not a raise
         rewards: list[float | None] = [None] * n
         for i, record in zip(where, records):
             rewards[i] = reward_of(record, failure_reward)
@@ -133,19 +134,17 @@ class KernelToolEnv:
         Returns:
             The status, correctness, reward and the harness's message for this submission.
         """
-        from kernelgym_gap.api.env import feedback_text
         if self._task is None:
             raise RuntimeError("reset() first")
         if len(self._records) >= self._max:
             return f"the submission budget ({self._max}) is spent; the last reward stands"
-        entry = self._scorer.registry.get(self._task).entry_point
-        record = self._scorer.score_one(self._task, extract_code(source, entry), self._dsl)
+        record = self._scorer.score_replies([(self._task, source, self._dsl)])[0]
         self._records.append(record)
-        return feedback_text(record)
+        return feedback_of(record)
 
     def get_reward(self) -> float:
         """The last submission's reward (failure_reward when nothing was submitted)."""
-        return reward_of(self._records[-1], self._failure) if self._records else self._failure
+        return number_reward(self._records[-1], self._failure) if self._records else self._failure
 
 
 def environment_factory(backend: str = "auto", scorer: Scorer | None = None,

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernelgym_gap.api.completions import extract_code
-from kernelgym_gap.integrations.scorer import Scorer, completion_text, reward_of, shared_scorer
+from kernelgym_gap.integrations.scorer import Scorer, completion_text, shared_scorer
+from kernelgym_gap.integrations.terms import feedback_of, number_reward, rejected_future
 
 RECORDS = "kernelgym_records"          # state key: the records of a rollout's evaluated replies
 EVALUATED = "kernelgym_evaluated"      # state key: how many replies of the rollout have been evaluated
@@ -50,16 +50,20 @@ def _last_reply(messages: Any) -> str:
 
 
 async def _evaluate_reply(scorer: Scorer, info: dict, reply: str):
-    task = str(info["kernel_task"])
-    code = extract_code(reply, scorer.registry.get(task).entry_point)
-    return (await scorer.ascore([(task, code, str(info.get("dsl") or "triton"))]))[0]
+    """The reply's record; a RejectedItem (that rollout's failure, with the reason) when the row has no
+    kernel_task or names an unknown task or dsl: never an exception in the rollout."""
+    import asyncio
+    if not info.get("kernel_task"):
+        f = rejected_future(None, info.get("dsl"), "not evaluated: a kernelgym_gap rollout needs "
+                                                   "info['kernel_task'] (verifiers_rows makes it)")
+    else:
+        f = scorer.submit_replies([(info["kernel_task"], reply, info.get("dsl") or "triton")])[0]
+    return await asyncio.wrap_future(f)
 
 
 def _info(state) -> dict:
     info = state.get("info") or {}
-    if not isinstance(info, dict) or not info.get("kernel_task"):
-        raise ValueError("a kernelgym_gap rollout needs info['kernel_task'] (verifiers_rows makes it)")
-    return info
+    return info if isinstance(info, dict) else {}
 
 
 def make_rubric(scorer: Scorer, failure_reward: float = 0.0):
@@ -73,7 +77,7 @@ def make_rubric(scorer: Scorer, failure_reward: float = 0.0):
         if len(replies) > state.get(EVALUATED, 0):        # the last reply was not evaluated during the rollout
             records.append(await _evaluate_reply(scorer, _info(state), _last_reply(completion)))
             state[EVALUATED] = len(replies)
-        return reward_of(records[-1], failure_reward) if records else float(failure_reward)
+        return number_reward(records[-1], failure_reward) if records else float(failure_reward)
 
     async def kernel_correct(state, **kwargs) -> float:
         records = state.get(RECORDS) or []
@@ -124,11 +128,10 @@ def _multi_turn_class(vf):
             self.kg_scorer, self.kg_stop_when_correct = scorer, stop_when_correct
 
         async def env_response(self, messages, state, **kwargs):
-            from kernelgym_gap.api.env import feedback_text
             record = await _evaluate_reply(self.kg_scorer, _info(state), _last_reply(messages))
             state.setdefault(RECORDS, []).append(record)
             state[EVALUATED] = state.get(EVALUATED, 0) + 1
-            text = feedback_text(record)
+            text = feedback_of(record)
             if record.correct and self.kg_stop_when_correct:
                 state["final_env_response"] = [{"role": "user", "content": text}]
                 return state["final_env_response"]

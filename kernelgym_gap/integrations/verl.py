@@ -10,7 +10,10 @@ terms (scorer.record_terms: acc, correct, correctness, performance, E, U, status
 logs as reward_extra_info. The task is `extra_info["task"]` when given, else `data_source` (a task id or
 name); the backend `extra_info["backend"]`, else the `backend` reward kwarg, else "auto"; the DSL
 `extra_info["dsl"]`, else the `dsl` kwarg, else "triton". The code is the reply's fenced block
-(`extract_code`).
+(`extract_code`). A sample that cannot be evaluated (no task, an unknown task, dsl or backend, a reply that is
+not text) scores `failure_reward` with status `invalid_item` and the `reason` in its terms: one sample's
+failure, never an exception inside the trainer. An `unverified` record (not scored: docs/backends.md)
+scores `failure_reward` with status `unverified`.
 
 verl's reward managers call compute_score once per sample, from several executor threads at once; every
 call goes to one process-wide Scorer per settings (`scorer.shared_scorer`), which coalesces the calls that
@@ -25,19 +28,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernelgym_gap.api.completions import extract_code
+from kernelgym_gap.core.errors import UnknownChoiceError
 from kernelgym_gap.integrations.scorer import record_terms, shared_scorer
+from kernelgym_gap.integrations.terms import rejected_future
 
 SCORER_SETTINGS = ("config", "workers", "warm", "store", "ray", "window_s")
 
 
 def _request(data_source: Any, solution_str: Any, extra_info: Any, backend: str | None, dsl: str | None):
     info = extra_info if isinstance(extra_info, dict) else {}
-    task = info.get("task") or data_source
-    if not task:
-        raise ValueError("compute_score needs the task: extra_info['task'] or data_source")
-    return (str(task), str(info.get("backend") or backend or "auto"), str(info.get("dsl") or dsl or "triton"),
-            solution_str if isinstance(solution_str, str) else str(solution_str or ""))
+    task = info.get("task") or data_source       # None: that sample's failure (_submit says why)
+    return (task or None, str(info.get("backend") or backend or "auto"), str(info.get("dsl") or dsl or "triton"),
+            "" if solution_str is None else solution_str)
 
 
 def _scorer(backend: str, kwargs: dict):
@@ -51,12 +53,21 @@ def _submit(requests: list[tuple], kwargs: dict) -> list:
     for i, r in enumerate(requests):
         by_backend.setdefault(r[1], []).append(i)
     for backend, idx in by_backend.items():
-        scorer = _scorer(backend, kwargs)
-        items = []
+        try:
+            scorer = _scorer(backend, kwargs)
+        except UnknownChoiceError as e:         # a sample's extra_info["backend"] that does not exist
+            for i in idx:
+                futures[i] = rejected_future(requests[i][0], requests[i][2], f"not evaluated: {e}")
+            continue
+        todo = []
         for i in idx:
-            task, _, dsl, text = requests[i]
-            items.append((task, extract_code(text, scorer.registry.get(task).entry_point), dsl))
-        for i, f in zip(idx, scorer.submit_many(items)):
+            if requests[i][0] is None:
+                futures[i] = rejected_future(None, requests[i][2], "not evaluated: compute_score needs the task: "
+                                                                   "extra_info['task'] or data_source")
+            else:
+                todo.append(i)
+        items = [(requests[i][0], requests[i][3], requests[i][2]) for i in todo]
+        for i, f in zip(todo, scorer.submit_replies(items) if items else []):
             futures[i] = f
     return futures
 
