@@ -242,3 +242,35 @@ def test_diagnose_bound_rules():
     assert diagnose_bound(None, None, None, 0.9, [], "x")["verdict"] == "repairable_defect"
     d = diagnose_bound(None, None, None, None, ["1 program(s)"], "killed")
     assert d["verdict"] == "undetermined" and "1 program(s)" in d["summary"]
+
+
+# ------------------------------------------------------------------------------- bench and the gap study
+
+def test_bench_counts_too_slow_apart_never_correct_nor_fast():
+    from kernelgym_gap.bench import metrics
+    episode = {"task_id": "kernelgym_gap/Softmax-v1", "sample": 0, "category": "reduction"}
+    steps = [{"step": 0, "status": "mismatch", "reward": 0.0, "correct": False, "e": None, "u": None,
+              "verdict": None},
+             {"step": 1, "status": "too_slow", "reward": 0.1, "correct": None, "e": None, "u": None,
+              "verdict": "repairable_defect"}]
+    s = metrics.summarize_episode(episode, steps)
+    assert s["status"] == "too_slow" and s["too_slow"] and not s["correct"] and s["E"] is None
+    m = metrics.task_metrics([s], [1], speed=True)
+    assert m["too_slow"] == 1 and m["correct"] == 0 and m["pass_at_k"]["1"] == 0.0 and m["fast_p"]["0"] == 0.0
+    assert m["failures"] == {"too_slow": 1}
+    assert metrics.aggregate([m], speed=True)["too_slow"] == 1
+
+
+def test_the_gap_study_table_shows_the_bound():
+    import importlib.util
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("gap_study", ROOT / "scripts" / "gap_study.py")
+    gap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gap)
+    row = {"task": "kernelgym_gap/Softmax-v1", "kernel": "triton_scalar_loop", "dsl": "triton",
+           "category": "reduction", "kind": "slow", "defect": "scalar_loop", "status": "too_slow",
+           "kernelbench_allclose": True, "E": None, "E_compile": None, "U": None, "E_upper": 4.1e-5,
+           "U_upper": 2.2e-5, "reward_full": 0.1, "reward_correctness_only": 0.5, "verdict": "repairable_defect"}
+    table = gap.table([row])
+    assert "<=4.1e-05" in table and "<=2.2e-05" in table and "too_slow" in table
+    assert {"E_upper", "U_upper"} <= set(gap.CSV_FIELDS)
