@@ -221,6 +221,10 @@ def test_on_cuda_the_bound_gives_e_and_u_upper_and_a_diagnosis(layernorm, monkey
     assert d["E_upper"] == t["E_upper"] and d["E"] is None
     # one program on 132 SMs: the sequential work is named
     assert any("too little parallelism" in e for e in d["evidence"])
+    # the killed call is LayerNorm's held-out [3000, 1000]: terms and diagnosis (not scrubbed as the message
+    # is, engine/feedback.py) name it in kind only
+    assert killed.split == "heldout" and "held-out shape" in t["killed_call"]
+    assert "3000" not in t["killed_call"] and "3000" not in d["summary"]
 
 
 def test_a_first_call_killed_gives_no_e_bound(layernorm, monkeypatch):

@@ -53,6 +53,13 @@ def finished_trials(ev) -> frozenset[int]:
     return frozenset(o.index for o in ev.child.report.trials if o.index in known)
 
 
+def _where(t: Trial) -> str:
+    """A trial's case as terms and the diagnosis may name it: a held-out shape never by its dimensions (the
+    message is scrubbed as the record is made, engine/feedback.py; these fields are not)."""
+    shape = f"shape {list(t.shape)}" if t.split == "public" else "held-out shape"
+    return f"{t.split} {shape}, {t.dtype}" if t.split == "public" else f"{shape}, {t.dtype}"
+
+
 def _killed_call(ev) -> tuple[str, Trial | None, bool]:
     """What the killed call was: its description, its correctness trial (None in the timing), whether it
     was a shape's first call (its time includes the compilation)."""
@@ -61,12 +68,12 @@ def _killed_call(ev) -> tuple[str, Trial | None, bool]:
     if i < len(trials):
         t = trials[i]
         first = t.index in first_of_their_shape(trials)
-        return f"trial {t.index} ({t.split} shape {list(t.shape)}, {t.dtype})", t, first
+        return f"trial {t.index} ({_where(t)})", t, first
     k = i - len(trials)
     timed = ev.job.timing_trials
     if k < len(timed):
         t = timed[k]
-        return f"the timing of {t.split} shape {list(t.shape)}, {t.dtype}", None, False
+        return f"the timing of {_where(t)}", None, False
     return f"call {i}", None, False
 
 
@@ -162,7 +169,7 @@ def measure_bound(ev, trial: Trial | None, first: bool, reached_s: float) -> dic
     evidence = causes(ev.source, {t.dtype for t in ev.job.trials}, biggest.programs if biggest else 0,
                       max((o.launches for o in report.trials), default=0), report.device.get("sm_count"), None,
                       ev.task.min_bytes(largest.shape, largest.dtype) if largest else None, ev.config.diagnosis)
-    reached = (f"a call on {list(trial.shape)} {trial.dtype} ran past {reached_s:.1f} s" if trial is not None
+    reached = (f"a call on {_where(trial)} ran past {reached_s:.1f} s" if trial is not None
                else f"killed while timing, after {reached_s:.1f} s")
     out["diagnosis"] = diagnose_bound(out["E_upper"], out["U_upper"], library_U,
                                       best_known_efficiency(ev.task.id, ev.dsl, device_name), evidence, reached,
