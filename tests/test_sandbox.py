@@ -442,3 +442,17 @@ def test_the_compile_probe_counts_against_the_evaluations_disk_quota():
     record = evaluate(default_registry().get("LayerNorm"), source, "triton", "cpu", config)
     assert record.status is Status.OUTPUT_TOO_LARGE, (record.status, record.message)
     assert "quota" in record.message and record.reward == 0.0
+
+
+@pytest.mark.gpu
+def test_the_largest_cuda_evaluation_fits_the_default_disk_quota():
+    """Issue 32 L3, on a GPU: BiasGELU writes the most outputs of any task on cuda (4.25 GiB over its 16
+    trials, sandbox/disk.py); its reference Triton solution is ok under the default 6 GiB quota."""
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.core.status import Status
+    from kernelgym_gap.engine.pipeline import evaluate
+    task = default_registry().get("BiasGELU")
+    sol = next(s for s in task.solutions if s.dsl == "triton")
+    record = evaluate(task, task.solution_path(sol).read_bytes(), "triton", "cuda", EvalConfig())
+    assert record.status is Status.OK, (record.status, record.message)
