@@ -94,3 +94,15 @@ def test_grpo_example_on_cuda_moves_to_fast_variants(tmp_path):
     assert mean(last, "mean_reward") > mean(first, "mean_reward")
     assert mean(last, "rowwise_share") > mean(first, "rowwise_share")
     assert mean(last, "mean_E") > mean(first, "mean_E")
+
+
+def test_examples_stay_out_of_the_package():
+    """examples/ is a folder of scripts beside the package: pyproject's package discovery (an explicit include)
+    must not pick it up, or a wheel would ship a top-level `examples` package (and setuptools' automatic
+    discovery would refuse a flat layout with two top-level folders)."""
+    import tomllib
+    from setuptools import find_packages
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    found = find_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ()))
+    assert found and all(p.split(".")[0] == "kernelgym_gap" for p in found), found
+    assert not (EXAMPLES / "__init__.py").exists()
