@@ -133,7 +133,8 @@ class Evaluation:
         from kernelgym_gap.core.registry import users_tasks_dir
         from kernelgym_gap.engine import feedback
         timing_trials = self.job.timing_trials if self.job is not None else ()
-        secrets = feedback.secrets_of((*self.trials, *timing_trials), self.task.workload(self.backend.name).public)
+        workload = self.task.workloads.get(self.backend.name)
+        secrets = feedback.secrets_of((*self.trials, *timing_trials), workload.public if workload else ())
         child_text = verdict.stage not in ("gate", "trusted_check", "score")
         message = feedback.scrub(verdict.message, secrets, dims=child_text)
         if terms.get("flags"):
