@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GELU_FAST = ROOT / "tasks" / "elementwise" / "gelu" / "solutions" / "triton_blocked.py"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 TOKEN = "test-token-123"
-GELU = "kernelgym_gap/GELU-v0"
+GELU = "kernelgym_gap/GELU-v1"
 
 
 def record(task=GELU, *, reward=0.8, E=0.9, U=0.6, status=Status.OK, backend="cuda",
@@ -92,15 +92,15 @@ def test_pages_and_json_api(client, store):
     order = [m for m in re.findall(r'data-submitter="([^"]+)"', html)]
     assert order == ["agent-2", "agent-1", "agent-0"]
     assert client.get("/api/leaderboard?backend=cuda").json()["items"][0]["submitter"] == "agent-2"
-    for url in ("/tasks/GELU-v0", "/tasks/GELU", f"/tasks/{GELU}"):
+    for url in ("/tasks/GELU-v1", "/tasks/GELU", f"/tasks/{GELU}"):
         r = client.get(url + "?backend=cuda")
         assert r.status_code == 200 and "agent-2" in r.text, url
-    page = client.get("/tasks/GELU-v0?backend=cuda").text
+    page = client.get("/tasks/GELU-v1?backend=cuda").text
     assert page.count('class="point ') == 3 and 'data-threshold="E"' in page and 'data-threshold="U"' in page
-    api = client.get("/api/tasks/GELU-v0?backend=cuda").json()
+    api = client.get("/api/tasks/GELU-v1?backend=cuda").json()
     assert [r["submitter"] for r in api["items"]] == ["agent-2", "agent-1", "agent-0"]
     assert api["items"][2]["reward"] == pytest.approx(0.2) and api["items"][2]["attempts"] == 2
-    scr = client.get("/api/tasks/GELU-v0/screening?backend=cuda").json()
+    scr = client.get("/api/tasks/GELU-v1/screening?backend=cuda").json()
     assert len(scr["points"]) == 3 and scr["thresholds"] == {"E": 0.5, "U": 0.3}
     sub = client.get("/submissions/1")
     assert sub.status_code == 200
@@ -130,7 +130,7 @@ def test_pagination(client, store):
     assert client.get("/api/leaderboard?backend=cuda&per_page=10&page=9").json()["items"] == []
     html = client.get("/?backend=cuda&per_page=10&page=2").text
     assert "page 2 of 3" in html and 'rel="next"' in html and 'rel="prev"' in html
-    assert client.get("/api/tasks/GELU-v0?backend=cuda&per_page=5&page=5").json()["items"][0]["rank"] == 21
+    assert client.get("/api/tasks/GELU-v1?backend=cuda&per_page=5&page=5").json()["items"][0]["rank"] == 21
     subs = client.get("/api/submissions?per_page=7&page=4").json()
     assert subs["pages"] == 4 and len(subs["items"]) == 2
     assert "page 4 of 4" in client.get("/submissions?per_page=7&page=4").text
@@ -416,14 +416,14 @@ def test_browser_submits_a_reference_solution_and_sees_it_ranked(browser, server
     assert "No evaluated submissions" in d.find_element(By.ID, "overall").text
     d.find_element(By.LINK_TEXT, "Submit").click()
     # without the token: refused with a clear message, nothing stored
-    Select(find(By.ID, "task")).select_by_visible_text("GELU-v0")
+    Select(find(By.ID, "task")).select_by_visible_text("GELU-v1")
     d.find_element(By.ID, "name").send_keys("browser-agent")
     d.find_element(By.ID, "file").send_keys(str(GELU_FAST))
     d.find_element(By.ID, "submit").click()
     assert "token is required" in find(By.ID, "error").text
     assert st.Store(server["db"]).count("submissions") == 0
     # with it: queued, evaluated by the worker in the sandboxed engine, shown with its source
-    Select(d.find_element(By.ID, "task")).select_by_visible_text("GELU-v0")
+    Select(d.find_element(By.ID, "task")).select_by_visible_text("GELU-v1")
     d.find_element(By.ID, "file").send_keys(str(GELU_FAST))
     d.find_element(By.ID, "token").send_keys(TOKEN)
     d.find_element(By.ID, "submit").click()
@@ -457,7 +457,7 @@ def test_browser_submits_a_reference_solution_and_sees_it_ranked(browser, server
     assert [r.get_attribute("data-submitter") for r in rows] == ["browser-agent", "cli-agent"]
     assert rows[0].find_element(By.CSS_SELECTOR, "td.rank").text == "1"
     d.save_screenshot(str(shots / "overview.png"))
-    d.find_element(By.LINK_TEXT, "GELU-v0").click()
+    d.find_element(By.LINK_TEXT, "GELU-v1").click()
     find(By.ID, "task-ranking")
     ranked = d.find_elements(By.CSS_SELECTOR, "#task-ranking tbody tr")
     assert [r.get_attribute("data-submitter") for r in ranked] == ["browser-agent", "cli-agent"]

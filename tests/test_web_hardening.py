@@ -41,7 +41,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 ROOT = Path(__file__).resolve().parent.parent
 GELU_FAST = ROOT / "tasks" / "elementwise" / "gelu" / "solutions" / "triton_blocked.py"
 TOKEN = "hardening-token-42"
-GELU = "kernelgym_gap/GELU-v0"
+GELU = "kernelgym_gap/GELU-v1"
 GOOD = {"task": "GELU", "name": "api-agent", "source": "def gelu(x):\n    return x\n"}
 MB = 1 << 20
 
@@ -625,7 +625,7 @@ def test_8_x_token_is_not_a_way_in(live, store):
 def test_8_an_unknown_tasks_screening_is_404_like_its_sibling(live):
     for path in ("/api/tasks/Unknown-v0/screening", "/api/tasks/Unknown-v0"):
         assert _request(live.base, path)[0] == 404, path
-    assert _request(live.base, "/api/tasks/GELU-v0/screening")[0] == 200
+    assert _request(live.base, "/api/tasks/GELU-v1/screening")[0] == 200
 
 
 # ---- issue 32: the leaderboard on the serving layer it shares with the reward server ------------------
@@ -656,7 +656,7 @@ def test_a_new_database_is_created_0600_in_a_0700_directory(tmp_path):
     import stat as _stat
     path = tmp_path / "fresh" / "deeper" / "results.sqlite3"
     store = st.Store(path)
-    store.enqueue(b"def f(): pass\n", task_id="kernelgym_gap/GELU-v0", dsl="triton", backend="cpu",
+    store.enqueue(b"def f(): pass\n", task_id="kernelgym_gap/GELU-v1", dsl="triton", backend="cpu",
                   submitter="someone", origin="api")
     assert _stat.S_IMODE(path.stat().st_mode) == 0o600
     assert _stat.S_IMODE(path.parent.stat().st_mode) == 0o700
