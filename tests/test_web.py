@@ -532,3 +532,17 @@ def test_health_is_degraded_while_the_worker_is_down(tmp_path):
         assert r.json()["worker"]["alive"] is False and r.json()["worker"]["last_exit"] == "exit status 7"
     finally:
         sup.stop()
+
+
+def test_terminal_views_escape_a_stored_name_with_control_characters(store, capsys):
+    """Issue 32 L6: `leaderboard show` and `results` print stored names through core/terminal.py. The web's
+    name rule keeps escapes out of new names, but a database written by older code or by Python
+    (Store.add_record checks only that a name is non-empty) may hold one."""
+    from kernelgym_gap.cli.main import main
+    evil = "\x1b[2J\x1b[Hwinner\r"
+    store.add_record(record(reward=0.9), "def gelu(x):\n    return x\n", evil)
+    for argv in (["leaderboard", "show", "--task", "GELU"], ["leaderboard", "show"], ["results"]):
+        assert main(argv + ["--db", str(store.path)]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\r" not in out, argv
+        assert "\\x1b[2J" in out, (argv, out)
