@@ -123,7 +123,7 @@ def test_full_queue_is_refused_with_429(registry):
     scorer.close()
 
 
-def test_dataset_rows_for_each_trainer():
+def test_dataset_rows_for_each_trainer(registry):
     datasets = pytest.importorskip("datasets")
     from kernelgym_gap.integrations.datasets import task_dataset, task_dataset_dict, task_rows, verl_rows
     rows = task_rows(backend="cpu")
@@ -140,7 +140,7 @@ def test_dataset_rows_for_each_trainer():
     dd = task_dataset_dict(backend="cpu", test_tasks=["GELU"])
     assert set(dd["test"]["task"]) == {"GELU"} and "GELU" not in dd["train"]["task"]
     v = verl_rows(tasks=["GELU"], dsls=["triton"], backend="cpu")[0]
-    assert v["extra_info"]["task"] == "GELU" and v["data_source"] == "kernelgym_gap/GELU-v0"
+    assert v["extra_info"]["task"] == "GELU" and v["data_source"] == registry.get("GELU").id   # its current version
 
 
 def test_serve_reward_maps_timed_shapes_into_the_config():
