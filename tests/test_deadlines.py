@@ -164,6 +164,9 @@ class _NoProbe:
     def cover(self, launched, scratch_root):
         return None
 
+    def over_disk_quota(self):          # the launcher asks since issue 32's per-evaluation quota
+        return False
+
 
 def _config(tmp_path, **sandbox) -> EvalConfig:
     limits = dict(wall_s=120.0, call_unknown_s=3.0, pids_max=64, memory_bytes=1 << 30, fsize_bytes=64 << 20)
@@ -187,8 +190,9 @@ def test_a_kernel_that_hangs_in_a_later_call_is_killed_at_that_calls_deadline(ta
             # correct on its first call, killed on a later one: too_slow since issue 38 (engine/too_slow.py);
             # the smallest shape runs first, trial 3 is its second seed: a later call, no library time on cpu
             assert record.status is Status.TOO_SLOW and record.stage == "too_slow", record.message
-            assert "call 1 (trial 3: heldout shape [7, 96], float32) ran past 3.0 s, its stage deadline" in \
-                record.message, record.message
+            # (a held-out shape is named in kind only in the message: engine/feedback.py)
+            assert "call 1 (trial 3: heldout shape" in record.message, record.message
+            assert "float32) ran past 3.0 s, its stage deadline" in record.message, record.message
             assert elapsed < 60, elapsed
         assert pool.served == 1
         after = evaluate(task, honest, "triton", "cpu", cfg, children=pool)

@@ -67,6 +67,9 @@ class _NoProbe:
     def cover(self, launched, scratch_root):
         return None
 
+    def over_disk_quota(self):          # the launcher asks since issue 32's per-evaluation quota
+        return False
+
     specs_wall_s = None
 
 
