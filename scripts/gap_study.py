@@ -46,7 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 CSV_FIELDS = ("task", "kernel", "dsl", "category", "kind", "defect", "status", "correct", "kernelbench_allclose",
-              "E", "E_compile", "U", "library_U", "E_upper", "U_upper", "performance", "reward_full", "reward_correctness_only", "verdict",
+              "E", "E_compile", "U", "library_U", "E_upper", "U_upper", "performance", "reward_full",
+              "reward_correctness_only", "verdict",
               "verdict_at_run", "cpu_status", "seconds", "summary", "message")
 
 
@@ -189,7 +190,8 @@ def table(rows: list[dict]) -> str:
     body = [(f"{r['task'].removeprefix('kernelgym_gap/')}/{r['kernel']}", r["dsl"], r["category"],
              r["kind"] + (f" ({r['defect']})" if r["defect"] else ""), r["status"], fmt(r["kernelbench_allclose"]),
              fmt(r["E"]) if r.get("E_upper") is None else f"<={fmt(r['E_upper'])}", fmt(r.get("E_compile")),
-             fmt(r["U"]) if r.get("U_upper") is None else f"<={fmt(r['U_upper'])}", fmt(r["reward_full"], ".3f"), fmt(r["reward_correctness_only"], ".1f"),
+             fmt(r["U"]) if r.get("U_upper") is None else f"<={fmt(r['U_upper'])}", fmt(r["reward_full"], ".3f"),
+             fmt(r["reward_correctness_only"], ".1f"),
              r["verdict"] or "-") for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     out = ["  ".join(str(x).ljust(w) for x, w in zip(header, widths)), "  ".join("-" * w for w in widths)]

@@ -334,7 +334,7 @@ class ChildRun:
         """The finished trials' outputs written (child/outputs.py) and a report listing them (status ok, no
         timings) in its own file beside the report (core/slowness.CHECKPOINT_FILE). A child the parent kills
         for a call past its stage deadline leaves these: the parent checks them and tells a correct but too
-        slow kernel from a wrong one (issue 38). Harness code between calls, not the submission's: nothing here is timed."""
+        slow kernel from a wrong one (issue 38). Harness code between calls: nothing here is timed."""
         if len(self.outcomes) == self.checkpointed:
             return None
         t = time.perf_counter()
