@@ -296,3 +296,13 @@ def test_leaderboard_runs_on_the_shared_serving_layer():
     from kernelgym_gap.serving import protocol
     from kernelgym_gap.web import server
     assert server.server_config is protocol.server_config and server.MAX_PER_CLIENT == protocol.MAX_PER_CLIENT
+
+
+def test_openrlhf_reward_func_sends_the_token_as_bearer(monkeypatch):
+    from kernelgym_gap.integrations.reward_client import reward_func
+    with Served(_app()) as srv:
+        monkeypatch.setenv("KERNELGYM_GAP_REWARD_URL", srv.url)
+        monkeypatch.setenv("KERNELGYM_GAP_TOKEN", TOKEN)
+        out = reward_func(["P```python\ngood\n```", "Pwrong", "Pz"], ["P", "P", "P"], ["GELU", "GELU", "NoSuchTask"])
+    assert [float(x) for x in out["rewards"]] == [1.0, 0.0, 0.0]
+    assert [float(x) for x in out["extra_logs"]["correct"]] == [1.0, 0.0, 0.0]
