@@ -103,23 +103,10 @@ def test_a_child_file_is_read_within_its_bound_and_never_through_a_link_or_fifo(
 
 # ------------------------------------------------------------------------ the fixtures, end to end (cpu)
 
-class _NoProbe:
-    """Stands in for the cpu backend's sm_90 compile probe (a second child per evaluation): the main child's
-    report is under test, and the machine has 2 cores."""
-
-    def __init__(self, job, directory, source, sandbox, env, pre=None):
-        if pre is not None:
-            pre.kill()
-        self.wall_s, self.inconclusive, self.specs_wall_s = 0.0, None, None
-
-    def start(self):
-        pass
-
-    def compile_error(self):
-        return None
-
-    def cover(self, launched, scratch_root):
-        return None
+# the hostile suite's stand-in for the cpu backend's sm_90 compile probe (a second child per evaluation):
+# the main child's report is under test, and the machine has 2 cores; one double, kept where the probe's
+# interface is followed
+from test_hostile import _NoProbe  # noqa: E402
 
 
 @pytest.fixture
@@ -193,10 +180,11 @@ def test_a_harness_exception_in_a_ray_actor_is_that_requests_record(monkeypatch,
     def broken(task, source, dsl, backend, config):
         raise RecursionError("maximum recursion depth exceeded")
     monkeypatch.setattr(pipeline, "evaluate", broken)
-    out = _EvalActor("cpu").evaluate("kernelgym_gap/GELU-v0", "src", "triton", CFG)
+    gelu = registry.get("GELU").id
+    out = _EvalActor("cpu").evaluate(gelu, "src", "triton", CFG)
     record = EvalRecord.from_dict(out["record"])
     assert record.status is Status.PROTOCOL_ERROR and record.stage == "harness"
-    assert "RecursionError" in record.message and record.task == "kernelgym_gap/GELU-v0"
+    assert "RecursionError" in record.message and record.task == gelu
     from kernelgym_gap.core.errors import UnknownTaskError
     with pytest.raises(UnknownTaskError):
         _EvalActor("cpu").evaluate("kernelgym_gap/NoSuchTask-v0", "src", "triton", CFG)
