@@ -62,6 +62,7 @@ def test_trl_reward_function_isolates_bad_rows(registry):
 
 def test_trl_tool_environment_with_an_unknown_task():
     env = KernelToolEnv(backend="cpu", scorer=shared_scorer("cpu"))
+    assert "NoSuchTask" in env.reset(task="NoSuchTask")          # no prompt of its own: says why, no raise
     env.reset(task="NoSuchTask", prompt=[{"role": "user", "content": "x"}])
     feedback = env.submit_kernel("def f(): pass")
     assert feedback.startswith("status: invalid_item") and "NoSuchTask" in feedback

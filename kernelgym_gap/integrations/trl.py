@@ -122,7 +122,10 @@ class KernelToolEnv:
         self._records = []
         if kwargs.get("prompt"):
             return None
-        task = self._scorer.registry.get(self._task)
+        try:
+            task = self._scorer.registry.get(self._task)
+        except KeyError as e:           # UnknownTaskError: the rollout goes on; each submission is its failure
+            return f"not a task here: {e}"
         return observation_text(task, self._dsl, self._scorer.backend, 0, self._max, "")
 
     def submit_kernel(self, source: str) -> str:
