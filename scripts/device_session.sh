@@ -33,7 +33,7 @@
 # Run here, not on the device, once a call's files came back:
 #   merge-remeasure   FILES=<that remeasure call's files_at>: its gap study rows merged into CORPUS (default
 #                     results/h200_2026-12-04_corpus; the newest version of a task kept), the table rewritten
-#                     (CORPUS/gap_study_table.txt), its best known E copied into BEST (results/best_known.json,
+#                     (CORPUS/gap_study_table.txt), its best known E copied into BEST (kernelgym_gap/data/best_known.json,
 #                     what the diagnosis reads; entries of tasks no longer measured are kept) and its fidelity
 #                     JSON copied into DEST (results/h200_<today>/)
 set -uo pipefail
@@ -95,7 +95,7 @@ for step in "$@"; do
         --out "$OUT" 2>&1 | tail -30 ;;
     merge-remeasure)
       CORPUS=${CORPUS:-results/h200_2026-12-04_corpus}
-      BEST=${BEST:-results/best_known.json}
+      BEST=${BEST:-kernelgym_gap/data/best_known.json}   # package data: what the diagnosis reads
       DEST=${DEST:-results/h200_$(date -u +%F)}
       [[ -n "${FILES:-}" && -f "${FILES:-}/gap_remeasure/gap_study_cuda.json" ]] \
         || { echo "merge-remeasure: FILES must name a remeasure call's files (FILES/gap_remeasure/...)"; exit 2; }

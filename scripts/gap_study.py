@@ -20,7 +20,8 @@ uses the task's whole cuda workload (what an agent is rewarded on). On the cpu b
 workload is used and E, U and the full reward are absent: no CPU time is passed off as a GPU figure.
 
 Verdicts. The diagnosis compares a slow kernel's E with the best E an *optimized* reference solution of its
-DSL reaches on the device (results/best_known.json, which this script writes). The run itself cannot read a
+DSL reaches on the device (kernelgym_gap/data/best_known.json, package data: a run writes <out>/best_known.json
+and --update-best-known copies it in, PACKAGE_BEST_KNOWN). The run itself cannot read a
 file it has not written yet, so the verdicts are recomputed at the end with `diagnosis.diagnose` on each
 record's own E, U, library U and evidence, and the best-known E from this run: the verdict the environment
 gives from now on. The record's verdict at run time is kept in the JSON (`verdict_at_run`).
@@ -43,6 +44,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# what the diagnosis reads (judge/measure.py, through importlib.resources): shipped with the package, so that
+# an installed one has it too; --update-best-known writes it
+PACKAGE_BEST_KNOWN = ROOT / "kernelgym_gap" / "data" / "best_known.json"
 sys.path.insert(0, str(ROOT))
 
 CSV_FIELDS = ("task", "kernel", "dsl", "category", "kind", "defect", "status", "correct", "kernelbench_allclose",
@@ -328,8 +332,9 @@ def main(argv=None) -> int:
                     help="start no new evaluation after this many seconds (the rest are listed as skipped)")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="combine the rows of earlier runs' JSON files")
     ap.add_argument("--update-best-known", nargs=2, metavar=("FROM", "INTO"),
-                    help="copy a run's best_known.json entries into another (results/best_known.json, what the "
-                         "diagnosis reads): per device, each task's entry replaced, the others kept")
+                    help="copy a run's best_known.json entries into another (kernelgym_gap/data/best_known.json, "
+                         "the package data the diagnosis reads): per device, each task's entry replaced, the "
+                         "others kept")
     args = ap.parse_args(argv)
     out_dir = Path(args.out)
     if args.update_best_known:

@@ -128,3 +128,26 @@ def test_a_newer_task_version_replaces_the_older_row_of_the_same_kernel():
     assert kept == [other, new]
     assert dropped == ["LinearSwiGLU-v0/dual (mismatch)"]
     assert gs.latest_versions([new, other]) == ([new, other], [])
+
+
+def test_update_best_known_writes_what_the_diagnosis_reads(tmp_path, monkeypatch):
+    """--update-best-known's INTO is the package data judge/measure.py reads (issue 33: an installed package
+    has no results/): a run's entries replace that task's, the other tasks' and devices' are kept."""
+    gs = _module()
+    from kernelgym_gap.judge import measure
+    assert gs.PACKAGE_BEST_KNOWN.resolve() == Path(str(measure.BEST_KNOWN)).resolve()
+    into = tmp_path / "best_known.json"                    # a copy: the committed file is not touched
+    into.write_text(gs.PACKAGE_BEST_KNOWN.read_text())
+    before = json.loads(into.read_text())
+    run = tmp_path / "run_best_known.json"
+    run.write_text(json.dumps({"NVIDIA H200": {"kernelgym_gap/GELU-v1": {"triton": 0.5}},
+                               "Fake GPU": {"kernelgym_gap/GELU-v1": {"tilelang": 2.0}}}))
+    assert gs.main(["--update-best-known", str(run), str(into)]) == 0
+    after = json.loads(into.read_text())
+    assert after["NVIDIA H200"]["kernelgym_gap/GELU-v1"] == {"triton": 0.5}      # replaced whole
+    assert {k: v for k, v in after["NVIDIA H200"].items() if k != "kernelgym_gap/GELU-v1"} == {
+        k: v for k, v in before["NVIDIA H200"].items() if k != "kernelgym_gap/GELU-v1"}
+    monkeypatch.setattr(measure, "BEST_KNOWN", into)
+    assert measure.best_known_efficiency("kernelgym_gap/GELU-v1", "triton", "NVIDIA H200") == 0.5
+    assert measure.best_known_efficiency("kernelgym_gap/GELU-v1", "tilelang", "Fake GPU") == 2.0
+    assert measure.best_known_efficiency("kernelgym_gap/GELU-v1", "tilelang", "NVIDIA H200") is None

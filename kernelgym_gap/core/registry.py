@@ -100,9 +100,13 @@ class TaskRegistry:
             if users:
                 raise TaskDefinitionError(f"task directory {tasks_dir} not found (no such directory: "
                                           f"{self.tasks_dir})")
+            # the built-in tasks are the checkout's tasks/ folder, beside the package: a non-editable
+            # install (`pip install .`) does not carry them (tests/test_package_data.py asserts this message)
             raise TaskDefinitionError(
-                f"task directory {self.tasks_dir} not found; install the project with `pip install -e .` "
-                "from its checkout so that tasks/ sits beside the package")
+                f"the built-in tasks directory {self.tasks_dir} not found: tasks/ ships with the project's "
+                "checkout, not with an installed package. Point at a tasks directory with --tasks-dir DIR "
+                "(command line) or tasks_dir=DIR (gym.make, TaskRegistry), e.g. the checkout's tasks/, or "
+                "install the checkout editable (`pip install -e .`)")
         tasks: dict[str, TaskSpec] = {}
         for path in sorted(self.tasks_dir.glob("*/*/task.py")):
             task = load_task_file(path)

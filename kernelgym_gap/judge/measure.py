@@ -4,6 +4,7 @@ recomputes every timing summary from the child's raw readings (core/timing_stats
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import json
 import logging
 import math
@@ -23,7 +24,9 @@ from kernelgym_gap.core import timing_stats as stats
 
 log = logging.getLogger(__name__)
 MAX_SPREAD = 0.25          # a median whose quartiles spread wider than this is flagged as unstable
-BEST_KNOWN = Path(__file__).resolve().parents[2] / "results" / "best_known.json"
+# The best E a reference DSL solution reached per device, task and DSL: package data (an installed package
+# has no results/), written by scripts/gap_study.py --update-best-known.
+BEST_KNOWN = importlib.resources.files("kernelgym_gap") / "data" / "best_known.json"
 
 
 class SummaryDisagrees(ProtocolError):
