@@ -71,7 +71,7 @@ class _Case:
 @pytest.mark.parametrize("task,dtype", CASES, ids=IDS)
 def test_the_low_precision_shortcut_fails_and_honest_float32_passes(task, dtype, tmp_path):
     low = _shortcut(dtype)
-    caught, same_as_honest = [], True
+    caught, passed = [], []
     for dist in task.distributions:
         for i, shape in enumerate(_shapes(task)):
             case = _Case(task, shape, dtype, dist, tmp_path)
@@ -85,10 +85,13 @@ def test_the_low_precision_shortcut_fails_and_honest_float32_passes(task, dtype,
             shortcut = case.emulate(low)
             if case.verdict(shortcut) != "ok":
                 caught.append((dist, shape))
-            elif not torch.equal(shortcut.to(case.out_dtype), case.emulate(torch.float32).to(case.out_dtype)):
-                same_as_honest = False
+            else:
+                passed.append((case, shortcut))
     if not caught:
-        assert same_as_honest, f"{low} arithmetic passes every distribution: the tolerance admits the shortcut"
+        # passing everywhere is only sound where the 16-bit path computes what float32 does (one rounding)
+        for case, shortcut in passed:
+            same = torch.equal(shortcut.to(case.out_dtype), case.emulate(torch.float32).to(case.out_dtype))
+            assert same, f"{low} arithmetic passes every distribution: the tolerance admits the shortcut"
 
 
 @pytest.mark.parametrize("task,dtype", CASES, ids=IDS)
@@ -96,10 +99,26 @@ def test_no_constant_output_passes_any_distribution(task, dtype, tmp_path):
     if not getattr(torch, task.output_dtype(dtype)).is_floating_point:
         pytest.skip("an integer output (RowArgmax) is compared exactly")
     for dist in task.distributions:
-        case = _Case(task, _shapes(task)[-1], dtype, dist, tmp_path)
+        case = _Case(task, _shapes(task)[-1], dtype, dist, tmp_path)     # the largest cpu shape
         ref = checker._reference(task, case.ins).double()
-        assert case.verdict(torch.zeros_like(ref)) != "ok", dist
-        assert case.verdict(torch.full_like(ref, float(ref.mean()))) != "ok", dist
+        assert case.verdict(torch.zeros_like(ref)) == "all_zero", dist
+        # the checker's all_zero check catches exact zeros only: a tiny or a constant output is left to the
+        # tolerance, which must reject it on every distribution
+        assert case.verdict(torch.full_like(ref, 2.0 ** -24)) == "mismatch", dist
+        # (LayerNormBackward's rows sum to zero: its mean rounds to 0.0, which the all_zero check catches)
+        assert case.verdict(torch.full_like(ref, float(ref.mean()))) in ("mismatch", "all_zero"), dist
+
+
+def test_known_gap_column_sum_small_inputs_at_its_smallest_cpu_shape(tmp_path):
+    """Left open (reported with issue 31): ColumnSum's atol 0.1 is set by the cancellation of 'large' (std 30)
+    columns; at its smallest cpu shape a 'small' (std 1e-2) column sums to well under it, so a constant
+    output passes that trial. Its largest cpu shape and the cuda shapes (thousands of rows) reject it. This
+    test fails when the gap closes (then delete it) or moves."""
+    task = default_registry().get("ColumnSum")
+    case = _Case(task, _shapes(task)[0], "float32", "small", tmp_path)
+    ref = checker._reference(task, case.ins).double()
+    assert float(ref.abs().max()) < task.tolerances["float32"].atol
+    assert case.verdict(torch.full_like(ref, float(ref.mean()))) == "ok"
 
 
 # ---- attention at the cuda shapes' sequence lengths ------------------------------------------------------
