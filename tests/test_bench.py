@@ -29,7 +29,7 @@ from kernelgym_gap.store.cache_key import key_from_record
 from kernelgym_gap.store.db import Store
 
 ROOT = Path(__file__).resolve().parent.parent
-GELU, ADD = "kernelgym_gap/GELU-v0", "kernelgym_gap/AddReLU-v0"
+GELU, ADD = "kernelgym_gap/GELU-v1", "kernelgym_gap/AddReLU-v0"   # GELU v1: its tolerances were re-derived (issue 31)
 
 
 # ---- a synthetic cuda run, written through the store's bench API ------------------------------------------
