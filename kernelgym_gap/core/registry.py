@@ -105,7 +105,8 @@ class TaskRegistry:
             raise TaskDefinitionError(
                 f"the built-in tasks directory {self.tasks_dir} not found: tasks/ ships with the project's "
                 "checkout, not with an installed package. Point at a tasks directory with --tasks-dir DIR "
-                "(command line) or tasks_dir=DIR (gym.make, TaskRegistry), e.g. the checkout's tasks/, or "
+                "(tasks, eval, run, submit, bench) or tasks_dir=DIR (gym.make, TaskRegistry), e.g. the "
+                "checkout's tasks/, or "
                 "install the checkout editable (`pip install -e .`)")
         tasks: dict[str, TaskSpec] = {}
         for path in sorted(self.tasks_dir.glob("*/*/task.py")):
