@@ -31,7 +31,7 @@ def imported():
     out.chmod(0o755)
     results = import_paths([KB / p for p in ("19_ReLU.py", "2_Standard_matrix_multiplication_.py",
                                               "76_Gemm_Add_ReLU.py", "40_LayerNorm.py",
-                                              "47_Sum_reduction_over_a_dimension.py")], out)
+                                              "47_Sum_reduction_over_a_dimension.py")], out, trust=True)
     assert all(r.ok for r in results), [r.message for r in results if not r.ok]
     yield out, TaskRegistry(out)
     shutil.rmtree(out, ignore_errors=True)
@@ -131,7 +131,7 @@ def test_refusals_say_why_and_write_nothing(tmp_path, name, words):
 
 def test_cli_import_and_tasks_json_show_flops_and_bytes(tmp_path, capsys):
     assert cli_main(["import", "kernelbench", str(KB / "19_ReLU.py"), str(KB / "refused" / "tuple_output.py"),
-                     "--out", str(tmp_path)]) == 1        # one refused
+                     "--out", str(tmp_path), "--trust"]) == 1        # one refused
     out = capsys.readouterr().out
     assert "imported" in out and "REFUSED" in out and "tuple_output" in out
     assert cli_main(["tasks", "--tasks-dir", str(tmp_path), "--json"]) == 0
@@ -178,7 +178,7 @@ def test_gym_make_and_evaluate_many_take_tasks_dir(imported):
 def test_a_problem_without_get_init_inputs_takes_no_init_arguments(tmp_path, capsys):
     """Every load of the problem (its facts at the own sizes, the per-shape modules) gets the default, not
     only the first: the missing function refused the file as 'forward does not run' before (2026-12-05)."""
-    (result,) = import_paths([KB / "no_init" / "tanh_no_init_inputs.py"], tmp_path)
+    (result,) = import_paths([KB / "no_init" / "tanh_no_init_inputs.py"], tmp_path, trust=True)
     assert result.ok, result.message
     task = TaskRegistry(tmp_path).get("tanh_no_init_inputs")
     assert task.category == "elementwise"
@@ -186,3 +186,100 @@ def test_a_problem_without_get_init_inputs_takes_no_init_arguments(tmp_path, cap
                      str(tmp_path / "none")]) == 1
     out = capsys.readouterr().out
     assert "0 imported" in out and "evaluate with" not in out    # nothing to evaluate: no advice to
+
+
+# ---------------------------------------------------------------------------------------- issue 32: the importer
+
+def test_problem_code_runs_only_in_the_sandbox_and_an_untrusted_task_refuses_to_load(tmp_path, monkeypatch):
+    """I1: the problem's module body and get_inputs() ran in the importing process, as its user, with its
+    environment (they wrote $KERNELGYM_GAP_TOKEN to a host file). Now they run in the sandbox (clean
+    environment, its own uid and scratch) and nothing of the caller's is reached; the task imported without
+    --trust then refuses to load in this (trusted) process, so the checker never runs the file here."""
+    from kernelgym_gap.core.errors import TaskDefinitionError
+    probe = tmp_path / "reached"
+    monkeypatch.setenv("KGG_IMPORT_PROBE", str(probe))
+    monkeypatch.setenv("KERNELGYM_GAP_TOKEN", "secret-token-32")
+    out = tmp_path / "tasks"
+    (result,) = import_paths([KB / "hostile" / "host_effects.py"], out)
+    assert result.ok, result.message                   # the analysis ran (in the sandbox) and counted it
+    assert not probe.exists(), probe.read_text()
+    assert "not trusted" in result.message
+    meta_text = (result.task_dir / "task.py").read_text()
+    assert "'trusted': False" in meta_text and "secret-token-32" not in meta_text
+    with pytest.raises(TaskDefinitionError, match="--trust"):
+        TaskRegistry(out)
+    assert not probe.exists()
+    # trusted explicitly: it loads (and its reference would run here, as documented)
+    (trusted,) = import_paths([KB / "hostile" / "host_effects.py"], tmp_path / "trusted", trust=True)
+    assert trusted.ok and TaskRegistry(tmp_path / "trusted").get("host_effects").origin == "kernelbench"
+
+
+def test_a_file_name_cannot_inject_code_into_the_generated_task(tmp_path, monkeypatch):
+    """I2: the raw file name went into task.py's docstring; one holding triple quotes ran a shell command
+    when `tasks --tasks-dir` loaded the task."""
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    hostile = src / 'x"""; import os; os.system("touch pwned"); """.py'
+    hostile.write_text((KB / "19_ReLU.py").read_text())
+    out = tmp_path / "tasks"
+    (result,) = import_paths([hostile], out, trust=True)
+    assert result.ok, result.message
+    assert result.name == "x_____import_os__os_system__touch_pwned"
+    text = (result.task_dir / "task.py").read_text()
+    # four statements (docstring, import, META = <literal>, TASK = ...): the name added no code
+    import ast
+    body = ast.parse(text).body
+    assert [type(n).__name__ for n in body] == ["Expr", "ImportFrom", "Assign", "Assign"]
+    ast.literal_eval(body[2].value)
+    assert "touch pwned" not in ast.get_docstring(ast.parse(text))
+    assert cli_main(["tasks", "--tasks-dir", str(out), "--json"]) == 0
+    assert not (tmp_path / "pwned").exists() and not (src / "pwned").exists()
+    task = TaskRegistry(out).get(result.name)
+    assert task.make_inputs.__self__.meta["source"] == str(hostile)      # kept, as a literal
+
+
+def test_render_task_writes_only_plain_literals():
+    from kernelgym_gap.importers.kernelbench import ImportRefused, render_task
+    with pytest.raises(ImportRefused, match="not plain data"):
+        render_task({"name": "x", "bad": object()})
+    with pytest.raises(ImportRefused, match="finite"):
+        render_task({"name": "x", "tol": float("nan")})
+
+
+def test_links_are_refused_and_refusals_never_quote_the_file(tmp_path):
+    """I3: a linked problem file was followed, and a one-word secret file's content appeared in the refusal
+    (a NameError naming the word). Links (to a file or a folder, given or found in a folder) are refused by
+    lstat; a refusal names the file and the reason's kind, never its content."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text((KB / "hostile" / "one_word_secret.txt").read_text())
+    word = secret.read_text().strip()
+    probs = tmp_path / "probs"
+    probs.mkdir()
+    (probs / "evil.py").symlink_to(secret)
+    shutil.copy(KB / "19_ReLU.py", tmp_path / "relu.py")
+    linked_dir = tmp_path / "linked"
+    linked_dir.symlink_to(probs)
+    walked = tmp_path / "walked"
+    walked.mkdir()
+    (walked / "inner").symlink_to(probs)
+    out = tmp_path / "out"
+    results = import_paths([probs / "evil.py", linked_dir, walked, linked_dir / "evil.py",
+                            KB / "hostile" / "one_word_secret.py", secret], out)
+    assert [r.ok for r in results] == [False] * 6, [r.message for r in results]
+    evil, ldir, inner, through, direct, txt = (r.message for r in results)
+    assert "symbolic link" in evil and "symbolic link" in ldir and "symbolic link" in inner
+    assert "goes through a symbolic link" in through
+    assert direct.startswith("importing the problem file failed: NameError")
+    assert "not a .py file" in txt
+    assert all(word not in r.message for r in results)
+    assert list(out.glob("*/*/task.py")) == []
+
+
+def test_cli_out_that_is_a_file_is_a_clear_error(tmp_path, capsys):
+    existing = tmp_path / "not_a_dir"
+    existing.write_text("keep me\n")
+    assert cli_main(["import", "kernelbench", str(KB / "19_ReLU.py"), "--out", str(existing)]) == 2
+    err = capsys.readouterr().err
+    assert "exists and is not a directory" in err and "Traceback" not in err
+    assert existing.read_text() == "keep me\n"

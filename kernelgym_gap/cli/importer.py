@@ -13,14 +13,22 @@ def add_commands(sub) -> None:
     k.add_argument("paths", nargs="+", metavar="PATH", help="problem files, or folders of them (searched "
                                                               "recursively)")
     k.add_argument("--out", required=True, help="the task directory to write (load it with --tasks-dir)")
+    k.add_argument("--trust", action="store_true",
+                   help="the problem files are trusted: their tasks' references (the files' own code) may then "
+                        "run in the trusted checker, as this user, outside the sandbox. Without it the analysis "
+                        "still runs sandboxed, and evaluating the tasks is refused (docs/importing.md)")
     k.add_argument("--json", action="store_true", help="one JSON object per problem: source, task dir, message")
     k.set_defaults(func=cmd_import_kernelbench)
 
 
 def cmd_import_kernelbench(args) -> int:
     """Exit 0 when every problem was imported, 1 when some were refused (each refusal printed)."""
-    from kernelgym_gap.importers.kernelbench import import_paths
-    results = import_paths(args.paths, args.out)
+    from kernelgym_gap.importers.kernelbench import ImportOutError, import_paths
+    try:
+        results = import_paths(args.paths, args.out, trust=args.trust)
+    except ImportOutError as e:
+        print(f"kernelgym-gap: {e}", file=sys.stderr)
+        return 2
     if not results:
         print("kernelgym-gap: no problem files found", file=sys.stderr)
         return 2
@@ -29,7 +37,7 @@ def cmd_import_kernelbench(args) -> int:
             print(json.dumps({"source": str(r.source), "task_dir": str(r.task_dir) if r.task_dir else None,
                               "name": r.name, "ok": r.ok, "message": r.message}))
         else:
-            print(f"{'imported' if r.ok else 'REFUSED '} {r.source}: {r.message}")
+            print(f"{'imported' if r.ok else 'REFUSED '} {_printable(str(r.source))}: {_printable(r.message)}")
     refused = sum(not r.ok for r in results)
     if not args.json:
         imported = len(results) - refused
@@ -37,3 +45,8 @@ def cmd_import_kernelbench(args) -> int:
                 else " (the reasons are above)")
         print(f"\n{imported} imported into {args.out}, {refused} refused{then}")
     return 1 if refused else 0
+
+
+def _printable(text: str) -> str:
+    """A file name or message as one line of visible characters (a name can hold escapes or newlines)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -14,25 +14,30 @@ A problem it cannot take raises ImportRefused with the reason, and no folder is 
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
+import os
 import pprint
 import re
 import shutil
+import stat
 from pathlib import Path
 
 import torch
 
-from kernelgym_gap.importers import analysis
+from kernelgym_gap.core.errors import KernelGymError
+from kernelgym_gap.importers import analysis, sandboxed
 from kernelgym_gap.importers.analysis import ImportRefused
 from kernelgym_gap.importers.problem import DISTRIBUTIONS, Problem, load_module
 from kernelgym_gap.importers.runtime import FORMAT, shape_key
 
-__all__ = ["ImportRefused", "ImportResult", "discover", "import_file", "import_paths", "build_meta"]
+__all__ = ["ImportRefused", "ImportOutError", "ImportResult", "discover", "import_file", "import_paths", "build_meta"]
 
 CPU_ELEMENTS = 1 << 14      # inputs + state + output of a cpu shape: the Triton interpreter runs it in seconds
 MIN_HALVED = 8              # sizes at or under this are never halved (kernel sizes, strides, axes, groups)
 ENTRY_POINT = "model_forward"
+MAX_PROBLEM_BYTES = 1 << 20   # a KernelBench problem file is a few kB
 
 # Tolerances (atol per unit of output magnitude R, rtol). Without counted matmul/conv flops the error of a
 # correct kernel is a few roundings of the output (fp32 accumulation): the built-in elementwise and
@@ -58,20 +63,70 @@ class ImportResult:
         return self.task_dir is not None
 
 
+class ImportOutError(KernelGymError, ValueError):
+    """--out names something that is not a directory (or cannot be made one)."""
+
+
 def discover(paths) -> list[Path]:
-    """Problem files: each file given, and every *.py under each folder given (sorted)."""
+    """Problem files: each path given, and every *.py under each folder given (sorted). Links are not
+    followed: a linked file or folder, given or found, is listed so that import_file refuses it by name."""
     found = []
     for p in map(Path, paths):
-        if p.is_dir():
-            found.extend(f for f in sorted(p.rglob("*.py")) if f.name != "__init__.py")
+        if p.is_dir() and not p.is_symlink():
+            found.extend(_walk(p))
         else:
             found.append(p)
     return found
 
 
+def _walk(root: Path) -> list[Path]:
+    found = []
+    for dirpath, dirs, files in os.walk(root, followlinks=False):
+        base = Path(dirpath)
+        found.extend(base / d for d in dirs if (base / d).is_symlink())      # refused, not entered
+        dirs[:] = sorted(d for d in dirs if not (base / d).is_symlink())
+        found.extend(base / f for f in files if f.endswith(".py") and f != "__init__.py")
+    return sorted(found)
+
+
 def task_name(path: Path) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", path.stem).strip("_") or "problem"
+    """The file's stem in [A-Za-z0-9_] (others replaced), at most 100 characters: it names a folder and a
+    Gymnasium id, and it is written into generated code (as a repr, still)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", path.stem).strip("_")[:100].strip("_") or "problem"
     return name
+
+
+def read_problem(path: Path) -> bytes:
+    """The problem file's bytes, read without following a link; ImportRefused naming the reason kind only
+    (never the content: a link to a one-word secret quoted it in a refusal before, issue 32 I3)."""
+    for part in [*reversed(path.parents), path]:
+        if part != Path(part.anchor) and str(part) not in ("", ".") and part.is_symlink():
+            raise ImportRefused(f"{'the path goes through a symbolic link' if part != path else 'a symbolic link'}"
+                                f" ({part.name}): links are refused (one can point at any file this user can "
+                                f"read); import the file itself")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ImportRefused("no such file") from None
+    except OSError as e:
+        raise ImportRefused(f"cannot be opened ({e.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ImportRefused("a folder (give it as a folder of problem files)")
+        if not stat.S_ISREG(info.st_mode):
+            raise ImportRefused("not a regular file")
+        if path.suffix != ".py":
+            raise ImportRefused("not a .py file: a KernelBench problem is a Python file")
+        if info.st_size > MAX_PROBLEM_BYTES:
+            raise ImportRefused(f"{info.st_size} bytes, over the {MAX_PROBLEM_BYTES} a problem file may have")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_PROBLEM_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_PROBLEM_BYTES:
+        raise ImportRefused(f"over the {MAX_PROBLEM_BYTES} bytes a problem file may have")
+    return data
 
 
 def _level(path: Path) -> int:
@@ -163,37 +218,76 @@ def _fits(problem: Problem, shape, dtype: str, distribution: str, tol, seeds=(11
     return None
 
 
-def import_file(path: Path, out: Path, taken: set[str] | None = None) -> ImportResult:
+def import_file(path: Path, out: Path, taken: set[str] | None = None, trust: bool = False,
+                config=None) -> ImportResult:
+    """One problem file: its facts counted in a sandboxed child (sandboxed.py), then its task folder written.
+    `trust` is recorded in the task: only a trusted import's reference may run in a trusted process."""
     path = Path(path)
     name = task_name(path)
     try:
         if taken is not None and name in taken:
             raise ImportRefused(f"another problem of this run is named {name!r} already")
-        meta = build_meta(path, name)
+        source = read_problem(path)
+        meta = sandboxed.analyse(source, name, config)
+        meta.update(source=str(path), level=_level(path), trusted=bool(trust))
+        text = render_task(meta)
     except ImportRefused as e:
         return ImportResult(path, None, name, str(e))
     task_dir = Path(out) / meta["category"] / name
     for other in Path(out).glob(f"*/{name}"):
-        if other != task_dir:
+        if other != task_dir and not other.is_symlink():
             shutil.rmtree(other)        # a re-import that lands in another category
     task_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, task_dir / "problem.py")
-    (task_dir / "task.py").write_text(
-        f'"""Imported from {path.name} by `kernelgym-gap import kernelbench` (docs/importing.md). Generated: import '
-        f'the problem again rather than edit."""\nfrom kernelgym_gap.importers.runtime import build_task\n\n'
-        f"META = {pprint.pformat(meta, width=110, sort_dicts=False)}\n\nTASK = build_task(__file__, META)\n")
+    (task_dir / "problem.py").write_bytes(source)      # the bytes analysed, not a second read of the path
+    (task_dir / "task.py").write_text(text)
     if taken is not None:
         taken.add(name)
     return ImportResult(path, task_dir, name, f"{meta['category']}/{name}: shapes cpu "
                         f"{meta['workloads']['cpu']['public']}, cuda {meta['workloads']['cuda']['public']}; "
-                        f"dtypes {meta['workloads']['cuda']['dtypes']}")
+                        f"dtypes {meta['workloads']['cuda']['dtypes']}"
+                        + ("" if trust else "; not trusted (--trust): evaluating it is refused, docs/importing.md"))
 
 
-def import_paths(paths, out: str | Path) -> list[ImportResult]:
+def render_task(meta: dict) -> str:
+    """The generated task.py. Every value is written as a Python literal (repr, via pprint) of plain data,
+    checked to read back equal, and nothing from the problem's file name or content is written outside it:
+    a file name holding triple quotes ran code when the task loaded (issue 32, I2)."""
+    sandboxed.check_plain(meta)
+    literal = pprint.pformat(meta, width=110, sort_dicts=False)
+    try:
+        same = ast.literal_eval(literal) == meta
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        same = False
+    if not same:
+        raise ImportRefused("the problem's facts do not write as a Python literal")
+    return ('"""A task imported by `kernelgym-gap import kernelbench` (docs/importing.md); its problem file is '
+            'problem.py beside it. Generated: import the problem again rather than edit."""\n'
+            "from kernelgym_gap.importers.runtime import build_task\n\n"
+            f"META = {literal}\n\nTASK = build_task(__file__, META)\n")
+
+
+def import_paths(paths, out: str | Path, trust: bool = False, config=None) -> list[ImportResult]:
+    """Each problem file under `paths` imported into `out`; ImportOutError when `out` cannot be a folder."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise ImportOutError(f"--out {out} exists and is not a directory: give a task directory to write")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ImportOutError(f"--out {out} cannot be created ({e.strerror})") from None
     taken: set[str] = set()
-    return [import_file(p, out, taken) for p in discover(paths)]
+    return [import_file(p, out, taken, trust, config) for p in discover(paths)]
+
+
+def _line_of(e: BaseException, path: Path) -> str:
+    if isinstance(e, SyntaxError) and e.lineno:
+        return f" at line {e.lineno}"
+    tb, line = e.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == str(path):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f" at line {line}" if line else ""
 
 
 def build_meta(path: Path, name: str) -> dict:
@@ -203,7 +297,8 @@ def build_meta(path: Path, name: str) -> dict:
     try:
         module = load_module(path)
     except Exception as e:  # noqa: BLE001 - anything the user's file raises on import
-        raise ImportRefused(f"importing the problem file failed: {type(e).__name__}: {e}") from None
+        # the kind and the line only: the message can quote the file (a NameError names a word of it)
+        raise ImportRefused(f"importing the problem file failed: {type(e).__name__}{_line_of(e, path)}") from None
     analysis.check_definitions(module)
     sizes = analysis.size_globals(module)
     try:

@@ -11,7 +11,9 @@ Inputs of one trial are `get_inputs()`'s tensors followed by the reference model
 (`named_parameters()` then `named_buffers()`, in that order): the model is built from `get_init_inputs()`
 under a fixed seed, and its state travels as inputs, so the child, the checker and the submission see the
 same values, the integrity checks (input digests, mutation) cover them, and a function submission can take
-them. Problem files are the user's own, trusted like task files: they run in the parent and checker.
+them. The file's code runs wherever this module runs: at import only inside the sandbox
+(importers/sandboxed.py); at evaluation in the trusted parent and checker only for a task imported with
+`--trust` (runtime.build_task refuses the others outside the sandbox).
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def load_module(path: str | Path, sizes: dict[str, int] | None = None, name: str
     module = types.ModuleType(name)
     module.__file__ = str(path)
     code = compile(path.read_text(), str(path), "exec")
-    exec(code, module.__dict__)   # noqa: S102 - the user's own problem file, trusted like a task file
+    exec(code, module.__dict__)   # noqa: S102 - in the sandbox, or a file the user trusted (--trust)
     if not hasattr(module, "get_init_inputs"):   # KernelBench's rule: none means the Model takes no arguments
         module.get_init_inputs = lambda: []
     for k, v in (sizes or {}).items():
