@@ -23,6 +23,7 @@ from kernelgym_gap.sandbox.launch import child_spec
 from kernelgym_gap.core.errors import UnknownChoiceError
 from kernelgym_gap.core.ids import SUITE_ID
 from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.engine.feedback import public_view
 from kernelgym_gap.core.registry import TaskRegistry, default_registry
 from kernelgym_gap.core.task import DSLS, TaskSpec
 
@@ -171,10 +172,13 @@ class KernelEnv(gym.Env):
         feedback = feedback_text(record)
         self._obs = observation_text(self.task, self._dsl, self.backend, min(self._steps, self.max_steps - 1),
                                      self.max_steps, feedback)
+        # info reaches the agent (trainers log it, tool envs return it): the record's public view, without
+        # held-out trials' shapes, seeds or sizes (issue 31); people read env.unwrapped.last_record
+        public = public_view(record.to_dict())
         info = {"task": self.task.id, "dsl": self._dsl, "backend": self.backend, "step": self._steps,
                 "status": record.status.value, "correct": record.correct, "reward": record.reward,
-                "reward_mode": record.reward_mode, "terms": dict(record.terms), "diagnosis": record.diagnosis,
-                "message": record.message, "record": _deterministic(record.to_dict())}
+                "reward_mode": record.reward_mode, "terms": dict(public.get("terms") or {}),
+                "diagnosis": record.diagnosis, "message": record.message, "record": _deterministic(public)}
         self.last_record = record
         return self._obs, float(record.reward), terminated, truncated, info
 

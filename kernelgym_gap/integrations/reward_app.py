@@ -40,6 +40,7 @@ from kernelgym_gap.serving.auth import TokenRefused, check_bearer
 from kernelgym_gap.serving.jsonbody import BadJSON, parse
 from kernelgym_gap.serving.limits import BodyLimit, BodyTimeout, BodyTooLarge, read_bounded
 from kernelgym_gap.store.schema import is_busy
+from kernelgym_gap.engine.feedback import public_view
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -228,7 +229,7 @@ class RewardService:
                 errors.append({"item": it.index, "status": t["status"], "reason": reason})
             else:
                 terms.append(record_terms(records[it.index], batch.failure_reward))
-                recs.append(records[it.index].to_dict())
+                recs.append(public_view(records[it.index].to_dict()))   # trainer-facing: no held-out shapes
         rewards = [t["score"] for t in terms]
         if batch.kind == "openrlhf":
             body = {"rewards": rewards, "scores": rewards, "extra_logs": {"correct": [t["correct"] for t in terms],

@@ -11,6 +11,7 @@ from kernelgym_gap.core import ids
 from kernelgym_gap.store import leaderboard as q
 from kernelgym_gap.store.db import Store
 from kernelgym_gap.store.results import MAX_ROWID
+from kernelgym_gap.engine.feedback import public_view
 
 MAX_PER_PAGE = 200
 MAX_ID = MAX_ROWID               # ids are SQLite integers: a larger one names nothing (404, not 500)
@@ -98,5 +99,7 @@ def submission_view(store: Store, submission_id: int) -> dict | None:
     if sub is None:
         return None
     sub["task"] = task_slug(sub["task_id"])
+    if isinstance(sub.get("record"), dict):     # the public page: no held-out shape, seed or size (issue 31)
+        sub["record"] = public_view(sub["record"])
     sub["per_shape"] = per_shape(sub["record"])
     return sub
