@@ -283,3 +283,13 @@ def test_cli_out_that_is_a_file_is_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "exists and is not a directory" in err and "Traceback" not in err
     assert existing.read_text() == "keep me\n"
+
+
+def test_a_report_forged_by_the_problem_is_checked_not_trusted(tmp_path):
+    """The problem runs in the analysis child and can write that child's report: the parent accepts only
+    plain data whose name, category and problem file are its own (a category of '../../escaped' would have
+    put the task folder outside --out)."""
+    out = tmp_path / "deep" / "out"
+    (result,) = import_paths([KB / "hostile" / "forged_report.py"], out)
+    assert not result.ok and "category outside" in result.message, result.message
+    assert not (tmp_path / "escaped").exists() and list(tmp_path.rglob("task.py")) == []
