@@ -216,3 +216,24 @@ def test_end_to_end_the_agent_reads_the_case_in_kind_and_people_get_the_trial(ta
     ins = eval(record.failure.reproduce, {"kernelgym_gap": kernelgym_gap})       # noqa: S307 - our own record
     assert tuple(ins[0].shape) == HELD
     assert EvalRecord.from_json(record.to_json()) == record
+
+
+def test_the_envs_info_is_the_public_view_and_last_record_keeps_the_trial(task):
+    """info reaches the agent (trainers log it, tool envs return it): its record and terms are the public
+    view; the whole record stays on env.unwrapped.last_record for people."""
+    from kernelgym_gap.api.env import KernelEnv
+    from kernelgym_gap.engine.pipeline import evaluate
+    source = (FIXTURES / "heldout" / "runtime_error_prints_shape.py").read_text()
+
+    def evaluator(_task, src, dsl, backend, _config):
+        return evaluate(task, src, dsl, backend, EvalConfig(trial_seed=7, seeds_per_shape=1))
+
+    env = KernelEnv(task_id="LayerNorm", backend="cpu", evaluator=evaluator)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(source)
+    full = env.unwrapped.last_record
+    assert reward == 0.0 and full.failure.trial.split == "heldout" and tuple(full.failure.trial.shape) == HELD
+    secrets = feedback.secrets_of([full.failure.trial], PUBLIC)
+    assert feedback.reveals(json.dumps(info, default=str), secrets, dims=True) == []
+    assert info["record"]["failure"]["trial"]["split"] == "heldout"
+    assert info["record"]["failure"]["reproduce"] is None and full.failure.reproduce
