@@ -186,6 +186,10 @@ def test_a_problem_without_get_init_inputs_takes_no_init_arguments(tmp_path, cap
                      str(tmp_path / "none")]) == 1
     out = capsys.readouterr().out
     assert "0 imported" in out and "evaluate with" not in out    # nothing to evaluate: no advice to
+    assert cli_main(["import", "kernelbench", str(KB / "no_init" / "tanh_no_init_inputs.py"), "--out",
+                     str(tmp_path / "untrusted")]) == 0
+    out = capsys.readouterr().out
+    assert "imported without --trust" in out and "evaluate with" not in out
 
 
 # ---------------------------------------------------------------------------------------- issue 32: the importer

@@ -41,8 +41,11 @@ def cmd_import_kernelbench(args) -> int:
     refused = sum(not r.ok for r in results)
     if not args.json:
         imported = len(results) - refused
-        then = (f"; evaluate with `kernelgym-gap eval --tasks-dir {args.out} --task NAME FILE`" if imported
-                else " (the reasons are above)")
+        then = (" (the reasons are above)" if not imported
+                else f"; evaluate with `kernelgym-gap eval --tasks-dir {args.out} --task NAME FILE`" if args.trust
+                else "; imported without --trust, so evaluating them is refused: their references are the "
+                     "files' own code, which the trusted checker runs as this user. Read each problem.py, then "
+                     "import again with --trust (docs/importing.md)")
         print(f"\n{imported} imported into {args.out}, {refused} refused{then}")
     return 1 if refused else 0
 
