@@ -235,7 +235,7 @@ def cmd_serve(args) -> int:
     worker = None
     if not args.no_worker:     # supervised: reaped, restarted with backoff, its liveness in /api/health
         from kernelgym_gap.web.supervise import WorkerSupervisor
-        cmd = [sys.executable, "-m", "kernelgym_gap.web.worker", "--db", str(resolve_db_path(args.db)),
+        cmd = [sys.executable, "-m", "kernelgym_gap.web.worker", "--db", str(resolve_db_path(args.db).resolve()),
                "--backend", backend, "--threads", str(args.workers), "--parent-pid", str(os.getpid())]
         worker = WorkerSupervisor(cmd).start()
         app.state.settings.worker = worker

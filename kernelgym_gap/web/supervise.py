@@ -70,7 +70,10 @@ class WorkerSupervisor:
     def _spawn(self) -> None:
         r, w = os.pipe()
         try:
-            proc = subprocess.Popen(self.argv + ["--heartbeat-fd", str(w)], pass_fds=(w,), start_new_session=True)
+            # cwd "/": `python -m` puts the working directory on sys.path, and the sandbox binds sys.path in, so a
+            # worker started from $HOME would expose (and then rightly refuse) a database under it
+            proc = subprocess.Popen(self.argv + ["--heartbeat-fd", str(w)], pass_fds=(w,), start_new_session=True,
+                                    cwd="/")
         except OSError as e:
             os.close(r)
             os.close(w)
