@@ -1,15 +1,19 @@
-"""child/lanes.py: the child's hold of its GPU's lane, and letting it go while the DSL compiles in a first call.
+"""child/lanes.py: the child's hold of its GPU's lane, and letting it go while the DSL compiles in a first call
+and while a checkpoint is written between correctness calls.
 
 Real lane files (core/lane.py works the same on a CPU machine); a second Lane object plays another
 evaluation's timing."""
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from kernelgym_gap.child import lanes as child_lanes
 from kernelgym_gap.child.lanes import ChildLane
 from kernelgym_gap.core.lane import Lane, LaneTimeout
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.fixture
@@ -137,6 +141,133 @@ def test_past_the_childs_lane_budget_the_call_goes_on_without_the_lane_and_says_
     assert ran == [None] and 0.1 <= phases["lane_timeout_shared"] < 1.0
     mine.close()
     other.close()
+
+
+def _checkpointing_child(child, phases, tmp_path):
+    """A ChildRun with just what `checkpoint` uses: this lane, one finished trial whose output is held."""
+    import torch
+
+    from kernelgym_gap.child.outputs import HeldOutputs
+    from kernelgym_gap.child.run import ChildRun
+    from kernelgym_gap.core.record import TrialOutcome
+    run = ChildRun.__new__(ChildRun)
+    run.lane, run.phases, run.common, run.checkpointed = child, phases, {}, 0
+    run.report_path = tmp_path / "report.json"
+    run.held = HeldOutputs(tmp_path, 1 << 20)
+    run.held.add("trial_0.bin", torch.arange(16, dtype=torch.float32))
+    run.outcomes = [TrialOutcome(index=0, output_file="trial_0.bin", launches=1, programs=1, seconds=0.01,
+                                 input_digest_before="d", input_digest_after="d")]
+    return run
+
+
+def test_a_checkpoint_between_calls_is_written_with_the_shared_lane_let_go(pair, tmp_path):
+    """ChildRun.checkpoint (issue 38) writes held outputs between correctness calls: pure disk work, so an
+    evaluation's timing that waits for the lane gets it during the write, and the child takes the lane back,
+    behind that timing, before `checkpoint` returns (the next call starts only then), with the checkpoint
+    already on disk."""
+    from kernelgym_gap.core.record import ChildReport
+    from kernelgym_gap.core.slowness import CHECKPOINT_FILE
+    from kernelgym_gap.core.status import Status
+    child, phases, other = pair
+    run = _checkpointing_child(child, phases, tmp_path)
+    took, seen = threading.Event(), {}
+
+    def timing():
+        other.acquire("exclusive")          # queued behind the child's shared hold
+        took.set()
+        time.sleep(0.3)
+        other.release()
+
+    write = run.held.write
+
+    def write_and_look():
+        seen["timing_ran_during_the_write"] = took.wait(5)
+        seen["holding"] = child.holding
+        return write()
+
+    run.held.write = write_and_look
+    with child.stage("shared"):
+        t = threading.Thread(target=timing)
+        t.start()
+        time.sleep(0.1)                     # the timing is waiting at the gate
+        assert not took.is_set()
+        assert run.checkpoint() is None
+        # taken back before the next call could start: held shared again, the timing done
+        assert child.holding == "shared" and not t.is_alive() and not _free_for(other, "exclusive")
+        assert (tmp_path / "trial_0.bin").exists()
+        report = ChildReport.from_json((tmp_path / CHECKPOINT_FILE).read_text())
+        assert report.status is Status.OK and [o.index for o in report.trials] == [0]
+    t.join()
+    assert seen == {"timing_ran_during_the_write": True, "holding": None}
+    assert phases["lane_wait_after_checkpoint"] >= 0.2 and phases["checkpoint_unlaned"] > 0
+    # the write alone, all of it with the lane let go; the wait behind the timing is not counted in it
+    assert 0 < phases["checkpoint_write"] <= phases["checkpoint_unlaned"] < 0.25 and run.checkpointed == 1
+    assert "lane_timeout_shared" not in phases
+
+
+def test_disk_work_never_breaks_the_timings_exclusive_hold_nor_runs_without_a_lane_differently(pair):
+    child, phases, other = pair
+    with child.stage("exclusive"), child.unlaned("checkpoint"):
+        assert child.holding == "exclusive" and not _free_for(other, "shared")
+    ran = []
+    with child.unlaned("checkpoint"):      # between the stages: nothing held, nothing to let go
+        ran.append(child.holding)
+    with ChildLane(None, None, {}).unlaned("checkpoint"):
+        ran.append("no lane")
+    assert ran == [None, "no lane"] and "checkpoint_unlaned" not in phases
+
+
+def test_a_checkpoint_that_fails_does_not_wait_to_take_the_lane_back(pair, tmp_path):
+    """A failed write ends the child (its report says why): it does not queue for the lane first."""
+    child, phases, other = pair
+    run = _checkpointing_child(child, phases, tmp_path)
+    failed = []
+
+    def full_disk():
+        raise OSError(28, "No space left on device")
+
+    run.held.write = full_disk
+    run.fail = lambda failure, **kw: failed.append(failure) or 0
+    run.classify = lambda exc, where: (where, exc)
+    with child.stage("shared"):
+        assert run.checkpoint() == 0
+        assert child.holding is None and _free_for(other, "exclusive")
+    assert failed[0][0] == "while writing the outputs for the checker" and isinstance(failed[0][1], OSError)
+    assert "lane_wait_after_checkpoint" not in phases and run.checkpointed == 0
+
+
+def test_a_cpu_childs_checkpoints_let_its_lane_go(registry, tmp_path):
+    """A real child on cpu (a lane only with an explicit lane_dir) checkpoints between its correctness calls
+    with the lane let go, takes it back without running out of its budget, and the evaluation is unchanged."""
+    from kernelgym_gap.core.config import EvalConfig, SandboxConfig
+    from kernelgym_gap.core.status import Status
+    from kernelgym_gap.engine.pipeline import evaluate
+    task = registry.get("AddReLU")
+    sol = next(s for s in task.solutions if s.dsl == "triton" and s.cpu_status == "ok")
+    config = EvalConfig(trial_seed=0).replace(sandbox=SandboxConfig(lane_dir=str(tmp_path / "lanes")))
+    rec = evaluate(task, task.solution_path(sol).read_text(), "triton", "cpu", config)
+    assert rec.status is Status.OK, rec.message
+    assert rec.latency["child_checkpoint_unlaned"] > 0, rec.latency
+    assert rec.latency["child_checkpoint_write"] <= rec.latency["child_checkpoint_unlaned"], rec.latency
+    assert "child_lane_wait_after_checkpoint" in rec.latency
+    assert not any(k.startswith("child_lane_timeout") for k in rec.latency), rec.latency
+
+
+def test_a_child_killed_past_a_call_deadline_left_checkpoints_written_with_the_lane_let_go(registry, tmp_path):
+    """The too_slow path (issue 38) with a lane: the correct but hopeless fixture is killed in its largest
+    shape's call and judged from its checkpoints, which it wrote with the shared lane let go (the phases come
+    from the last checkpoint's report) and took back within its budget before each next call."""
+    from kernelgym_gap.core.config import EvalConfig, SandboxConfig
+    from kernelgym_gap.core.status import Status
+    from kernelgym_gap.engine.pipeline import evaluate
+    config = EvalConfig(trial_seed=0).replace(sandbox=SandboxConfig(
+        compile_call_s=8.0, call_unknown_s=8.0, lane_dir=str(tmp_path / "lanes")))
+    source = (FIXTURES / "failures" / "too_slow_serial.py").read_text()
+    rec = evaluate(registry.get("LayerNorm"), source, "triton", "cpu", config)
+    assert rec.status is Status.TOO_SLOW, rec.message
+    assert rec.latency["child_checkpoint_unlaned"] > 0, rec.latency
+    assert "child_lane_wait_after_checkpoint" in rec.latency
+    assert not any(k.startswith("child_lane_timeout") for k in rec.latency), rec.latency
 
 
 def test_the_triton_adapter_wraps_the_compile_step_in_its_hook():

@@ -14,7 +14,12 @@ small multiple of the library's time, too short to queue behind a timing.
 
 Phases (seconds, the record's latency as child_<name>): `lane_wait_<mode>` and `lane_timeout_<mode>` as
 before; `compile_unlaned`, the compile time spent with the lane let go; `lane_wait_after_compile`, the waits
-to take it again (both summed over the calls)."""
+to take it again (both summed over the calls).
+
+Disk work between correctness calls lets the shared lane go too (`unlaned`): a checkpoint (child/run.py)
+writes the finished trials' outputs, host copies already in memory, and on the H200 such writes took 1-8 s per
+evaluation inside the shared lane (docs/architecture.md). Its phases: `checkpoint_unlaned`, the time spent
+with the lane let go, and `lane_wait_after_checkpoint`, the waits to take it back."""
 from __future__ import annotations
 
 import contextlib
@@ -95,20 +100,45 @@ class ChildLane:
             self._take_back()
             self._depth -= 1
 
-    def _take_back(self) -> None:
+    @contextlib.contextmanager
+    def unlaned(self, name: str) -> Iterator[None]:
+        """Around disk work between two correctness calls (a checkpoint, child/run.py): the shared lane let go
+        for it and taken back after, within the lane budget, so another evaluation's timing never waits on
+        this child's disk. The next call starts only once this returns: what the block wrote is then written
+        (a killed process loses none of it), and the call's GPU work runs under the lane again. Held
+        exclusive (the timing's stretch is never broken) or not held, the block just runs. When the block
+        raises, the lane is not taken back: the child only writes its report and ends."""
+        if self.holding != "shared" or self._depth:
+            yield
+            return
+        try:
+            self.lane.release()
+        except OSError:                     # a descriptor the submission broke: keep going as we are
+            yield
+            return
+        self.holding = None
+        t = _NOW()
+        try:
+            yield
+        finally:
+            self._add(f"{name}_unlaned", _NOW() - t)
+        self._take_back(f"lane_wait_after_{name}")
+
+    def _take_back(self, key: str = "lane_wait_after_compile") -> None:
+        in_call = self.let_go_allowed       # a first call's compile: its waits count against LET_GO_WAIT_S
         try:
             got = self.lane.acquire("shared", self._left())
         except LaneTimeout as e:
             self.waited += e.waited_s
-            self._call_wait += e.waited_s
+            self._call_wait += e.waited_s if in_call else 0.0
             self._add("lane_timeout_shared", e.waited_s)
             return
         except OSError:
             self._add("lane_timeout_shared", 0.0)
             return
         self.waited += got.wait_s
-        self._call_wait += got.wait_s
-        self._add("lane_wait_after_compile", got.wait_s)
+        self._call_wait += got.wait_s if in_call else 0.0
+        self._add(key, got.wait_s)
         self.holding = "shared"
 
     def _add(self, key: str, seconds: float) -> None:

@@ -10,9 +10,10 @@ lane itself. Past `budget_bytes` held, an output is written at once, as before.
 
 Except at a checkpoint (child/run.py, ChildRun.checkpoint; issue 38): before the first call of each larger
 shape (the trials run smallest first) and before the timing, what is held is written, with a report listing
-those trials, so that a child killed past a call's stage deadline leaves its finished trials checkable. The
-outputs written inside the shared lane are then those of every shape but the largest of each run, which are
-the small ones; the largest shape's outputs are still written after the lanes.
+those trials, so that a child killed past a call's stage deadline leaves its finished trials checkable (when:
+`checkpoint_due`). Those writes, too, are outside the lanes: the child lets the shared lane go for each
+checkpoint between correctness calls and takes it back before the next call (child/lanes.py, `unlaned`); the
+one before the timing comes between the two stages, holding neither.
 
 The names used after the submission loads are bound at import; the snapshots cover
 this module as they cover every module of the harness (child/snapshots.harness_modules).
@@ -60,3 +61,21 @@ class HeldOutputs:
             write_tensor(self.directory / name, copy)
             del copy
         return _clock() - t
+
+
+def checkpoint_due(trials, finished: int, covered: int, compiling) -> bool:
+    """Whether the child checkpoints before trials[finished] (`covered` of them in the last checkpoint;
+    `compiling`: the indices of the calls that compile, each shape's first seeds). Before the second call,
+    and before each call that starts a new group of the order (a larger shape, or the repeats of a shape
+    after its first seeds: engine/correctness_order.py): a child killed in any call has then left the
+    outputs of every group before its own, the smallest shape's first seed in every dtype among them once
+    it is past them."""
+    if finished == covered:
+        return False
+    if covered == 0:
+        return True
+
+    def group(trial) -> tuple:
+        return tuple(trial.shape), trial.index not in compiling
+
+    return group(trials[finished - 1]) != group(trials[finished])

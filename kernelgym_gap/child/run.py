@@ -25,7 +25,7 @@ from kernelgym_gap.child import integrity as integ
 from kernelgym_gap.child.failure import Failure, classify
 from kernelgym_gap.child.lanes import ChildLane
 from kernelgym_gap.child.marks import CallMarks
-from kernelgym_gap.child.outputs import HeldOutputs
+from kernelgym_gap.child.outputs import HeldOutputs, checkpoint_due
 from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
 from kernelgym_gap.core import inputs as inputs_mod
@@ -270,7 +270,7 @@ class ChildRun:
         where = (f"trial {trial.index} ({trial.split} shape {list(trial.shape)}, {trial.dtype}, "
                  f"{trial.distribution} inputs, seed {trial.seed})")
         kw = dict(trials=tuple(self.outcomes), failed_trial=trial.index)
-        if self._checkpoint_due(trial):
+        if checkpoint_due(self.job.trials, len(self.outcomes), self.checkpointed, self.compiling_trials):
             done = self.checkpoint()
             if done is not None:
                 return done
@@ -316,38 +316,28 @@ class ChildRun:
                                failed_trial=trial.index)
         return None
 
-    def _checkpoint_due(self, trial) -> bool:
-        """Before the second call, and before each call that starts a new group of the order (a larger
-        shape, or the repeats of a shape after its first seeds: engine/correctness_order.py): a child killed
-        in any call has then left the outputs of every group before its own, the smallest shape's first
-        seed in every dtype among them once it is past them."""
-        if len(self.outcomes) == self.checkpointed:
-            return False
-        if self.checkpointed == 0:
-            return True
-        return self._group(self.job.trials[len(self.outcomes) - 1]) != self._group(trial)
-
-    def _group(self, trial) -> tuple:
-        return tuple(trial.shape), trial.index not in self.compiling_trials
-
     def checkpoint(self) -> int | None:
         """The finished trials' outputs written (child/outputs.py) and a report listing them (status ok, no
         timings) in its own file beside the report (core/slowness.CHECKPOINT_FILE). A child the parent kills
         for a call past its stage deadline leaves these: the parent checks them and tells a correct but too
-        slow kernel from a wrong one (issue 38). Harness code between calls: nothing here is timed."""
+        slow kernel from a wrong one (issue 38). Harness code between calls: nothing here is timed. Pure disk
+        work, so the shared lane is let go for it and taken back before the next call (child/lanes.py,
+        `unlaned`); the one before the timing runs between the two stages, holding neither."""
         if len(self.outcomes) == self.checkpointed:
             return None
-        t = time.perf_counter()
         try:
-            self.held.write()
-            _write_report(self.report_path.parent / CHECKPOINT_FILE, ChildReport(
-                status=Status.OK, message=f"checkpoint after {len(self.outcomes)} trial(s)", phases=self.phases,
-                trials=tuple(self.outcomes), **self.common))
+            with self.lane.unlaned("checkpoint"):
+                t = time.perf_counter()
+                self.held.write()
+                _write_report(self.report_path.parent / CHECKPOINT_FILE, ChildReport(
+                    status=Status.OK, message=f"checkpoint after {len(self.outcomes)} trial(s)",
+                    phases=self.phases, trials=tuple(self.outcomes), **self.common))
+                # the writing alone, wherever it ran (the wait to take the lane back has its own key)
+                self.phases["checkpoint_write"] = self.phases.get("checkpoint_write", 0.0) + time.perf_counter() - t
         except BaseException as e:  # noqa: BLE001 - a file over the size limit, a full scratch
             return self.fail(self.classify(e, "while writing the outputs for the checker"),
                              trials=tuple(self.outcomes))
         self.checkpointed = len(self.outcomes)
-        self.phases["checkpoint_write"] = self.phases.get("checkpoint_write", 0.0) + time.perf_counter() - t
         return None
 
     def time_calls(self) -> int | None:
