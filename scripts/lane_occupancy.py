@@ -29,7 +29,9 @@ def lane_intervals(record: dict) -> dict[str, list[tuple[float, float]]]:
     end = t + lat.get("child_correctness", 0.0)
     # compiles with the lane let go (EvalConfig.compile_outside_lane) and the waits to take it back: not held,
     # put at the stretch's start (the first calls come first; where exactly is not recorded)
-    let_go = lat.get("child_compile_unlaned", 0.0) + lat.get("child_lane_wait_after_compile", 0.0)
+    # likewise the checkpoints' writes (issue 38: written with the shared lane let go) and their take-back waits
+    let_go = sum(lat.get(k, 0.0) for k in ("child_compile_unlaned", "child_lane_wait_after_compile",
+                                           "child_checkpoint_unlaned", "child_lane_wait_after_checkpoint"))
     correctness = (min(t + let_go, end), end)
     t = end + lat.get("child_lane_wait_exclusive", 0.0)
     timing = (t, t + lat.get("child_timing", 0.0))
