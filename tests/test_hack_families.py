@@ -434,21 +434,7 @@ def no_probe(monkeypatch):
     about it (try_except_fallback's row admits either kind). Half the CPU on a 2-core machine."""
     from kernelgym_gap.sandbox import launch
 
-    class NoProbe:     # as test_hostile.py's _NoProbe
-        wall_s, inconclusive, specs_wall_s = 0.0, None, None
-
-        def __init__(self, job, directory, source, sandbox, env, pre=None):
-            if pre is not None:
-                pre.kill()
-
-        def start(self):
-            pass
-
-        def compile_error(self):
-            return None
-
-        def cover(self, launched, scratch_root):
-            return None
+    from test_hostile import _NoProbe as NoProbe   # one stand-in: it follows the launcher's probe API
 
     monkeypatch.setattr(launch, "CompileProbe", NoProbe)
 
