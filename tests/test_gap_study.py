@@ -29,7 +29,7 @@ def test_cpu_backend_runs_the_correctness_half(tmp_path):
     data = json.loads((tmp_path / "gap_study_cpu.json").read_text())
     rows = data["rows"]
     assert sorted((r["task"], r["kernel"]) for r in rows) == [
-        ("kernelgym_gap/AddReLU-v0", "triton_blocked"), ("kernelgym_gap/GELU-v0", "tilelang_tiled"),
+        ("kernelgym_gap/AddReLU-v0", "triton_blocked"), ("kernelgym_gap/GELU-v1", "tilelang_tiled"),
         ("kernelgym_gap/RowSum-v1", "triton_scalar_loop")]
     for r in rows:
         assert r["status"] == "ok" and r["correct"] is True
@@ -43,7 +43,7 @@ def test_cpu_backend_runs_the_correctness_half(tmp_path):
     assert len(csv_lines) == 4 and csv_lines[0].startswith("task,kernel,dsl,category")
     assert not (tmp_path / "best_known.json").exists()         # cuda only
     last = proc.stdout.strip().splitlines()
-    assert last[-1].split()[0] in {"AddReLU-v0/triton_blocked", "GELU-v0/tilelang_tiled",
+    assert last[-1].split()[0] in {"AddReLU-v0/triton_blocked", "GELU-v1/tilelang_tiled",
                                    "RowSum-v1/triton_scalar_loop"}                   # the table comes last
 
 
