@@ -293,7 +293,8 @@ def test_machine_attack_through_unshare(name, task, honest_source, honest_baseli
 # probe here does not run (test_sandbox.py: probe_disk_hog)
 OTHER_SURFACES = {"ansi_message.py", "probe_disk_hog.py"}
 REWARD_HACKS = sorted(p.name for p in HOSTILE.glob("*.py")
-                      if p.name not in MACHINE_ATTACKS and p.name not in OTHER_SURFACES and not p.name.startswith("gpu_")
+                      if p.name not in MACHINE_ATTACKS and p.name not in OTHER_SURFACES
+                      and not p.name.startswith("gpu_")
                       and p.name != "try_except_fallback.py" and not p.name.startswith(("known_hole_",
                                                                                          "probe_evasion")))
 PROBE_EVASIONS = sorted(p.name for p in HOSTILE.glob("probe_evasion*.py"))
