@@ -84,8 +84,11 @@ def test_batch_over_loopback_token_and_malformed(registry):
         # the server is still up: a real batch, answered in order, with records
         out = RewardClient(srv.url, TOKEN, timeout=600).score(items)
         assert out["rewards"] == [1.0, 0.0, 1.0]
-        recs = [EvalRecord.from_dict(r) for r in out["records"]]
-        assert [r.status for r in recs] == [Status.OK, Status.MISMATCH, Status.OK]
+        # the records are their public view (engine/feedback.public_view): a trainer sees no held-out shape,
+        # seed or reproduce call (issue 31)
+        assert [r["status"] for r in out["records"]] == ["ok", "mismatch", "ok"]
+        failed = out["records"][1]["failure"]["trial"]
+        assert "shape" not in failed and "seed" not in failed or failed["split"] == "public"
         assert out["terms"][1]["status"] == "mismatch"
         # OpenRLHF's request shape: the label is the task, the reply is the query less its prompt
         r = httpx.post(srv.url + "/openrlhf", headers=auth, json={

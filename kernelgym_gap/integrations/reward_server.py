@@ -9,7 +9,8 @@ POST /score (the write token as `Authorization: Bearer T`, the only form taken) 
      "failure_reward": 0.0,                                                 # optional, a finite number
      "request_id": "a1b2..."}                                               # optional: retries are idempotent
 
-answers {"rewards": [...], "terms": [...], "records": [...], "errors": [...]} in item order. A bad item (an
+answers {"rewards": [...], "terms": [...], "records": [...], "errors": [...]} in item order (records as their
+public view, engine/feedback.public_view: no held-out shape, seed or reproduce call). A bad item (an
 unknown task or dsl, no text, a text too large, not an object) is that item's failure: reward failure_reward,
 terms {"status": "invalid_item", "reason": ...}, record null, and an entry in `errors` naming its index; the
 other items are evaluated. A bad request is a 400 (not JSON, nested over 64 levels, NaN/Infinity, a lone
