@@ -12,8 +12,6 @@ httpx = pytest.importorskip("httpx")
 uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
-from kernelgym_gap.core.record import EvalRecord  # noqa: E402
-from kernelgym_gap.core.status import Status  # noqa: E402
 from kernelgym_gap.integrations.reward_server import RewardClient, create_app  # noqa: E402
 from kernelgym_gap.integrations.scorer import Scorer, shared_scorer  # noqa: E402
 
