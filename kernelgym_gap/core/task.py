@@ -16,7 +16,8 @@ from typing import Any
 from kernelgym_gap.core.backend import BACKENDS  # noqa: F401 - task files and callers read it here
 from kernelgym_gap.core.ids import task_id
 
-CATEGORIES = ("elementwise", "reduction", "normalization", "gemm", "convolution", "attention")
+CATEGORIES = ("elementwise", "reduction", "normalization", "gemm", "convolution", "attention",
+              "moe", "backward")
 # 1: one memory-bound op; 2: a fused op or a reduction with a numerical trap; 3: compute-bound or
 # multi-stage (tiling, pipelining, online algorithms).
 LEVELS = (1, 2, 3)
