@@ -21,29 +21,23 @@ Model replies to records: completions.py (`score_completions`). The vector envir
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import logging
-import queue
-import shutil
-import tempfile
-import threading
 from collections.abc import Sequence
 from typing import Any
 
-from kernelgym_gap.api.lanes import EvalRequest, Evaluator, Progress, one_backend, with_lane, worker_slots
+from kernelgym_gap.api.lanes import EvalRequest, Evaluator, Progress, one_backend
 from kernelgym_gap.core.backend import resolve_backend
 from kernelgym_gap.core.config import EvalConfig
-from kernelgym_gap.core.errors import HarnessError, UnknownChoiceError
+from kernelgym_gap.core.errors import UnknownChoiceError
 from kernelgym_gap.core.record import EvalRecord
-from kernelgym_gap.core.task import DSLS, TaskSpec
+from kernelgym_gap.core.task import DSLS
 
 log = logging.getLogger(__name__)
 
-def _resolve(requests: Sequence[EvalRequest], registry) -> tuple[list[TaskSpec], list[str]]:
-    """Checks every request before anything runs: a misuse fails the whole batch at once."""
+def _backends(requests: Sequence[EvalRequest]) -> list[str]:
+    """Checks every request's type, dsl and backend before anything runs: a misuse fails the whole batch."""
     resolved: dict[str, str] = {}
-    tasks, backends = [], []
+    out = []
     for i, r in enumerate(requests):
         if not isinstance(r, EvalRequest):
             raise TypeError(f"request {i} is a {type(r).__name__}, not an EvalRequest")
@@ -51,9 +45,8 @@ def _resolve(requests: Sequence[EvalRequest], registry) -> tuple[list[TaskSpec],
             raise UnknownChoiceError("dsl", r.dsl, DSLS)
         if r.backend not in resolved:
             resolved[r.backend] = resolve_backend(r.backend)
-        tasks.append(registry.get(r.task_id))
-        backends.append(resolved[r.backend])
-    return tasks, backends
+        out.append(resolved[r.backend])
+    return out
 
 
 def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *,
@@ -73,19 +66,21 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         stopped after it (see ray_pool.RayPool); or a RayPool kept by the caller across batches (a trainer
         scoring batch after batch should keep one: actors start in about a second, Ray itself in several).
     evaluator: replaces engine.evaluate in the local pool (a store-backed cache, a test double).
-    warm: True: each worker of the local pool holds one warm.WarmPool for the call (cuda: pinned to the
-        worker's GPU; cpu: a cpu one) and passes its parts to the evaluator as `checker=` and `children=`
-        (engine.evaluate takes them; a custom evaluator must too). "auto" (default): True for the cuda
-        workers when the built-in evaluator is used, False otherwise (on the cpu backend a pre-started child
-        competes with the evaluations for the few cores). Each submission still runs in a fresh, single-use
-        child (pre-started by the pool or not).
+    warm: True: each slot of the call's service.EvalService holds one warm.WarmPool (cuda: pinned to the
+        slot's GPU; cpu: a cpu one) and passes its parts to the evaluator as `checker=` and `children=`
+        (engine.evaluate takes them; a custom evaluator must too). "auto" (default): the service's rule
+        (service.decide_warm: warm on cuda with the built-in evaluator). Each submission still runs in a
+        fresh, single-use child (pre-started by the pool or not).
     tasks_dir: look the requests' tasks up in this directory (e.g. `import kernelbench`'s output) instead of
         tasks/ (or pass registry=).
     Raises for misuse (unknown task, dsl or backend) before evaluating anything. An evaluation that raises
     in the harness (anything but misuse: engine.evaluation.is_misuse) becomes that request's own failure
     record (protocol_error, stage "harness", the exception named: engine.evaluation.harness_failure_record)
     and the batch goes on; HarnessError only for misuse found while evaluating, a warm pool that could not
-    start, or an interrupt (the remaining requests are not started)."""
+    start, or an interrupt (the remaining requests are not started).
+
+    A thin user of api/service.EvalService: one service per backend of the batch, for this call."""
+    from kernelgym_gap.api.service import EvalService
     from kernelgym_gap.core.registry import default_registry
     requests = list(requests)
     if not requests:
@@ -99,12 +94,10 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         registry = TaskRegistry(tasks_dir)
     registry = registry or default_registry()
     default_config = config or EvalConfig()
-    if warm == "auto":
-        warm = "cuda" if evaluator is None and ray is None else False
-    elif warm not in (True, False):
+    if warm not in (True, False, "auto"):
         raise ValueError(f"warm must be True, False or 'auto', not {warm!r}")
     if ray is not None:
-        if warm:
+        if warm is True:
             raise ValueError("warm= applies to the local pool; a Ray actor's evaluations use a fresh checker")
         if evaluator is not None or gpus is not None:
             raise ValueError("evaluator= and gpus= apply to the local pool; a Ray pool places its own actors")
@@ -113,119 +106,27 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
         from kernelgym_gap.api.ray_pool import RayPool
         with RayPool(address=ray, backend=one_backend(requests), workers=workers, per_gpu=per_gpu) as pool:
             return pool.evaluate(requests, config=default_config, progress=progress, registry=registry)
-    tasks, backends = _resolve(requests, registry)
-    if evaluator is None:
-        from kernelgym_gap.engine.pipeline import evaluate as evaluator
-    # identical submissions (same task, source, dsl, backend and settings) are evaluated once; each caller
-    # gets the record (a GRPO group often holds the same completion several times)
-    first: dict[tuple, int] = {}
-    owner = [first.setdefault(_identity(r, t, b, default_config), i)
-             for i, (r, t, b) in enumerate(zip(requests, tasks, backends))]
-    unique = sorted(set(owner))
-    slots = worker_slots([backends[i] for i in unique], workers, gpus, per_gpu)
-    shared = len(slots.get("cuda", ())) > len(set(slots.get("cuda", ())))
-    lane_dir = tempfile.mkdtemp(prefix="kgg-lanes-", dir=default_config.scratch_root) if shared else None
-    try:
-        pool = _LocalPool(evaluator, slots, progress, len(unique), warm=warm,
-                          scratch_root=default_config.scratch_root, lane_dir=lane_dir)
-        for k, i in enumerate(unique):
-            r = requests[i]
-            pool.put(k, backends[i], tasks[i], r.source, r.dsl, r.config or default_config)
-        records = dict(zip(unique, pool.join()))
-    finally:
-        if lane_dir is not None:
-            shutil.rmtree(lane_dir, ignore_errors=True)
-    if len(unique) < len(requests):
-        log.info("%d of %d requests were duplicates, evaluated once", len(requests) - len(unique), len(requests))
-    return [records[i] for i in owner]
+    backends = _backends(requests)
+    for r in requests:                   # an unknown task fails the batch before anything runs
+        registry.get(r.task_id)
+    groups: dict[str, list[int]] = {}
+    for i, b in enumerate(backends):
+        groups.setdefault(b, []).append(i)
+    records: dict[int, EvalRecord] = {}
+    offset = [0]
+    total = len(requests)
 
+    def tick(done: int, _n: int, label: str) -> None:
+        if progress:
+            progress(offset[0] + done, total, label)
 
-def _identity(r: EvalRequest, task: TaskSpec, backend: str, default: EvalConfig) -> tuple:
-    raw = r.source.encode("utf-8", "surrogatepass") if isinstance(r.source, str) else r.source
-    return (task.id, hashlib.sha256(raw).hexdigest(), r.dsl, backend, r.config or default)
-
-
-class _LocalPool:
-    """Threads that each take (index, job) from their backend's queue and run the evaluator."""
-
-    def __init__(self, evaluator: Evaluator, slots: dict[str, list[int | None]], progress: Progress | None,
-                 total: int, warm: bool = False, scratch_root: str | None = None, lane_dir: str | None = None):
-        self.evaluator, self.progress, self.total = evaluator, progress, total
-        self.warm, self.scratch_root, self.lane_dir = warm, scratch_root, lane_dir
-        self.results: dict[int, EvalRecord] = {}
-        self.queues = {b: queue.Queue() for b in slots}
-        self.lock = threading.Lock()
-        self.failed: BaseException | None = None
-        self.done = 0
-        self.threads = [threading.Thread(target=self._work, args=(b, gpu), daemon=True,
-                                         name=f"kgg-eval-{b}-{k}" + (f"-gpu{gpu}" if gpu is not None else ""))
-                        for b, gs in slots.items() for k, gpu in enumerate(gs)]
-        self.slots = slots
-
-    def put(self, index: int, backend: str, *job) -> None:
-        self.queues[backend].put((index, job))
-
-    def join(self) -> list[EvalRecord]:
-        for b, q in self.queues.items():
-            for _ in self.slots[b]:
-                q.put(None)
-        for t in self.threads:
-            t.start()
-        for t in self.threads:
-            t.join()
-        if self.failed is not None:
-            raise HarnessError(f"an evaluation raised: {self.failed!r}") from self.failed
-        return [self.results[i] for i in range(self.total)]
-
-    def _work(self, backend: str, gpu: int | None) -> None:
-        if not self.warm or (self.warm == "cuda" and backend != "cuda"):
-            return self._loop(backend, gpu, self.evaluator)
-        from kernelgym_gap.api.warm import WarmPool
-        try:
-            warm = WarmPool(device=backend, gpu_index=gpu if gpu is not None else 0, scratch_root=self.scratch_root)
-        except BaseException as e:  # noqa: BLE001 - reported after the pool drains
-            log.exception("the warm pool of worker %s/%s did not start", backend, gpu)
-            with self.lock:
-                self.failed = self.failed or e
-            return self._loop(backend, gpu, self.evaluator)     # drains the queue (failed is set)
-        with warm:
-            self._loop(backend, gpu, functools.partial(self.evaluator, checker=warm.checker,
-                                                       children=warm.children))
-
-    def _loop(self, backend: str, gpu: int | None, evaluator: Evaluator) -> None:
-        q = self.queues[backend]
-        while True:
-            item = q.get()
-            if item is None:
-                return
-            index, (task, source, dsl, config) = item
-            if self.failed is not None:
-                continue
-            try:
-                if gpu is not None:
-                    config = with_lane(config.replace(gpu_index=gpu), self.lane_dir)
-                record = evaluator(task, source, dsl, backend, config)
-                if gpu is not None:
-                    record = dataclasses.replace(record, device={**record.device, "gpu_index": gpu})
-            except Exception as e:  # noqa: BLE001 - this request's own failure record, never the batch's
-                from kernelgym_gap.engine.evaluation import harness_failure_record, is_misuse
-                if is_misuse(e):
-                    log.exception("evaluation %d raised", index)
-                    with self.lock:
-                        self.failed = self.failed or e
-                    continue
-                log.exception("evaluation %d raised in the harness: its failure record, the batch goes on", index)
-                record = harness_failure_record(task, source, dsl, backend, config, e)
-            except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt and the like: the batch stops
-                with self.lock:
-                    self.failed = self.failed or e
-                continue
-            with self.lock:
-                self.results[index] = record
-                self.done += 1
-                done = self.done
-            if self.progress:
-                self.progress(done, self.total, f"{task.name}: {record.status.value}")
+    for b, where in groups.items():
+        with EvalService(b, default_config, slots=workers, warm=warm, gpus=gpus, per_gpu=per_gpu,
+                         evaluator=evaluator, registry=registry) as service:
+            got = service.map([dataclasses.replace(requests[i], backend=b) for i in where], progress=tick)
+        records.update(zip(where, got))
+        offset[0] += len(where)
+    return [records[i] for i in range(total)]
 
 
 __all__ = ["EvalRequest", "evaluate_many"]

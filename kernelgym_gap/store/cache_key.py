@@ -2,8 +2,8 @@
 dsl, backend, device, settings hash, software hash).
 
 The device is `cpu` on the cpu backend and the GPU's name on cuda (read with nvidia-smi: the parent never
-holds a CUDA context); the settings hash covers every EvalConfig field that can change a result
-(`dataclasses.asdict`, less the paths, debugging switches and GPU index in `SETTINGS_NOT_HASHED`); the software
+holds a CUDA context); the settings hash covers the EvalConfig whole once its placement (where it ran: GPU
+index, lane directory, scratch and cache paths, core/placement.py) is set to the defaults; the software
 hash covers the versions of python, torch, triton, tilelang and this package, and a fingerprint of the
 harness's own source, so an upgrade or an edit of the harness measures again. store/db.py keeps records under
 these keys and serves them back.
@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernelgym_gap.core import dsls
+from kernelgym_gap.core.placement import CONFIG_FIELDS as SETTINGS_NOT_HASHED  # noqa: F401 - the placement fields
+from kernelgym_gap.core.placement import measured
 from kernelgym_gap.core.record import EvalRecord
-
-SETTINGS_NOT_HASHED = ("scratch_root", "keep_scratch", "gpu_index", "calibration_path", "held_output_bytes",
-                       "compile_outside_lane")
 
 
 def source_bytes(source: str | bytes) -> bytes:
@@ -38,18 +38,17 @@ def canonical(value: Any) -> str:
 
 
 def settings_hash(config) -> str:
-    fields = dataclasses.asdict(config)
-    for name in SETTINGS_NOT_HASHED:
-        fields.pop(name, None)
-    if isinstance(fields.get("sandbox"), dict):
-        fields["sandbox"].pop("lane_dir", None)     # where the batch's GPU lanes live, not how it measures
+    # the whole config, where it ran set aside (a different library_cache_path or lane directory measures
+    # the same thing); a field added to EvalConfig is hashed unless core/placement.py declares it placement
+    fields = dataclasses.asdict(measured(config))
     return hashlib.sha256(canonical(fields).encode()).hexdigest()[:16]
 
 
 def software_versions(dsl: str) -> dict[str, str]:
     from importlib import metadata
     out = {"python": sys.version.split()[0]}
-    for dist in ("kernelgym_gap", "torch", "triton") + (("tilelang",) if dsl == "tilelang" else ()):
+    entry = dsls.DSLS.get(dsl, dsls.DSLS[dsls.DEFAULT])
+    for dist in ("kernelgym_gap", "torch") + entry.distributions:
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
