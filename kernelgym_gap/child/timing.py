@@ -38,6 +38,8 @@ from kernelgym_gap.core import timing_stats as stats
 from kernelgym_gap.core.record import ShapeTiming, TimingConfig
 from kernelgym_gap.core.tensor_file import output_name
 from kernelgym_gap.core.timing_stats import DEVICE_EXCESS, Readings, TimingReadings  # noqa: F401 (re-exported)
+# imported with this module, so that the snapshots taken before the submission loads cover it (docs/security.md)
+from kernelgym_gap.child.graph_timing import GraphReplay
 
 
 SPIN_MS = 0.3     # longer than the host-side cost of a Triton or TileLang launch from Python
@@ -189,6 +191,11 @@ def side_stream_suspected(m) -> bool:
     return stats.side_stream_suspected(m)
 
 
+class GraphBench(GraphReplay, Bench):
+    """The Bench with its full timings by CUDA-graph replay where a call captures (TimingConfig.graph_replay;
+    child/graph_timing.py), the loop where it does not."""
+
+
 def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
                library: Callable[[int], object], hint_ms: float | None,
                clock: _PhaseClock | None = None) -> tuple[Measurement, dict]:
@@ -236,7 +243,8 @@ def time_submission(task, job, entry, adapter, held, on_shape=None,
     library check), `timing_measure`, `timing_recheck` (its call and the output's host copy)."""
     cfg: TimingConfig = job.timing
     clock = _PhaseClock(phases)
-    bench = Bench(cfg)
+    bench = GraphBench(cfg) if cfg.graph_replay else Bench(cfg)
+    bench.watch = adapter.streams     # the capture's stream is the one launches are expected on meanwhile
     clock.lap("timing_setup")
     hints = {(tuple(shape), dtype): ms for shape, dtype, ms in job.library_hint}
     results = []

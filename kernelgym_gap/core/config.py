@@ -76,8 +76,20 @@ class TimingConfig:
     library_tolerance: float = 0.10
     hopeless_factor: float = 50.0
     early_exit_budget_ms: float = 1000.0
+    # issue 35's timing levers, off by default until the H200 runs them side by side (scripts/throughput.py
+    # --variant): graph_replay times each callable by replaying a CUDA graph of one call with the L2 flush in
+    # it where the call captures (child/graph_timing.py; else the loop, noted in the readings); stop_rule
+    # "interval" stops on the median's 95% interval (+-e_halfwidth on E) instead of the spread and min_time_ms
+    # (core/timing_stats.settled)
+    graph_replay: bool = False
+    stop_rule: str = "spread"
+    e_halfwidth: float = 0.01
 
     def __post_init__(self):
+        if self.stop_rule not in ("spread", "interval"):
+            raise UnknownChoiceError("stop rule", self.stop_rule, ("spread", "interval"))
+        if not 0 < self.e_halfwidth < 1:
+            raise ValueError("e_halfwidth must be in (0, 1)")
         if self.library_check_reps < 3:
             raise ValueError("library_check_reps must be at least 3 (a median of fewer is noise)")
         if not 0 < self.library_tolerance < 1:

@@ -24,6 +24,16 @@ DEVICE_EXCESS = 0.05   # device-wide minimum over the stream minimum, as a fract
 MAX_SYNC_JITTER_MS = 0.05
 READING_DIGITS = 7     # readings are rounded to 1e-7 ms (0.1 ns) before anything decides on them
 SIDE_STREAM_FACTOR, SIDE_STREAM_SLACK_MS = 1.5, 0.05
+# How a callable's repetitions were taken (Readings.method): "loop" calls it from Python once per repetition
+# behind a spin kernel (child/timing.Bench._rep); "graph" replays a CUDA graph of one call with the L2 flush
+# captured in it (child/graph_timing.py). A method the configuration did not allow is a protocol error.
+METHODS = ("loop", "graph")
+MAX_NOTE_CHARS = 300   # Readings.fallback: why a graph could not be used (the child's words, bounded)
+# TimingConfig.stop_rule: "spread" stops once (p75 - p25) / median is under target_spread with min_time_ms of
+# GPU time spent; "interval" once the 95% interval of the median is within +-e_halfwidth / sqrt(2) of it
+# (so the ratio E of two such medians is within about +-e_halfwidth), with no minimum GPU time.
+STOP_RULES = ("spread", "interval")
+Z95 = 1.959964
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +42,8 @@ class Readings:
     device-wide (after a device synchronize, less its measured cost; never below the stream reading)."""
     stream_ms: tuple[float, ...]
     device_ms: tuple[float, ...]
+    method: str = "loop"       # METHODS
+    fallback: str = ""         # with "loop" where "graph" was asked for: why the graph was not used
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,16 +112,47 @@ def side_stream_suspected(m: Summary) -> bool:
     return m.device_ms > SIDE_STREAM_FACTOR * m.stream_ms + SIDE_STREAM_SLACK_MS
 
 
+def median_interval(xs, z: float = Z95) -> tuple[float, float]:
+    """The distribution-free interval of the median (order statistics; the binomial's normal approximation):
+    the j-th and k-th smallest of n, j = floor((n - z sqrt n) / 2), k = ceil((n + z sqrt n) / 2), clamped to
+    the sample. Assumes nothing about the readings' shape: kernel times are skewed (a slow tail)."""
+    xs = sorted(xs)
+    n = len(xs)
+    half = z * math.sqrt(n) / 2
+    j = max(1, math.floor(n / 2 - half))
+    k = min(n, math.ceil(n / 2 + half))
+    return xs[j - 1], xs[k - 1]
+
+
+def median_halfwidth(xs) -> float:
+    """Half the median's 95% interval, as a fraction of the median (inf for an empty or zero median)."""
+    if not xs:
+        return math.inf
+    lo, hi = median_interval(xs)
+    med = statistics.median(xs)
+    return (hi - lo) / (2 * med) if med > 0 else math.inf
+
+
+def settled(stream_ms, spent: float, cfg) -> bool:
+    """Whether these readings are settled by the configured rule (STOP_RULES), the budget aside."""
+    if getattr(cfg, "stop_rule", "spread") == "interval":
+        # E = t_library / t_kernel: two medians each within +-h/sqrt(2) put the ratio within about +-h. Where the
+        # library's cached time stands, the kernel alone meets the same bound (the cache carries its own error)
+        return median_halfwidth(stream_ms) <= cfg.e_halfwidth / math.sqrt(2)
+    return spread_of(stream_ms) <= cfg.target_spread and spent >= cfg.min_time_ms
+
+
 def may_stop(stream_ms, device_ms, min_reps: int, cfg) -> bool:
     """Whether a full timing (Bench.measure_interleaved) stops after these repetitions: at least `min_reps`,
-    looked at every 5th repetition or once the budget is spent, and then settled (spread under
-    cfg.target_spread with cfg.min_time_ms of GPU time spent) or out of budget (cfg.budget_ms). `cfg` is a
-    TimingConfig (core/config.py)."""
+    looked at every 5th repetition or once the budget is spent, and then settled (`settled`: by default the
+    spread under cfg.target_spread with cfg.min_time_ms of GPU time spent; with cfg.stop_rule "interval", the
+    median's interval narrow enough for E) or out of budget (cfg.budget_ms). `cfg` is a TimingConfig
+    (core/config.py)."""
     n = len(stream_ms)
     spent = math.fsum(device_ms)
     if n < min_reps or not (n % 5 == 0 or spent >= cfg.budget_ms):
         return False
-    return (spread_of(stream_ms) <= cfg.target_spread and spent >= cfg.min_time_ms) or spent >= cfg.budget_ms
+    return settled(stream_ms, spent, cfg) or spent >= cfg.budget_ms
 
 
 def probe_may_stop(device_ms, budget_ms: float) -> bool:
@@ -126,6 +169,9 @@ def stop_rule_problem(r: Readings, cfg, full: bool) -> str | None:
     it does not."""
     s, d = list(r.stream_ms), list(r.device_ms)
     n = len(s)
+    if r.method == "graph" and not (full and getattr(cfg, "graph_replay", False)):
+        return ("readings by CUDA-graph replay, where the configuration times "
+                + ("by graph only in full timings" if getattr(cfg, "graph_replay", False) else "by the loop"))
     limit = cfg.max_reps if full else cfg.library_check_reps
     if n == 0 or n > limit:
         return f"{n} repetitions (expected 1 to {limit})"
@@ -151,6 +197,10 @@ def readings_problem(r: Readings, max_n: int) -> str | None:
     device-wide reading never below the stream's, at most `max_n` of them."""
     if len(r.stream_ms) != len(r.device_ms):
         return f"{len(r.stream_ms)} stream readings but {len(r.device_ms)} device-wide ones"
+    if r.method not in METHODS:
+        return f"a timing method {str(r.method)[:40]!r} (expected one of {list(METHODS)})"
+    if len(r.fallback) > MAX_NOTE_CHARS or (r.fallback and r.method != "loop"):
+        return f"a graph fallback note of {len(r.fallback)} characters with the method {r.method!r}"
     if not 0 < len(r.stream_ms) <= max_n:
         return f"{len(r.stream_ms)} readings (expected 1 to {max_n})"
     for s, d in zip(r.stream_ms, r.device_ms):

@@ -1,0 +1,291 @@
+"""Issue 35's timing levers on the cpu: the choice between CUDA-graph replay and the loop (and the note the
+fallback leaves), the parent's view of the timing method, and the stopping rule on E's interval, over
+scripted readings (no device). The graph's real capture and replay run in test_gpu_graph_timing_* below."""
+import dataclasses
+import math
+import random
+
+import pytest
+
+from kernelgym_gap.child import graph_timing
+from kernelgym_gap.child.timing import Bench, GraphBench, time_shape
+from kernelgym_gap.core import timing_stats as stats
+from kernelgym_gap.core.config import TimingConfig
+from kernelgym_gap.core.errors import ProtocolError, UnknownChoiceError
+from kernelgym_gap.core.record import Job, ShapeTiming, Trial
+from kernelgym_gap.judge.measure import trusted_timings
+
+import timing_readings
+
+CFG = TimingConfig(min_reps=10, max_reps=200, budget_ms=80.0, min_time_ms=1.0, target_spread=0.02)
+GRAPH = dataclasses.replace(CFG, graph_replay=True)
+TRIAL = Trial(index=10_000, shape=(64, 256), dtype="float32", seed=1, distribution="normal", split="public")
+
+
+def _job(cfg):
+    return Job(task_id="LayerNorm", dsl="triton", backend="cuda", source_file="s.py", outputs_dir="o",
+               report_file="r.json", trials=(), timing=cfg, timing_trials=(TRIAL,), library_hint=())
+
+
+class Scripted:
+    """Each callable's repetition reads `times[name]` with a seeded jitter; the loop and a graph timer read
+    alike, but each counts its own repetitions."""
+
+    def __init__(self, cfg, times, jitter=0.03, captures=None):
+        self.cfg, self.times, self.jitter, self.sync_jitter_ms = cfg, times, jitter, 0.001
+        self.rnd = random.Random(7)
+        self.captures = captures or {}        # name -> "ok" or the reason the capture gives, or an exception
+        self.loop_reps = self.graph_reps = 0
+
+    def _read(self, name):
+        ms = self.times[name] * (1 + self.rnd.uniform(-self.jitter, self.jitter))
+        s = stats.round_ms(ms)
+        return s, max(stats.round_ms(ms + self.rnd.uniform(0, 0.002)), s)
+
+    def _warm(self, fn):
+        return self.times[fn(0)]
+
+    def _rep(self, fn, i):
+        self.loop_reps += 1
+        return self._read(fn(i))
+
+    def _capture(self, fn):
+        what = self.captures.get(fn(0), "ok")
+        if isinstance(what, Exception):
+            raise what
+        if what != "ok":
+            return what
+        bench, name = self, fn(0)
+
+        class Timer:
+            closed = False
+
+            def rep(self, i):
+                bench.graph_reps += 1
+                return bench._read(name)
+
+            def close(self):
+                Timer.closed = True
+        return Timer()
+
+
+class ScriptedLoop(Scripted, Bench):
+    pass
+
+
+class ScriptedGraph(GraphBench):
+    """GraphBench's own measure_interleaved and _rep over Scripted's readings and captures."""
+
+    def __init__(self, *a, **kw):
+        Scripted.__init__(self, *a, **kw)
+
+    _read, _warm, _capture = Scripted._read, Scripted._warm, Scripted._capture
+
+    def _rep(self, fn, i):
+        timer = self._timers.get(id(fn)) if hasattr(self, "_timers") else None
+        if timer is not None:
+            return timer.rep(i)
+        self.loop_reps += 1
+        return self._read(fn(i))
+
+
+def child_shape(bench, cfg):
+    k, fields = time_shape(bench, cfg, lambda i: "kernel", lambda i: "library", None)
+    return ShapeTiming(shape=TRIAL.shape, dtype=TRIAL.dtype, split="public", kernel_ms=k.median_ms,
+                       kernel_spread=k.spread, kernel_reps=k.reps, launches_per_call=1, programs=64,
+                       side_stream=stats.side_stream_suspected(k), stream_ms=k.stream_ms, device_ms=k.device_ms,
+                       **fields)
+
+
+# ---- the choice and its fallback ------------------------------------------------------------------------
+
+def test_without_graph_replay_nothing_is_captured():
+    called = []
+    assert graph_timing.select(CFG, lambda: called.append(1)) == (None, "")
+    assert called == []
+
+
+@pytest.mark.parametrize("capture,note", [
+    (lambda: (_ for _ in ()).throw(RuntimeError("operation not permitted when stream is capturing")),
+     "the capture failed: RuntimeError: operation not permitted when stream is capturing"),
+    (lambda: "the captured call returned tuple, not a tensor", "the captured call returned tuple, not a tensor"),
+    (lambda: None, "the capture gave nothing"),
+])
+def test_a_call_that_does_not_capture_falls_back_to_the_loop_with_its_reason(capture, note):
+    assert graph_timing.select(GRAPH, capture) == (None, note)
+
+
+def test_the_fallback_note_is_bounded():
+    timer, note = graph_timing.select(GRAPH, lambda: "x" * 5000)
+    assert timer is None and len(note) == stats.MAX_NOTE_CHARS and note.endswith("...")
+
+
+def test_a_call_that_captures_is_replayed():
+    sentinel = object()
+    assert graph_timing.select(GRAPH, lambda: sentinel) == (sentinel, "")
+
+
+def test_graph_timing_replays_the_captured_calls_and_the_parent_believes_it():
+    """Both callables capture: every full-timing repetition is a replay (no loop repetition after the probe),
+    the readings say "graph", and the parent, recomputing from them, agrees with the child."""
+    bench = ScriptedGraph(GRAPH, {"kernel": 0.2, "library": 0.3})
+    t = child_shape(bench, GRAPH)
+    probe_reps = len(t.readings.probe.stream_ms) + len(t.readings.check.stream_ms)
+    assert bench.loop_reps == probe_reps          # the probe and the library check stay the loop
+    assert bench.graph_reps == t.kernel_reps + t.library_reps > 0
+    assert (t.readings.kernel.method, t.readings.library.method) == ("graph", "graph")
+    assert t.readings.probe.method == "loop"
+    (mine,) = trusted_timings(_job(GRAPH), (t,))
+    assert mine == t
+
+
+def test_a_call_that_does_not_capture_is_timed_by_the_loop_and_the_reason_reaches_the_parent():
+    bench = ScriptedGraph(GRAPH, {"kernel": 0.2, "library": 0.3},
+                          captures={"kernel": RuntimeError("cudaErrorStreamCaptureUnsupported")})
+    t = child_shape(bench, GRAPH)
+    assert t.readings.kernel.method == "loop"
+    assert "cudaErrorStreamCaptureUnsupported" in t.readings.kernel.fallback
+    assert t.readings.library.method == "graph"
+    (mine,) = trusted_timings(_job(GRAPH), (t,))
+    assert mine.readings.kernel.fallback == t.readings.kernel.fallback
+
+
+def test_graph_readings_the_configuration_did_not_ask_for_are_a_protocol_error():
+    t = child_shape(ScriptedGraph(GRAPH, {"kernel": 0.2, "library": 0.3}), GRAPH)
+    with pytest.raises(ProtocolError, match="CUDA-graph replay"):
+        trusted_timings(_job(CFG), (t,))
+    # the probe is never a graph's, whatever the configuration
+    forged = dataclasses.replace(t.readings, probe=dataclasses.replace(t.readings.probe, method="graph"))
+    with pytest.raises(ProtocolError, match="CUDA-graph replay"):
+        trusted_timings(_job(GRAPH), (dataclasses.replace(t, readings=forged),))
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(method="spin"), "timing method"),
+    (dict(fallback="y" * (stats.MAX_NOTE_CHARS + 1)), "fallback note"),
+    (dict(method="graph", fallback="why"), "fallback note"),
+])
+def test_a_malformed_method_or_note_is_a_protocol_error(change, match):
+    t = child_shape(ScriptedGraph(GRAPH, {"kernel": 0.2, "library": 0.3}), GRAPH)
+    forged = dataclasses.replace(t.readings, kernel=dataclasses.replace(t.readings.kernel, **change))
+    with pytest.raises(ProtocolError, match=match):
+        trusted_timings(_job(GRAPH), (dataclasses.replace(t, readings=forged),))
+
+
+def test_the_method_round_trips_through_the_report():
+    from kernelgym_gap.core.record import ChildReport
+    from kernelgym_gap.core.status import Status
+    t = child_shape(ScriptedGraph(GRAPH, {"kernel": 0.2, "library": 0.3},
+                                  captures={"library": "the captured call returned int, not a tensor"}), GRAPH)
+    rep = ChildReport(status=Status.OK, message="", timings=(t,))
+    back = ChildReport.from_json(rep.to_json()).timings[0]
+    assert back.readings == t.readings and back.readings.library.fallback.startswith("the captured call")
+
+
+# ---- the stopping rule on E's interval ------------------------------------------------------------------
+
+INTERVAL = dataclasses.replace(CFG, stop_rule="interval", e_halfwidth=0.01)
+
+
+def test_the_stop_rule_is_a_known_choice():
+    with pytest.raises(UnknownChoiceError):
+        TimingConfig(stop_rule="fixed")
+    with pytest.raises(ValueError):
+        TimingConfig(stop_rule="interval", e_halfwidth=0.0)
+
+
+def test_the_median_interval_holds_the_median_and_narrows_with_more_readings():
+    rnd = random.Random(3)
+    xs = [0.1 * (1 + rnd.gauss(0, 0.03)) for _ in range(400)]
+    lo, hi = stats.median_interval(xs[:40])
+    assert lo <= sorted(xs[:40])[20] <= hi
+    assert stats.median_halfwidth(xs) < stats.median_halfwidth(xs[:40]) / 2
+    assert stats.median_halfwidth([]) == math.inf
+    assert stats.median_interval([0.5]) == (0.5, 0.5)
+
+
+def test_the_interval_rule_covers_the_true_median_about_95_percent_of_the_time():
+    rnd = random.Random(11)
+    hits = 0
+    for _ in range(400):
+        lo, hi = stats.median_interval([rnd.expovariate(1.0) for _ in range(60)])
+        hits += lo <= math.log(2) <= hi
+    assert 0.92 <= hits / 400 <= 0.99
+
+
+def _reps(cfg, jitter, times=None):
+    bench = ScriptedLoop(cfg, times or {"kernel": 0.02, "library": 0.03}, jitter=jitter)
+    return child_shape(bench, cfg)
+
+
+def test_a_steady_kernel_stops_at_the_minimum_and_a_noisy_one_goes_on():
+    steady, noisy = _reps(INTERVAL, 0.001), _reps(INTERVAL, 0.05)
+    assert steady.kernel_reps == INTERVAL.min_reps
+    assert noisy.kernel_reps > 3 * steady.kernel_reps
+    # where it stopped, E's interval is within the bound
+    k = noisy.readings.kernel.stream_ms
+    assert stats.median_halfwidth(k) <= INTERVAL.e_halfwidth / math.sqrt(2)
+
+
+def test_on_a_small_noisy_kernel_the_interval_rule_takes_fewer_repetitions_than_the_spread_rule():
+    """A 20 us kernel with +-3% jitter: its spread never gets under 2%, so the spread rule runs to its budget
+    (or max_reps); the interval of the median is within +-0.7% long before."""
+    spread, interval = _reps(CFG, 0.03), _reps(INTERVAL, 0.03)
+    assert spread.kernel_reps == CFG.max_reps
+    assert interval.kernel_reps < spread.kernel_reps / 2
+
+
+def test_the_parent_replays_the_interval_rule():
+    t = _reps(INTERVAL, 0.03)
+    (mine,) = trusted_timings(_job(INTERVAL), (t,))
+    assert mine == t
+    # the same readings under the spread rule stop where that rule would not have
+    with pytest.raises(ProtocolError, match="stopping rule"):
+        trusted_timings(_job(CFG), (t,))
+
+
+def test_synthetic_readings_follow_the_interval_rule():
+    """tests/timing_readings.full, used by every synthetic ShapeTiming, stops where the configured rule does."""
+    r = timing_readings.full(0.05, INTERVAL)
+    assert len(r.stream_ms) == INTERVAL.min_reps
+    assert stats.stop_rule_problem(r, INTERVAL, True) is None
+
+
+# ---- on a GPU --------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_graph_timing_reads_an_honest_kernel_like_the_loop():
+    """On the device: a Triton vector add timed by the loop and by graph replay reads the same time within
+    10% (the graph's reading has no launch cost in it, so it may be lower, never far higher), the graph
+    readings say so, and a call that synchronizes inside (which a capture forbids) falls back to the loop."""
+    import torch
+    from kernelgym_gap.child.timing import Bench as LoopBench
+    x = torch.randn(1 << 24, device="cuda")
+    y = torch.randn(1 << 24, device="cuda")
+    cfg = TimingConfig(graph_replay=True, min_reps=20, max_reps=200, clock_warmup_ms=100.0)
+    fn = lambda i: x + y                                       # noqa: E731
+    loop = LoopBench(cfg).measure(fn)
+    graph = GraphBench(cfg).measure(fn)
+    assert graph.readings.method == "graph" and graph.readings.fallback == ""
+    assert loop.readings.method == "loop"
+    assert graph.median_ms == pytest.approx(loop.median_ms, rel=0.10)
+
+    def syncs(i):
+        out = x + y
+        torch.cuda.synchronize()
+        return out
+    fallback = GraphBench(cfg).measure(syncs)
+    assert fallback.readings.method == "loop" and fallback.readings.fallback
+
+
+@pytest.mark.gpu
+def test_gpu_a_call_that_differs_when_captured_is_timed_by_the_loop():
+    """A submission that does less while captured (torch.cuda.is_current_stream_capturing) gains nothing:
+    the replay's output differs from a call's, so the loop times it."""
+    import torch
+    x = torch.randn(1 << 20, device="cuda")
+
+    def sly(i):
+        return x * 0 if torch.cuda.is_current_stream_capturing() else x * 2
+    m = GraphBench(TimingConfig(graph_replay=True, clock_warmup_ms=50.0)).measure(sly)
+    assert m.readings.method == "loop" and "same output" in m.readings.fallback
