@@ -526,7 +526,8 @@ def test_a_patched_harness_module_is_named(name, task, no_probe):
     record = evaluate(task, source_of(name, 9, Path("/nonexistent")), "triton", "cpu", config())
     assert record.status.value == "integrity_violation" and record.reward == 0.0
     named = {"patch_child_timing.py": ["kernelgym_gap.child.timing.time_shape was replaced",
-                                       "kernelgym_gap.child.timing.Bench._summarise was replaced"],
+                                       # the bench is the leaf both sides import (device/bench.py)
+                                       "kernelgym_gap.device.bench.Bench._summarise was replaced"],
              "patch_timing_stats.py": ["kernelgym_gap.core.timing_stats.summarise was replaced"],
              "patch_harness_constant.py": ["kernelgym_gap.child.run.TIMING_WATCH_FRACTION was replaced",
                                            "kernelgym_gap.child.timing.DEVICE_EXCESS was replaced"]}[name]

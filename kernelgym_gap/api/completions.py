@@ -9,13 +9,14 @@ from collections.abc import Sequence
 
 from kernelgym_gap.api.batch import evaluate_many
 from kernelgym_gap.api.lanes import EvalRequest
+from kernelgym_gap.core.dsls import NAMES as DSL_NAMES
 from kernelgym_gap.core.record import EvalRecord
 
 _THINK_OPEN = re.compile(r"<(think|thinking|reasoning)>", re.I)
 _THINK_CLOSE = {tag: re.compile(rf"</{tag}>", re.I) for tag in ("think", "thinking", "reasoning")}
 _FENCE_LINE = re.compile(r"[ \t]*(`{3,}|~{3,})[ \t]*([\w+.#-]*)")     # matched at a line's start only
 _PURE_FENCE = re.compile(r"[ \t]*(`{3,}|~{3,})[ \t]*")
-_PY_LANGS = {"python", "py", "python3", "triton", "tilelang", ""}
+_PY_LANGS = {"python", "py", "python3", "", *DSL_NAMES}      # a fence may name the DSL
 
 
 def _parses(code: str) -> bool:

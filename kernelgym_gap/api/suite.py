@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from kernelgym_gap.core import ids
 from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.dsls import NAMES as DSL_NAMES
 from kernelgym_gap.core.registry import TaskRegistry, default_registry
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class SuiteRow:
     gpu: int | None = None          # the GPU the episode was pinned to (cuda backend)
 
 
-def run_suite(backend: str = "auto", dsls: tuple[str, ...] = ("triton", "tilelang"),
+def run_suite(backend: str = "auto", dsls: tuple[str, ...] = DSL_NAMES,
               task_ids: list[str] | None = None, config: EvalConfig | None = None,
               registry: TaskRegistry | None = None, evaluator=None,
               progress: Callable[[int, int, str], None] | None = None,

@@ -6,7 +6,7 @@ import dataclasses
 import errno
 import traceback as traceback_mod
 
-from kernelgym_gap.child.watch import SandboxDenied
+from kernelgym_gap.dsl.watch import SandboxDenied
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.dsl.base import KernelUnverified
 

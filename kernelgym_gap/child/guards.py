@@ -13,7 +13,7 @@ import threading
 
 import _thread
 
-from kernelgym_gap.child.watch import WATCH, SandboxDenied
+from kernelgym_gap.dsl.watch import WATCH, SandboxDenied
 
 _PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
                    "subprocess.Popen", "pty.spawn", "os.startfile"})

@@ -25,7 +25,7 @@ from __future__ import annotations
 from kernelgym_gap.child.guards import install_guards, leftover_processes
 from kernelgym_gap.child.recorders import ALLOWED_OPS, HOST_EXTRACTION, Watching, describe_ops, watching
 from kernelgym_gap.child.snapshots import Integrity
-from kernelgym_gap.child.watch import WATCH, SandboxDenied, dsl_region, submission_code, user_callback
+from kernelgym_gap.dsl.watch import WATCH, SandboxDenied, dsl_region, submission_code, user_callback
 
 __all__ = ["ALLOWED_OPS", "HOST_EXTRACTION", "WATCH", "Integrity", "SandboxDenied", "Watching", "describe_ops",
            "dsl_region", "install_guards", "leftover_processes", "submission_code", "user_callback", "watching"]

@@ -12,7 +12,7 @@ import collections
 import contextlib
 import sys
 
-from kernelgym_gap.child.watch import WATCH, WatchState, submission_code
+from kernelgym_gap.dsl.watch import WATCH, WatchState, submission_code
 
 # aten ops a submission may run itself: allocation, views and metadata, copies and dtype conversion.
 ALLOWED_OPS = frozenset("""
@@ -29,7 +29,7 @@ is_same_size is_pinned pin_memory _pin_memory set_ resize_ record_stream _has_co
 
 HOST_EXTRACTION = frozenset({"numpy", "tolist", "__array__", "__dlpack__", "__array_interface__"})
 
-_WATCH_MODULE = "kernelgym_gap.child.watch"
+_WATCH_MODULE = "kernelgym_gap.dsl.watch"
 
 
 def _op_name(func) -> str:

@@ -49,7 +49,7 @@ def _write_report(path: Path, report) -> None:
 def _device_info(backend: str) -> dict:
     if backend != "cuda":
         return {"kind": "cpu", "name": "cpu (Triton interpreter / TileLang C target)"}
-    from kernelgym_gap.judge.calibrate import device_identity
+    from kernelgym_gap.device.identity import device_identity
     return device_identity()[0]
 
 

@@ -32,7 +32,7 @@ def wait_for_job(dsl: str, backend: str) -> int:
     if backend == "cuda":
         from kernelgym_gap.child import timing  # noqa: F401
         from kernelgym_gap.core.lane import hold_if_possible, inherited
-        from kernelgym_gap.judge import calibrate  # noqa: F401
+        from kernelgym_gap.device import identity  # noqa: F401
         # the CUDA context, made before the job instead of in it, under the GPU's lane held shared: made
         # during another child's timing it stalled that timing (core/lane.py)
         lane, budget = inherited()

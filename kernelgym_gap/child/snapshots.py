@@ -24,7 +24,7 @@ import time
 import _thread
 
 from kernelgym_gap.child import guards, recorders
-from kernelgym_gap.child.watch import WATCH, WatchState
+from kernelgym_gap.dsl.watch import WATCH, WatchState
 
 _MISSING = object()
 _CACHED_CLASS_ATTRS = frozenset({"__slotnames__"})   # pickle caches it on the class at the first save

@@ -16,6 +16,7 @@ import secrets
 import sys
 
 from kernelgym_gap.cli.options import BACKEND_HELP, DSL_HELP, REWARD_MODE_HELP, SEED_HELP
+from kernelgym_gap.core import dsls
 from kernelgym_gap.core.terminal import for_terminal, one_line
 
 TOKEN_ENV = "KERNELGYM_GAP_TOKEN"
@@ -32,7 +33,7 @@ def add_commands(sub) -> None:
                                       "when this source was measured before with the same settings)")
     s.add_argument("--task", required=True, help="task id or name")
     s.add_argument("--name", required=True, help="who submits: agent or checkpoint name")
-    s.add_argument("--dsl", default="triton", choices=["triton", "tilelang"], help=DSL_HELP)
+    s.add_argument("--dsl", default=dsls.DEFAULT, choices=dsls.NAMES, help=DSL_HELP)
     s.add_argument("--backend", default="auto", choices=["cpu", "cuda", "auto"], help=BACKEND_HELP)
     s.add_argument("--reward-mode", choices=["full", "correctness"], help=REWARD_MODE_HELP)
     s.add_argument("--seed", type=int, help=SEED_HELP + "; part of the cache key")

@@ -15,7 +15,8 @@ import dataclasses
 import threading
 from typing import Callable, ClassVar
 
-from kernelgym_gap.child.watch import WATCH
+from kernelgym_gap.core.dsls import DSLInfo
+from kernelgym_gap.dsl.watch import WATCH
 
 
 class KernelUnverified(Exception):
@@ -113,48 +114,14 @@ class StreamWatch:
                 log.side_stream += 1
 
 
-# ------------------------------------------------------------------------- reading a source (the gate)
-
-def dotted(node: ast.AST) -> tuple[str, ...]:
-    """A decorator's dotted name (`triton.jit`, `T.prim_func(...)` -> ("T", "prim_func"))."""
-    if isinstance(node, ast.Call):
-        return dotted(node.func)
-    if isinstance(node, ast.Attribute):
-        return dotted(node.value) + (node.attr,)
-    if isinstance(node, ast.Name):
-        return (node.id,)
-    return ()
-
-
-def imported_roots(tree: ast.Module) -> set[str]:
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
-
-
-def has_decorated_function(tree: ast.Module, wanted) -> bool:
-    """Whether a function carries one of the `wanted` decorators, matched on the dotted name's last parts."""
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for dec in node.decorator_list:
-                name = dotted(dec)
-                if any(name[-len(w):] == w for w in wanted if len(name) >= len(w)):
-                    return True
-    return False
-
-
 # ------------------------------------------------------------------------------------------ the protocol
 
 class DSLAdapter:
     """The base of TritonAdapter and TileLangAdapter (see the module's docstring)."""
 
-    name: ClassVar[str]
-    module: ClassVar[str]                                   # the import root a submission must use
-    kernel_decorators: ClassVar[frozenset]                  # dotted-name tails that make a function a kernel
+    # the DSL's entry in the registry (core/dsls.py): its name, import root, kernel decorators and where it
+    # needs the compile probe are read there, by the trusted side too, which imports no adapter
+    info: ClassVar[DSLInfo]
 
     log: LaunchLog
     streams: StreamWatch
@@ -170,13 +137,13 @@ class DSLAdapter:
     # -- class level: safe in the parent -------------------------------------------------------------------
     @classmethod
     def looks_like(cls, tree: ast.Module) -> bool:
-        """The gate's rule: the source imports the DSL and defines a kernel with one of its decorators."""
-        return cls.module in imported_roots(tree) and has_decorated_function(tree, cls.kernel_decorators)
+        """The gate's rule (core/dsls.py: DSLInfo.looks_like)."""
+        return cls.info.looks_like(tree)
 
     @classmethod
     def needs_compile_probe(cls, backend: str) -> bool:
         """Whether an evaluation on `backend` also runs the compile probe (kernelgym_gap/sandbox/probe.py)."""
-        return False
+        return cls.info.needs_compile_probe(backend)
 
     @classmethod
     def for_backend(cls, backend: str, compile_only: bool = False) -> DSLAdapter:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 import sys
 
-from kernelgym_gap.child.watch import dsl_region
+from kernelgym_gap.core.dsls import DSLS
+from kernelgym_gap.dsl.watch import dsl_region
 from kernelgym_gap.dsl.base import (DSLAdapter, DSLCompileError, KernelUnverified, LaunchLog, StreamWatch,
                                     check_args, tensor_bytes)
 
@@ -40,10 +41,7 @@ class TileLangAdapter(DSLAdapter):
     """Counts launches through JITKernel.__call__; a kernel that fails to build on the C target is lowered
     for CUDA sm_90a and compiled with nvcc instead, and reported as unverified (never as correct)."""
 
-    name = "tilelang"
-    module = "tilelang"
-    kernel_decorators = frozenset({("T", "prim_func"), ("prim_func",), ("tilelang", "jit"),
-                                   ("tilelang", "language", "prim_func"), ("tl", "jit"), ("jit",)})
+    info = DSLS["tilelang"]
 
     def __init__(self, backend: str):
         self.backend = backend

@@ -7,7 +7,8 @@ import hashlib
 import inspect
 import math
 
-from kernelgym_gap.child.watch import WATCH, dsl_region, user_callback
+from kernelgym_gap.core.dsls import DSLS
+from kernelgym_gap.dsl.watch import WATCH, dsl_region, user_callback
 from kernelgym_gap.dsl.base import DSLAdapter, DSLCompileError, LaunchLog, StreamWatch, check_args, tensor_bytes
 
 _TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
@@ -46,9 +47,7 @@ class TritonAdapter(DSLAdapter):
     compiles the kernel's specialization for sm_90 instead of running it, and autotuned kernels compile
     every config: the interpreter alone would accept kernels that cannot compile for the GPU."""
 
-    name = "triton"
-    module = "triton"
-    kernel_decorators = frozenset({("triton", "jit"), ("jit",), ("triton", "autotune"), ("triton", "heuristics")})
+    info = DSLS["triton"]
 
     def __init__(self, interpret: bool, compile_only: bool = False, backend: str = "cpu"):
         self.interpret = interpret
@@ -62,11 +61,6 @@ class TritonAdapter(DSLAdapter):
     @classmethod
     def for_backend(cls, backend: str, compile_only: bool = False) -> TritonAdapter:
         return cls(interpret=backend == "cpu" and not compile_only, compile_only=compile_only, backend=backend)
-
-    @classmethod
-    def needs_compile_probe(cls, backend: str) -> bool:
-        # the interpreter accepts kernels that do not compile for a GPU
-        return backend == "cpu"
 
     @classmethod
     def preimport(cls) -> None:

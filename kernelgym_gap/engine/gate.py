@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from kernelgym_gap.core.status import Status
-from kernelgym_gap.dsl import ADAPTERS, adapter_class
+from kernelgym_gap.core.dsls import DSLS, info
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,8 @@ def check_source(raw: bytes | str, entry_point: str, dsl: str, max_bytes: int = 
                           f"the module defines no top-level {entry_point!r}{also} (the task's entry "
                           f"point){_prose_hint(text)}")
     # each DSL's rule ("imports the DSL and defines a kernel with one of its decorators") is its adapter's
-    if not adapter_class(dsl).looks_like(tree):
-        other = [d for d, adapter in ADAPTERS.items() if d != dsl and adapter.looks_like(tree)]
+    if not info(dsl).looks_like(tree):
+        other = [d for d, entry in DSLS.items() if d != dsl and entry.looks_like(tree)]
         hint = f" (it looks like {other[0]}: pass dsl={other[0]!r}?)" if other else ""
         return GateResult(Status.WRONG_DSL, f"no {dsl} kernel is defined in the source{hint}")
     return GateResult(Status.OK, source=text)

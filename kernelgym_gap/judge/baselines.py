@@ -7,7 +7,7 @@ RewardConfig.baseline).
 `python -m kernelgym_gap.judge.baselines SPEC.json OUT.json` is the measuring process: for each case it
 makes the timed inputs, compiles the reference (`torch.compile`, default mode, dynamic=False: one graph
 per shape, as a user serving fixed shapes would), and times the compiled and the eager reference with
-the harness's own summariser (child/timing.Bench: CUDA events, L2 flush, interleaved repetitions).
+the harness's own summariser (device/bench.Bench: CUDA events, L2 flush, interleaved repetitions).
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _run(spec_path: str, out_path: str) -> int:
     import time
 
     import torch
-    from kernelgym_gap.child.timing import Bench
+    from kernelgym_gap.device.bench import Bench
     from kernelgym_gap.core import inputs
     from kernelgym_gap.core.config import TimingConfig
     from kernelgym_gap.core.record import Trial

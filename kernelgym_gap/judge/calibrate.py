@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kernelgym_gap.core.errors import BackendUnavailableError, HarnessError
 from kernelgym_gap.core.lane import held
+from kernelgym_gap.device.identity import device_identity
 
 COPY_BYTES = 1 << 30
 MATMUL_SIZES = {"bfloat16": 8192, "float16": 8192, "tf32": 8192, "float32": 4096}
@@ -129,24 +130,12 @@ def datasheet(device: dict, versions: dict) -> Calibration | None:
 
 # ------------------------------------------------------------------------------------- in the child
 
-def device_identity() -> tuple[dict, dict]:
-    import torch
-    import triton
-    p = torch.cuda.get_device_properties(0)
-    get_driver = getattr(torch._C, "_cuda_getDriverVersion", None)
-    driver = str(get_driver()) if get_driver else "?"      # the CUDA driver API version, e.g. 13000
-    device = {"kind": "cuda", "name": p.name, "sm_count": p.multi_processor_count, "driver": driver,
-              "l2_bytes": int(getattr(p, "L2_cache_size", 0)), "memory_bytes": int(p.total_memory),
-              "capability": f"{p.major}.{p.minor}"}
-    return device, {"torch": torch.__version__, "triton": triton.__version__}
-
-
 def measure() -> Calibration:
     """Runs on the GPU: the same event-based summariser as kernel timing."""
     import datetime
     import torch
     from kernelgym_gap.core.record import TimingConfig
-    from kernelgym_gap.child.timing import Bench
+    from kernelgym_gap.device.bench import Bench
     device, versions = device_identity()
     bench = Bench(TimingConfig(min_reps=10, max_reps=50, budget_ms=3000, warmup_ms=100, target_spread=0.01))
     src = torch.empty(COPY_BYTES // 2, dtype=torch.uint8, device="cuda").random_(0, 255)

@@ -14,10 +14,10 @@ import tempfile
 from pathlib import Path
 
 from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.dsls import needs_compile_probe
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import ChildReport, Job
 from kernelgym_gap.core.status import Status
-from kernelgym_gap.dsl import needs_compile_probe
 from kernelgym_gap.sandbox.child_io import backend_env, cold_child, read_report
 from kernelgym_gap.sandbox import disk
 from kernelgym_gap.sandbox.deadlines import call_bounds

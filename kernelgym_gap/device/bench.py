@@ -1,0 +1,168 @@
+"""The timing bench: CUDA events around each repetition, the L2 flushed before it, a spin kernel ahead of
+its start event, and the two readings of each repetition (stream and device), summarised by
+core/timing_stats.py. child/timing.py's docstring says why each piece is there.
+
+A leaf that both sides of the trust boundary import: the child times a submission with it
+(child/timing.time_shape), and the trusted side's own subprocesses time the library and the device's
+ceilings with the same bench (judge/baselines.py, judge/calibrate.py), so that neither imports the other.
+Nothing here imports the child's code or the judge's."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import torch
+
+from kernelgym_gap.core import timing_stats as stats
+from kernelgym_gap.core.record import TimingConfig
+from kernelgym_gap.core.timing_stats import Readings
+
+
+SPIN_MS = 0.3     # longer than the host-side cost of a Triton or TileLang launch from Python
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """A summary (core/timing_stats.Summary's fields) and the raw readings it came from."""
+    median_ms: float
+    spread: float
+    reps: int
+    stream_ms: float
+    device_ms: float
+    readings: Readings = Readings((), ())
+
+
+class Bench:
+    def __init__(self, cfg: TimingConfig):
+        self.cfg = cfg
+        l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
+        self.flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.int8, device="cuda")
+        self._warm_clocks(cfg.clock_warmup_ms)
+        self.sync_overhead_ms, self.sync_jitter_ms = self._sync_overhead()
+        self.spin_cycles = self._spin_cycles(SPIN_MS)
+
+    def _warm_clocks(self, ms: float) -> None:
+        """Keep the GPU busy (memory traffic and a spin) for `ms` before anything is measured. An idle H200
+        sits at a low clock; measured on it, the first shape timed had a (p75-p25)/median spread of 20-55%
+        while later ones had 2% (2026-12-02)."""
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < ms:
+            for _ in range(8):
+                self.flush.zero_()
+            torch.cuda._sleep(100_000)
+            torch.cuda.synchronize()
+
+    def _sync_overhead(self) -> tuple[float, float]:
+        """(median, p75 - p25) in ms of an empty event-synchronize-event round trip."""
+        times = []
+        for _ in range(30):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda.synchronize()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        q1, med, q3 = stats.quantiles(times)
+        return med, q3 - q1
+
+    @staticmethod
+    def _spin_cycles(ms: float) -> int:
+        """Cycles of torch.cuda._sleep that take about `ms` at the current clock."""
+        cycles = 1_000_000
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)         # wake the clocks first
+        a.record()
+        torch.cuda._sleep(cycles)
+        b.record()
+        torch.cuda.synchronize()
+        per_ms = cycles / max(a.elapsed_time(b), 1e-3)
+        return int(per_ms * ms)
+
+    def _warm(self, fn: Callable[[int], object]) -> float:
+        """Warm-up: at least two calls, then until warmup_ms of GPU time has passed; returns ms per call."""
+        torch.cuda.synchronize()
+        w0, w1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        w0.record()
+        fn(0)
+        fn(1)
+        w1.record()
+        torch.cuda.synchronize()
+        per_call = max(w0.elapsed_time(w1) / 2, 1e-3)
+        for i in range(min(int(self.cfg.warmup_ms / per_call), 1000)):
+            fn(i)
+        torch.cuda.synchronize()
+        return per_call
+
+    def _rep(self, fn: Callable[[int], object], i: int) -> tuple[float, float]:
+        """One repetition: (stream reading, device-wide reading) in ms."""
+        if self.cfg.flush_l2:
+            self.flush.zero_()
+        torch.cuda._sleep(self.spin_cycles)
+        start = torch.cuda.Event(enable_timing=True)
+        end_stream = torch.cuda.Event(enable_timing=True)
+        end_device = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i)
+        end_stream.record()
+        torch.cuda.synchronize()
+        end_device.record()
+        torch.cuda.synchronize()
+        s = stats.round_ms(start.elapsed_time(end_stream))
+        return s, max(stats.round_ms(start.elapsed_time(end_device) - self.sync_overhead_ms), s)
+
+    def probe(self, kernel: Callable[[int], object], library: Callable[[int], object], reps: int,
+              budget_ms: float) -> tuple[Measurement, Measurement]:
+        """The short look before a full timing, repetitions interleaved: `reps` of the library (the check of
+        its cached time) and of the kernel, the kernel's ending once `budget_ms` of its GPU time is spent
+        (after one at least): its first calls, from which a hopeless kernel is told."""
+        self._warm(kernel)
+        self._warm(library)
+        k_read: tuple[list[float], list[float]] = ([], [])
+        l_read: tuple[list[float], list[float]] = ([], [])
+        for i in range(reps):
+            if not stats.probe_may_stop(k_read[1], budget_ms):
+                s, d = self._rep(kernel, i)
+                k_read[0].append(s)
+                k_read[1].append(d)
+            s, d = self._rep(library, i)
+            l_read[0].append(s)
+            l_read[1].append(d)
+        return self._summarise(*k_read), self._summarise(*l_read)
+
+    def measure(self, fn: Callable[[int], object]) -> Measurement:
+        return self.measure_interleaved([fn])[0]
+
+    def measure_interleaved(self, fns: list[Callable[[int], object]]) -> list[Measurement]:
+        """Time several callables with their repetitions interleaved (a, b, a, b, ...), so that a clock
+        or thermal drift during the measurement moves all of them alike and their ratio (E) stays put.
+        Each gets repetitions until every spread is under target and min_time_ms of its GPU time has
+        passed, or its budget is spent."""
+        cfg = self.cfg
+        per_call = [self._warm(fn) for fn in fns]
+        # a call that alone outlasts the budget's share gets the fewest repetitions that still give a median
+        min_reps = [cfg.min_reps if pc * cfg.min_reps <= cfg.budget_ms else 3 for pc in per_call]
+        readings: list[tuple[list[float], list[float]]] = [([], []) for _ in fns]
+        done = [False] * len(fns)
+        i = 0
+        while not all(done) and i < cfg.max_reps:
+            for k, fn in enumerate(fns):
+                if done[k]:
+                    continue
+                s, d = self._rep(fn, i)
+                readings[k][0].append(s)
+                readings[k][1].append(d)
+            i += 1
+            for k in range(len(fns)):
+                done[k] = done[k] or stats.may_stop(readings[k][0], readings[k][1], min_reps[k], cfg)
+        return [self._summarise(stream_ms, device_ms) for stream_ms, device_ms in readings]
+
+    def _summarise(self, stream_ms: list[float], device_ms: list[float]) -> Measurement:
+        """core/timing_stats.summarise, with the raw readings kept for the report (the parent's summary
+        is the one scored)."""
+        m = stats.summarise(stream_ms, device_ms, self.sync_jitter_ms)
+        return Measurement(**dataclasses.asdict(m), readings=Readings(tuple(stream_ms), tuple(device_ms)))
+
+
+def side_stream_suspected(m) -> bool:
+    return stats.side_stream_suspected(m)
