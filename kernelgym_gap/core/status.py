@@ -46,6 +46,18 @@ class Status(str, enum.Enum):
         reward (judge/reward.too_slow_reward), which trainers must get, not their failure reward."""
         return self not in (Status.OK, Status.TOO_SLOW)
 
+    @property
+    def depends_on_the_machine(self) -> bool:
+        """Whether this outcome can come from the machine's state at that moment rather than from the source
+        alone: a kill at a deadline (timeout; too_slow, issue 38) depends on the load then, a crash or a
+        broken report on the process's luck. Such a record is never served from a result cache: the next
+        evaluation of the same source may end otherwise."""
+        return self in (Status.TIMEOUT, Status.TOO_SLOW, Status.CRASH, Status.PROTOCOL_ERROR)
+
+    @property
+    def cacheable(self) -> bool:
+        return not self.depends_on_the_machine
+
     def __str__(self) -> str:
         return self.value
 

@@ -10,13 +10,17 @@ import math
 
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.status import Status
 from kernelgym_gap.store.cache_key import CacheKey, key_from_record, source_bytes
 from kernelgym_gap.store.devcache import put_device_cache
 from kernelgym_gap.store.names import require_nonempty
 from kernelgym_gap.store.schema import dumps, now_iso
 
-# too_slow (issue 38) like timeout: a kill at a call's deadline depends on the machine's load that moment
-NOT_CACHED_STATUSES = frozenset({"timeout", "too_slow", "crash", "protocol_error", "unstable_timing"})
+# Statuses that no longer exist but may still stand in rows written before they were removed: such a row is
+# never served (it would not parse back into a Status)
+RETIRED_STATUSES = frozenset({"unstable_timing"})
+# what a result cache never serves: Status.cacheable says which, and why
+NOT_CACHED_STATUSES = frozenset(s.value for s in Status if not s.cacheable) | RETIRED_STATUSES
 MAX_ROWID = 2 ** 63 - 1          # SQLite's integers are 64-bit: a larger id names no row
 
 
