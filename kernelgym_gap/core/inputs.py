@@ -38,7 +38,16 @@ def sample(shape, dtype: str, gen: torch.Generator, distribution: str, device: s
         x = torch.randn(shape, **kw) * (torch.rand(shape, **kw) < 0.1)
     else:
         raise ValueError(f"unknown distribution {distribution!r}; known: {DISTRIBUTIONS}")
-    return (x * scale).to(getattr(torch, dtype))
+    x = x * scale
+    if dtype == "int8":
+        # a quantized tensor uses its whole range: the draw scaled so its largest magnitude maps to 127, then
+        # rounded (the distribution's shape is kept, its scale is the quantizer's)
+        return (x * (127.0 / x.abs().max().clamp_min(1e-12))).round().clamp(-127, 127).to(torch.int8)
+    if dtype.startswith("float8"):
+        # clamped to the finite range first: e4m3fn has no inf, and an out-of-range cast is NaN on some builds
+        fmax = torch.finfo(getattr(torch, dtype)).max
+        return x.clamp(-fmax, fmax).to(getattr(torch, dtype))
+    return x.to(getattr(torch, dtype))
 
 
 def digest(tensors) -> str:

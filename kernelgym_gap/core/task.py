@@ -17,7 +17,7 @@ from kernelgym_gap.core.backend import BACKENDS  # noqa: F401 - task files and c
 from kernelgym_gap.core.ids import task_id
 
 CATEGORIES = ("elementwise", "reduction", "normalization", "gemm", "convolution", "attention",
-              "moe", "backward")
+              "moe", "backward", "quantization", "indexing")
 # Categories only imported tasks take (importers/analysis.category: KernelBench's pooling and loss problems,
 # and its level-3 whole networks); the built-in corpus need not cover them.
 IMPORTED_CATEGORIES = ("pooling", "loss", "architecture")
@@ -29,7 +29,10 @@ SOLUTION_KINDS = ("optimized", "slow")
 # The authoring defects the source paper names (a slow solution carries one of them).
 DEFECTS = ("sequential_reduction", "scalar_loop", "needless_dtype_conversion", "too_few_programs",
            "uncoalesced_access", "no_tiling")
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("float32", "float16", "bfloat16", "int8", "float8_e4m3fn", "float8_e5m2")
+# Low-bit formats (issue 34): an output in one of them is compared in its own representable steps
+# (Tolerance.steps, judge/lowbit.py), not by atol/rtol, since one rounding there is a 6-25% relative step.
+LOWBIT_DTYPES = ("int8", "float8_e4m3fn", "float8_e5m2")
 
 Shape = tuple[int, ...]
 
@@ -38,6 +41,9 @@ Shape = tuple[int, ...]
 class Tolerance:
     atol: float
     rtol: float
+    # For an int8 or float8 output (LOWBIT_DTYPES): how many representable steps of the output format the
+    # output may sit from the reference rounded to that format (0: exact); atol/rtol are not used there.
+    steps: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +98,12 @@ class TaskSpec:
     # error a correct float32-accumulating kernel may reach at each element beyond atol + rtol |expected|.
     # Its docstring says how it is derived (shown in the contract). None: the tolerance alone decides.
     error_bound: Callable[..., Any] | None = None
+    # Where the output has more than one correct value (indices among tied values: top-k, argsort; a sample
+    # whose float32 cumulative sum may cross a boundary): (inputs, output) -> a tensor compared in its place,
+    # the same for every correct output (top-k's indices as the values they pick). Applied to the output and
+    # to the reference's; raises ValueError for an output no correct kernel gives (an index out of range or
+    # repeated), which is a mismatch with its message. Its docstring says the rule (shown in the contract).
+    output_view: Callable[..., Any] | None = None
     # The checker's float64 reference where the reference's own float64 call would not fit the GPU (attention's
     # math backend materialises [B, H, S, S] float64 scores): the same values computed in pieces
     # (core/reference_parts.py). The library timed for E is always `reference` itself. None: `reference`.
@@ -177,10 +189,12 @@ class TaskSpec:
             "workloads": {b: {"dtypes": list(w.dtypes), "shapes": shapes(w)} for b, w in self.workloads.items()},
             "output_dtypes": {d: self.output_dtype(d) for d in sorted({d for w in self.workloads.values()
                                                                      for d in w.dtypes})},
-            "tolerances": {d: {"atol": t.atol, "rtol": t.rtol} for d, t in self.tolerances.items()},
+            "tolerances": {d: {"atol": t.atol, "rtol": t.rtol, **({"steps": t.steps} if t.steps is not None else {})}
+                           for d, t in self.tolerances.items()},
             "distributions": list(self.distributions), "timed_distribution": self.timed_distribution,
             "reference_in_float64": self.reference_in_float64, "baselines": list(self.baselines),
             "error_bound": inspect.cleandoc(self.error_bound.__doc__ or "") if self.error_bound else None,
+            "output_view": inspect.cleandoc(self.output_view.__doc__ or "") if self.output_view else None,
             "float64_reference_in_parts": self.float64_reference is not None,
             "changelog": list(self.changelog),
             "solutions": [{"file": s.file, "dsl": s.dsl, "kind": s.kind, "defect": s.defect, "note": s.note,
@@ -215,6 +229,9 @@ class TaskSpec:
                     problems.append(f"{backend}: dtype {d!r} not in {DTYPES}")
                 if d not in self.tolerances:
                     problems.append(f"{backend}: no tolerance for dtype {d!r}")
+                elif self.output_dtype(d) in LOWBIT_DTYPES and self.tolerances[d].steps is None:
+                    problems.append(f"{backend}: {d} gives a {self.output_dtype(d)} output: its tolerance "
+                                    "needs steps (the distance allowed in the format's representable steps)")
             for s in w.all_shapes():
                 for d in (d for d in w.dtypes if d in DTYPES):     # an unknown dtype is reported above
                     try:
@@ -265,4 +282,5 @@ def numel(shape: Sequence[int]) -> int:
 
 
 def itemsize(dtype: str) -> int:
-    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[dtype]
+    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "float8_e4m3fn": 1,
+            "float8_e5m2": 1, "int32": 4, "int64": 8}[dtype]

@@ -24,6 +24,7 @@ from kernelgym_gap.core.record import BadElement, CheckResult, ChildReport, Fail
 from kernelgym_gap.core.registry import users_tasks_dir
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec, itemsize, numel
+from kernelgym_gap.judge import lowbit
 
 KERNELBENCH_TOL = 1e-2
 SAMPLES = 3          # rejected elements a message shows (expected vs got)
@@ -135,6 +136,11 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
         shapes = (f"has shape {list(out.shape)}, expected {list(ref.shape)}" if public else
                   f"does not have the expected shape ({out.dim()} dimensions, expected {ref.dim()})")
         raise _Fail(Status.WRONG_SHAPE, f"{what}: the output {shapes}{hint}", **where)
+    if task.output_view is not None:     # several correct outputs (tied indices): compared through the view
+        try:
+            out, ref = task.output_view(ins, out), task.output_view(ins, ref)
+        except ValueError as e:
+            raise _Fail(Status.MISMATCH, f"{what}: {e}{inputs_line}", **where) from None
     o, r = out.double(), ref.double()
     ref_finite = torch.isfinite(r)
     tol = task.tolerances[trial.dtype]
@@ -149,8 +155,14 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
     if o.numel() and bool((o == 0).all()) and not bool((r == 0).all()):
         raise _Fail(Status.ALL_ZERO, f"{what}: the output is all zeros and the reference is not (was the output "
                                      f"written?){inputs_line}", **where)
-    diff = (o - r).abs().where(ref_finite, torch.zeros_like(o))
-    allowed = tol.atol + tol.rtol * r.abs().where(ref_finite, torch.zeros_like(r))
+    if lowbit.is_lowbit(out.dtype):     # int8/float8: the distance in the format's own steps (judge/lowbit.py)
+        diff = lowbit.steps_apart(out, ref).where(ref_finite, torch.zeros_like(o))
+        allowed = float(tol.steps or 0)
+        limit = f"{tol.steps or 0} representable {str(out.dtype).removeprefix('torch.')} step(s)"
+    else:
+        diff = (o - r).abs().where(ref_finite, torch.zeros_like(o))
+        allowed = tol.atol + tol.rtol * r.abs().where(ref_finite, torch.zeros_like(r))
+        limit = f"atol={tol.atol} + rtol={tol.rtol} x |expected|"
     bad = diff > allowed
     bound_text = ""
     if bool(bad.any()) and task.error_bound is not None:
@@ -167,7 +179,7 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
         first = _samples(bad, o, r)
         raise _Fail(Status.MISMATCH,
                     f"{what}: {_counted(n, bad.numel(), 'elements', public)} differ from the reference beyond "
-                    f"atol={tol.atol} + rtol={tol.rtol} x |expected|{bound_text} (max abs err {max_abs:.3g}, max rel err "
+                    f"{limit}{bound_text} (max abs err {max_abs:.3g}, max rel err "
                     f"{max_rel:.3g})\nfirst bad elements: {samples_text(first, public)}{inputs_line}",
                     max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac,
                     first_bad=first, atol=tol.atol, rtol=tol.rtol, bad_elements=n, **where)
