@@ -179,6 +179,10 @@ class EvalConfig:
     # (child/lanes.py). Only where the child has a lane (cuda; cpu only with an explicit sandbox.lane_dir).
     # Off by default until the H200 throughput run compares it side by side.
     compile_outside_lane: bool = False
+    # the trusted checker makes its float64 references from the trials' seeds while the child still runs
+    # (judge/early_check.py; cpu: a thread of the parent, cuda: the checker's process started early, under the
+    # shared lane while it computes); not with a warm checker. Off by default until the H200 compares it.
+    precompute_reference: bool = False
     keep_scratch: bool = False           # keep them for debugging
     gpu_index: int = 0                   # which GPU the child is pinned to on the cuda backend
     calibration_path: str | None = None  # device ceilings cache (cuda); default under ~/.cache/kernelgym_gap

@@ -49,6 +49,7 @@ class Evaluation:
         self.killed: tuple[int, float, float] | None = None
         self._launcher: Launcher | None = None
         self._private: Path | None = None
+        self._early = None                   # the check started while the child runs (judge/early_check.py)
 
     # ---- what the stages call ------------------------------------------------------------------------
 
@@ -71,6 +72,8 @@ class Evaluation:
                        timing_trials=timing_trials, library_hint=self._library_hint(timing_trials),
                        held_output_bytes=self.config.held_output_bytes_for(self.backend.name),
                        compile_outside_lane=self.config.compile_outside_lane)
+        from kernelgym_gap.judge import early_check
+        self._early = early_check.start(self.task, self.job, self.backend.name, self.config, self.checker)
         self.child = launcher.run(self.job, self.source)
         self.latency.update(self.child.latency)
 
@@ -92,7 +95,7 @@ class Evaluation:
             job = dataclasses.replace(job, trials=tuple(t for t in job.trials if t.index in done))
         self.check_result, retried = checked_alone_if_failed(
             lambda: check_in_process(self.task, job, self.child.report, self.backend.name, self._private,
-                                     self.config, self.checker),
+                                     self.config, self.checker, self._early),
             lane_dir, self.config.gpu_index, self.latency)
         if retried:
             self.flags.append(retried)
@@ -150,6 +153,8 @@ class Evaluation:
         """Ends whatever still runs and removes the directories (unless config.keep_scratch)."""
         if self._launcher is not None:
             self._launcher.close(keep=self.config.keep_scratch)
+        if self._early is not None:
+            self._early.close()
         if self._private is not None and not self.config.keep_scratch:
             shutil.rmtree(self._private, ignore_errors=True)
 

@@ -112,15 +112,17 @@ class _Parts:
 
 
 def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, device: str,
-           parts: _Parts | None = None) -> bool:
-    """Raises _Fail on the first problem; returns whether a KernelBench-style allclose would pass."""
+           parts: _Parts | None = None, ref: torch.Tensor | None = None) -> bool:
+    """Raises _Fail on the first problem; returns whether a KernelBench-style allclose would pass. `ref`: the
+    reference precomputed from the same inputs (`precompute`), else computed here."""
     parts = parts or _Parts("cpu")
     public = trial.split == "public"
     reproduce = inputs_mod.reproduce_call(task.id, trial, device, users_tasks_dir(task))
     where = dict(trial=trial, reproduce=reproduce)
     expected_dtype = getattr(torch, task.output_dtype(trial.dtype))
     parts.enter("reference")
-    ref = _reference(task, ins)       # on the trials' device: the comparison runs there too
+    if ref is None:
+        ref = _reference(task, ins)   # on the trials' device: the comparison runs there too
     parts.enter("read")
     out = _load_output(path, max_bytes=2 * numel(ref.shape) * itemsize("float64") + (1 << 16))
     out = out.to(ref.device)
@@ -201,7 +203,36 @@ def trial_label(trial: Trial) -> str:
             f"seed {trial.seed}")
 
 
-def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckResult:
+PRECOMPUTE_BYTES = 2 << 30   # inputs and references held at once by `precompute`; the rest are made by `check`
+
+
+def precompute(task: TaskSpec, job: Job, device: str, max_bytes: int = PRECOMPUTE_BYTES,
+               stop=None) -> dict[int, tuple[tuple, torch.Tensor]]:
+    """Each trial's inputs and reference, from the job alone (the seeds say what the inputs are), so that
+    they can be made while the child still compiles and runs (judge/early_check.py, issue 35). Trials in
+    the job's order until `max_bytes` of them are held; `stop()` true ends it early. The same functions as
+    `check` uses on the same inputs: a verdict with them is the verdict without."""
+    ready: dict[int, tuple[tuple, torch.Tensor]] = {}
+    held = 0
+    for trial in job.trials:
+        if stop is not None and stop():
+            break
+        ins = inputs_mod.make_trial_inputs(task, trial, device)
+        ref = _reference(task, ins)
+        held += sum(x.numel() * x.element_size() for x in (*ins, ref) if isinstance(x, torch.Tensor))
+        if held > max_bytes:
+            break
+        ready[trial.index] = (ins, ref)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return ready
+
+
+def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
+          ready: dict[int, tuple[tuple, torch.Tensor]] | None = None) -> CheckResult:
+    """The verdict on the outputs the child saved. `ready`: inputs and references `precompute` made
+    beforehand, by trial index (the rest are made here)."""
+    ready = ready or {}
     outputs = Path(job.outputs_dir)
     by_index = {o.index: o for o in report.trials}
     kb = True
@@ -213,7 +244,7 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckRe
             if outcome is None:
                 raise _Fail(Status.PROTOCOL_ERROR, f"the child's report has no outcome for trial {trial.index}")
             parts.enter("inputs")
-            ins = inputs_mod.make_trial_inputs(task, trial, device)
+            ins, ref = ready.pop(trial.index, None) or (inputs_mod.make_trial_inputs(task, trial, device), None)
             what = f"trial {trial.index} ({trial_label(trial)})"
             digest = inputs_mod.digest(ins)
             parts.enter("other")
@@ -227,7 +258,8 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckRe
             if outcome.output_aliases_input:
                 raise _Fail(Status.OUTPUT_ALIASES_INPUT, f"{what}: the output shares memory with an input",
                             trial=trial)
-            kb &= _judge(task, trial, outputs / outcome.output_file, ins, what, device, parts)
+            kb &= _judge(task, trial, outputs / outcome.output_file, ins, what, device, parts, ref)
+            del ins, ref
             checked += 1
         for timing in report.timings:
             if timing.recheck_output_file is None or timing.recheck_trial is None:
@@ -257,6 +289,29 @@ def _check_spec(spec_path: str) -> None:
     report = ChildReport.from_json(Path(spec["report"]).read_text())
     task = find_task(job.task_id, job.tasks_dir)
     result = check(task, job, report, spec["device"])
+    Path(spec["result"]).write_text(result.to_json())
+
+
+def _early(spec_path: str, stdin=None) -> None:
+    """`--early CHECK.json`: once a line arrives on stdin (the parent holds the GPU's shared lane for it), the
+    references, from the job alone, then one line `{"references": N}` on stdout; then, once a line arrives on stdin (the child's report is written), the check, as `_check_spec`.
+    Started by judge/early_check.py while the submission's child still runs."""
+    import json
+    from kernelgym_gap.core.registry import find_task
+    proto = os.fdopen(os.dup(1), "w", buffering=1)   # the protocol channel, as `serve`'s
+    os.dup2(2, 1)
+    stdin = stdin or sys.stdin
+    spec = json.loads(Path(spec_path).read_text())
+    job = Job.from_json(Path(spec["job"]).read_text())
+    task = find_task(job.task_id, job.tasks_dir)
+    if not stdin.readline().strip():                   # the lane is held for this process from here
+        return
+    ready = precompute(task, job, spec["device"])
+    proto.write(json.dumps({"references": len(ready)}) + "\n")
+    if not stdin.readline().strip():
+        return                                         # the evaluation ended without a check
+    report = ChildReport.from_json(Path(spec["report"]).read_text())
+    result = check(task, job, report, spec["device"], ready)
     Path(spec["result"]).write_text(result.to_json())
 
 
@@ -292,6 +347,9 @@ def serve(device: str = "cuda", stdin=None) -> int:
 def main(argv=None) -> int:
     """Trusted child entry: `CHECK.json` (one check, then exit) or `--serve [--device cuda|cpu]`."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--early":
+        _early(argv[1])
+        return 0
     if argv and argv[0] == "--serve":
         device = argv[argv.index("--device") + 1] if "--device" in argv else "cuda"
         if device not in ("cuda", "cpu"):

@@ -15,9 +15,12 @@ from kernelgym_gap.core.task import TaskSpec
 
 
 def check_in_process(task: TaskSpec, job: Job, report: ChildReport, backend: str, private: Path,
-                     config: EvalConfig, checker=None) -> CheckResult:
+                     config: EvalConfig, checker=None, early=None) -> CheckResult:
     """The trusted checker's verdict on the outputs the child saved. `checker`: None or a warm checker for
-    this backend (api.warm.WarmChecker). `private` is a directory the child never saw."""
+    this backend (api.warm.WarmChecker). `private` is a directory the child never saw. `early`: the check
+    started while the child ran (judge/early_check.start), which has its references made already."""
+    if early is not None:
+        return early.check(task, job, report, backend, private, config)
     if backend == "cpu" and checker is None:
         from kernelgym_gap.judge.checker import check
         return check(task, job, report, "cpu")
