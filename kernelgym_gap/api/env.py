@@ -18,13 +18,11 @@ from gymnasium import spaces
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.backend import backend as backend_info
 from kernelgym_gap.core.backend import resolve_backend
-from kernelgym_gap.engine.pipeline import evaluate
-from kernelgym_gap.sandbox.launch import child_spec
 from kernelgym_gap.core.errors import UnknownChoiceError
 from kernelgym_gap.core.ids import SUITE_ID
 from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.engine.feedback import public_view
-from kernelgym_gap.core.registry import TaskRegistry, default_registry
+from kernelgym_gap.core.registry import TaskRegistry, default_registry, task_source
 from kernelgym_gap.core.task import DSLS, TaskSpec
 
 CHARSET = string.printable            # every character of ordinary Python source
@@ -86,7 +84,7 @@ class KernelEnv(gym.Env):
                  backend: str = "auto", max_steps: int = 4, config: EvalConfig | None = None,
                  stop_when_correct: bool | None = None, evaluator: Evaluator | None = None,
                  registry: TaskRegistry | None = None, render_mode: str | None = None, warm: Any = "auto",
-                 tasks_dir: str | None = None):
+                 tasks_dir: str | None = None, service: Any = None):
         if dsl not in DSLS:
             raise UnknownChoiceError("dsl", dsl, DSLS)
         if max_steps < 1:
@@ -95,7 +93,7 @@ class KernelEnv(gym.Env):
             raise UnknownChoiceError("render mode", str(render_mode), ["ansi"])
         if registry is not None and tasks_dir is not None:
             raise ValueError("pass registry= or tasks_dir=, not both")
-        self.registry = registry or (TaskRegistry(tasks_dir) if tasks_dir else default_registry())
+        self.registry = registry or task_source(tasks_dir)     # one directory or several (core/registry)
         if task_id is not None:
             self.tasks = [self.registry.get(task_id)]
         else:
@@ -107,32 +105,29 @@ class KernelEnv(gym.Env):
         # Where speed cannot be measured, a correct kernel is the best outcome: the episode ends there.
         self.stop_when_correct = (backend_info(self.backend).reward_mode(self.config.reward.mode) == "correctness"
                                   if stop_when_correct is None else stop_when_correct)
-        # warm: False (a fresh trusted checker per step, as engine.evaluate does by default); True (this env
-        # starts a warm.WarmPool for its backend and GPU: a warm checker and pre-started children, closed in
-        # close()); "auto" (default): True on the cuda backend with the built-in evaluator, else False (on
-        # cpu a pre-started child competes for the few cores); or a WarmPool or WarmChecker the caller owns
-        # and closes. Only the built-in evaluator uses them; each submission still runs in a fresh,
-        # single-use child (pre-started or not).
-        from kernelgym_gap.api.warm import WarmPool
-        self.checker = self.children = None
-        self._owned: WarmPool | None = None
-        if isinstance(warm, str):
-            if warm != "auto":
-                raise ValueError(f"warm must be True, False, 'auto', a WarmPool or a WarmChecker, not {warm!r}")
-            warm = evaluator is None and self.backend == "cuda"
-        if warm is not False and warm is not None:
+        # warm: False (a fresh trusted checker per step, as engine.evaluate does by default); True (a warm
+        # pool for this env's backend and GPU: a warm checker and pre-started children, closed in close());
+        # "auto" (default): api/service.decide_warm's rule (warm on cuda with the built-in evaluator); or a
+        # WarmPool or WarmChecker the caller owns and closes. Each submission still runs in a fresh,
+        # single-use child (pre-started or not). Every step goes through an api/service.EvalService: this
+        # env's own one-slot service (closed in close()), or `service=`, one the caller owns and closes.
+        from kernelgym_gap.api.service import EvalService
+        if isinstance(warm, str) and warm != "auto":
+            raise ValueError(f"warm must be True, False, 'auto', a WarmPool or a WarmChecker, not {warm!r}")
+        if evaluator is not None and warm is not False and warm is not None and warm != "auto":
+            raise ValueError("warm= applies to the built-in evaluator; pass a checker to your own evaluator")
+        if service is not None:
             if evaluator is not None:
-                raise ValueError("warm= applies to the built-in evaluator; pass a checker to your own evaluator")
-            if warm is True:
-                warm = self._owned = WarmPool(device=self.backend, gpu_index=self.config.gpu_index,
-                                              scratch_root=self.config.scratch_root)
-            if isinstance(warm, WarmPool):
-                self.checker, self.children = warm.checker, warm.children
-            else:
-                self.checker = warm
-        checker, children = self.checker, self.children
-        self.evaluator: Evaluator = evaluator or (
-            lambda t, s, d, b, c: evaluate(t, s, d, b, c, checker=checker, children=children))
+                raise ValueError("pass service= or evaluator=, not both")
+            self.service, self._owns_service = service, False
+        else:
+            slot = [self.config.gpu_index] if self.backend == "cuda" else 1
+            self.service = EvalService(self.backend, self.config, slots=slot, warm=warm or False,
+                                       evaluator=evaluator, registry=self.registry)
+            self._owns_service = True
+        parts = self.service.warm_parts(0) if len(self.service.slots) == 1 else {}
+        self.checker, self.children = parts.get("checker"), parts.get("children")
+        self.evaluator: Evaluator = self.service.evaluate
         self.render_mode = render_mode
         self.observation_space = spaces.Text(max_length=MAX_OBSERVATION_CHARS, min_length=0, charset=CHARSET)
         self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
@@ -156,7 +151,7 @@ class KernelEnv(gym.Env):
             raise UnknownChoiceError("dsl", self._dsl, DSLS)
         self._steps = 0
         if self.children is not None:       # the first step's child does its imports while the agent thinks
-            self.children.refill(child_spec(self.task, self._dsl, self.backend, self.config))
+            self.service.prestart(self.task, self._dsl)
         self._obs = observation_text(self.task, self._dsl, self.backend, 0, self.max_steps, "")
         return self._obs, {"task": self.task.id, "dsl": self._dsl, "backend": self.backend,
                            "max_steps": self.max_steps}
@@ -183,8 +178,8 @@ class KernelEnv(gym.Env):
         return self._obs, float(record.reward), terminated, truncated, info
 
     def close(self):
-        if self._owned is not None:
-            self._owned.close()
+        if self._owns_service:
+            self.service.close()
         super().close()
 
     def render(self):
@@ -200,10 +195,10 @@ def make(task: str = "Suite", tasks_dir: str | None = None, **kwargs) -> gym.Env
     output): its tasks are registered with Gymnasium (bound to that directory) and looked up there."""
     if tasks_dir is not None:
         from kernelgym_gap.api.registration import register_envs
-        registry = TaskRegistry(tasks_dir)
+        registry = task_source(tasks_dir)
         register_envs(registry)
         if task in ("Suite", SUITE_ID):
-            return gym.make(SUITE_ID, tasks_dir=str(tasks_dir), **kwargs)
+            return gym.make(SUITE_ID, tasks_dir=registry.source(), **kwargs)
         return gym.make(registry.get(task).id, **kwargs)
     if task in ("Suite", SUITE_ID):
         return gym.make(SUITE_ID, **kwargs)
