@@ -7,7 +7,7 @@ import logging
 import gymnasium as gym
 
 from kernelgym_gap.core.ids import SUITE_ID
-from kernelgym_gap.core.registry import DEFAULT_TASKS_DIR, TaskRegistry, default_registry
+from kernelgym_gap.core.registry import TaskRegistry, default_registry, users_tasks_dir
 
 log = logging.getLogger(__name__)
 
@@ -19,11 +19,11 @@ def register_envs(registry: TaskRegistry | None = None) -> list[str]:
     registry of another directory (`--tasks-dir`, `import kernelbench`) registers its ids bound to it, so
     that `gym.make(id)` finds the task there (an id registered already keeps its first directory)."""
     registry = registry or default_registry()
-    own = registry.tasks_dir.resolve() != DEFAULT_TASKS_DIR.resolve()
     ids = []
     for task in registry:
-        if task.id not in gym.registry:
-            kwargs = {"task_id": task.id, **({"tasks_dir": str(registry.tasks_dir)} if own else {})}
+        if task.id not in gym.registry:       # each task bound to its own directory (a source may have several)
+            where = users_tasks_dir(task)
+            kwargs = {"task_id": task.id, **({"tasks_dir": where} if where else {})}
             gym.register(id=task.id, entry_point=ENTRY_POINT, kwargs=kwargs)
         ids.append(task.id)
     if SUITE_ID not in gym.registry:

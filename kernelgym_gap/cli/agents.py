@@ -26,6 +26,7 @@ def add_commands(subparsers) -> None:
     s = subparsers.add_parser("episode", help="run one episode of an agent (agents/NAME.py) on a task")
     s.add_argument("--agent", required=True, help="agent name: a file agents/NAME.py (replay, search, chat, ...)")
     s.add_argument("--task", required=True, help="task id (kernelgym_gap/LayerNorm-v0) or name (LayerNorm)")
+    options.add_tasks_dir(s)
     options.add_dsl(s)
     options.add_backend(s)
     s.add_argument("--steps", type=int, default=4, help="the episode's step budget (default 4)")
@@ -56,6 +57,12 @@ def add_commands(subparsers) -> None:
     s.add_argument("--save-best", metavar="FILE", help="write the best-rewarded source to FILE")
     s.add_argument("--json", action="store_true", help="print one JSON object (the episode) on stdout")
     s.set_defaults(func=cmd_episode)
+
+
+def agent_registry(agent: str, registry) -> dict:
+    """The registry keyword for the agents that read tasks' solutions (replay, search) when the tasks are not
+    the built-in ones; others take no registry."""
+    return {"registry": registry} if agent in ("replay", "search") and not registry.is_builtin() else {}
 
 
 def _open_store(args):
@@ -98,14 +105,16 @@ def cmd_episode(args) -> int:
     from kernelgym_gap.cli.options import eval_config
     from kernelgym_gap.api.agent import load_agent
     from kernelgym_gap.api.env import KernelEnv
-    from kernelgym_gap.core.registry import default_registry
     if args.steps < 1:
         raise KernelGymError("--steps must be at least 1")
-    task = default_registry().get(args.task)
+    registry = options.task_registry(args)
+    task = registry.get(args.task)
     try:
-        agent = load_agent(args.agent, **options.agent_kwargs(args))
+        agent = load_agent(args.agent, **options.agent_kwargs(args), **agent_registry(args.agent, registry))
     except (TypeError, ValueError) as e:
         raise KernelGymError(f"agent {args.agent!r} cannot be made: {e}") from None
+    if args.agent == "replay" and not agent.solutions(task.id, args.dsl):
+        raise KernelGymError(options.no_solution_reason(task, args.dsl))
     config = eval_config(args)
     store = _open_store(args)
     submitter = args.submitter or ":".join(["agent", agent.name] + ([str(agent.model)] if args.agent == "chat"
@@ -125,7 +134,7 @@ def cmd_episode(args) -> int:
         # backend, correctness mode), use the whole budget where speed is scored.
         env = KernelEnv(task_id=task.id, dsl=args.dsl, backend=pool.backend if pool else args.backend,
                         max_steps=args.steps, config=config, stop_when_correct=args.stop_when_correct,
-                        evaluator=evaluator)
+                        evaluator=evaluator, registry=registry)
         episode = run_episode(env, agent, seed=args.seed, progress=not args.json)
     finally:
         if pool is not None:

@@ -164,7 +164,8 @@ def cmd_bench(args) -> int:
         skipped = [t for t in task_ids if not probe.solutions(t, args.dsl)]
         task_ids = [t for t in task_ids if t not in skipped]
         if not task_ids:
-            raise KernelGymError(f"no selected task has a {args.dsl} reference solution to replay")
+            why = "; ".join(options.no_solution_reason(registry.get(t), args.dsl) for t in skipped[:3])
+            raise KernelGymError(f"no selected task has a {args.dsl} reference solution to replay: {why}")
     backend = resolve_backend(args.backend)
     label = check_label(args.name or default_label(args.agent, args.dsl, backend, getattr(probe, "model", None)))
     spec = BenchSpec(label=label, agent=args.agent, task_ids=task_ids, agent_kwargs=kw, dsl=args.dsl,
@@ -177,7 +178,7 @@ def cmd_bench(args) -> int:
             print(f"bench {label}: {len(task_ids)} task(s) x {args.samples} sample(s), at most {args.steps} step(s) "
                   f"each, backend {backend}; stored in {store.path} (the same command resumes)", file=sys.stderr)
             for t in skipped:
-                print(f"skipped {t}: no {args.dsl} reference solution to replay", file=sys.stderr)
+                print(f"skipped: {options.no_solution_reason(registry.get(t), args.dsl)}", file=sys.stderr)
         n_todo = len(task_ids) * args.samples - sum(
             1 for e in store.bench_episodes(label) if e["state"] == "done" and e["task_id"] in task_ids
             and e["sample"] < args.samples)

@@ -5,6 +5,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -89,37 +90,93 @@ def _layout_hint(root: Path) -> str:
     return ""
 
 
-class TaskRegistry:
-    """An immutable view of the tasks in one directory."""
+def _load_dir(root: Path) -> list[TaskSpec]:
+    """Every task of one directory (tasks/ or a user's: a user's tasks that were not imported are smoke
+    tested first)."""
+    users = root != DEFAULT_TASKS_DIR.absolute()
+    if not root.is_dir():
+        if users:
+            raise TaskDefinitionError(f"task directory {root} not found (no such directory)")
+        # the built-in tasks are the checkout's tasks/ folder, beside the package: a non-editable
+        # install (`pip install .`) does not carry them (tests/test_package_data.py asserts this message)
+        raise TaskDefinitionError(
+            f"the built-in tasks directory {root} not found: tasks/ ships with the project's "
+            "checkout, not with an installed package. Point at a tasks directory with --tasks-dir DIR "
+            "(tasks, eval, run, submit, bench, episode, serve-reward) or tasks_dir=DIR (gym.make, TaskRegistry, "
+            "the trainer adapters and datasets), e.g. the checkout's tasks/, or "
+            "install the checkout editable (`pip install -e .`)")
+    tasks = []
+    for path in sorted(root.glob("*/*/task.py")):
+        task = load_task_file(path)
+        if users and not task.origin:
+            smoke_test(task, path)
+        tasks.append(task)
+    if not tasks:
+        raise TaskDefinitionError(f"no task in {root}: tasks are files <category>/<name>/task.py under "
+                                  f"it{_layout_hint(root)}")
+    return tasks
 
-    def __init__(self, tasks_dir: Path = DEFAULT_TASKS_DIR):
+
+# The word that names the project's own tasks/ inside a task source of several directories
+# (`--tasks-dir builtin --tasks-dir ./kb`); a directory of that name is reached as ./builtin.
+BUILTIN = "builtin"
+
+# A task source: None (the built-in tasks/), one directory, or several (BUILTIN among them for tasks/),
+# or a TaskRegistry already made from one. Every front end takes one (tasks_dir=, --tasks-dir).
+TaskSource = "None | str | os.PathLike | Sequence[str | os.PathLike] | TaskRegistry"
+
+
+def source_dirs(source=None) -> tuple[Path, ...]:
+    """The absolute directories of a task source (see TaskSource), in order, each once."""
+    if source is None:
+        return (DEFAULT_TASKS_DIR.absolute(),)
+    items = [source] if isinstance(source, (str, os.PathLike)) else source
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"a task source is a directory, a list of directories or None, not "
+                        f"{type(source).__name__}")
+    if not items:
+        raise TaskDefinitionError("an empty list of task directories: name one, or builtin for tasks/")
+    dirs: list[Path] = []
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)) or not str(item):
+            raise TypeError(f"a task directory is a path, not {type(item).__name__} {item!r}")
+        d = DEFAULT_TASKS_DIR.absolute() if str(item) == BUILTIN else Path(item).expanduser().absolute()
+        if d not in dirs:
+            dirs.append(d)
+    return tuple(dirs)
+
+
+class TaskRegistry:
+    """An immutable view of the tasks of one task source: tasks/, a user's directory, or several of them
+    (an id defined in two is refused). Each task keeps the directory it came from (TaskSpec.tasks_dir):
+    that is what travels with its id to the child, the checker and other processes."""
+
+    def __init__(self, tasks_dir=DEFAULT_TASKS_DIR):
         # absolute: the child and the trusted checker find a task by this path from their own directories
-        self.tasks_dir = Path(tasks_dir).absolute()
-        users = self.tasks_dir != DEFAULT_TASKS_DIR.absolute()
-        if not self.tasks_dir.is_dir():
-            if users:
-                raise TaskDefinitionError(f"task directory {tasks_dir} not found (no such directory: "
-                                          f"{self.tasks_dir})")
-            # the built-in tasks are the checkout's tasks/ folder, beside the package: a non-editable
-            # install (`pip install .`) does not carry them (tests/test_package_data.py asserts this message)
-            raise TaskDefinitionError(
-                f"the built-in tasks directory {self.tasks_dir} not found: tasks/ ships with the project's "
-                "checkout, not with an installed package. Point at a tasks directory with --tasks-dir DIR "
-                "(tasks, eval, run, submit, bench) or tasks_dir=DIR (gym.make, TaskRegistry), e.g. the "
-                "checkout's tasks/, or "
-                "install the checkout editable (`pip install -e .`)")
+        self.tasks_dirs = source_dirs(tasks_dir)
+        self.tasks_dir = self.tasks_dirs[0]         # the first: for callers that know one directory only
         tasks: dict[str, TaskSpec] = {}
-        for path in sorted(self.tasks_dir.glob("*/*/task.py")):
-            task = load_task_file(path)
-            if task.id in tasks:
-                raise TaskDefinitionError(f"{task.id} defined twice ({path})")
-            if users and not task.origin:
-                smoke_test(task, path)
-            tasks[task.id] = task
-        if not tasks:
-            raise TaskDefinitionError(f"no task in {tasks_dir}: tasks are files <category>/<name>/task.py under "
-                                      f"it{_layout_hint(self.tasks_dir)}")
+        for root in self.tasks_dirs:
+            for task in _load_dir(root):
+                if task.id in tasks:
+                    raise TaskDefinitionError(f"{task.id} defined twice ({tasks[task.id].directory} and "
+                                              f"{task.directory})")
+                tasks[task.id] = task
         self._tasks = tasks
+
+    def is_builtin(self) -> bool:
+        return self.tasks_dirs == (DEFAULT_TASKS_DIR.absolute(),)
+
+    def source(self) -> list[str] | None:
+        """The source as plain data for another process (the reward server's slots, a subprocess): None for
+        the built-in tasks, else the directories, tasks/ spelled BUILTIN."""
+        if self.is_builtin():
+            return None
+        return [BUILTIN if d == DEFAULT_TASKS_DIR.absolute() else str(d) for d in self.tasks_dirs]
+
+    def __repr__(self) -> str:
+        # stable across equal sources: shared_scorer keys its Scorers by the repr of their settings
+        return f"TaskRegistry({self.source() or BUILTIN!r})"
 
     def __iter__(self):
         return iter(self._tasks.values())
@@ -147,6 +204,23 @@ class TaskRegistry:
 @functools.lru_cache(maxsize=None)
 def default_registry() -> TaskRegistry:
     return TaskRegistry(DEFAULT_TASKS_DIR)
+
+
+def task_source(source=None) -> TaskRegistry:
+    """The registry of a task source (TaskSource above): what every front end calls with its tasks_dir= or
+    --tasks-dir. A registry is returned as it is; None is the built-in tasks; directories are loaded once
+    per process (like the built-in tasks: a trainer's reward function calls this per sample)."""
+    if isinstance(source, TaskRegistry):
+        return source
+    dirs = source_dirs(source)
+    if dirs == (DEFAULT_TASKS_DIR.absolute(),):
+        return default_registry()
+    return _registry_of(dirs)
+
+
+@functools.lru_cache(maxsize=64)
+def _registry_of(dirs: tuple[Path, ...]) -> TaskRegistry:
+    return TaskRegistry(list(dirs))
 
 
 def get_task(task_id: str) -> TaskSpec:

@@ -139,7 +139,8 @@ class Evaluation:
         workload = self.task.workloads.get(self.backend.name)
         secrets = feedback.secrets_of((*self.trials, *timing_trials), workload.public if workload else ())
         child_text = verdict.stage not in ("gate", "trusted_check", "score")
-        message = feedback.scrub(verdict.message, secrets, dims=child_text)
+        message = feedback.scrub_paths(feedback.scrub(verdict.message, secrets, dims=child_text),
+                                       feedback.task_paths(self.task))
         if terms.get("flags"):
             terms["flags"] = [feedback.scrub(f, secrets, dims=child_text) if isinstance(f, str) else f
                               for f in terms["flags"]]

@@ -21,6 +21,10 @@ shapes from it and special-cases them. Now:
     (held-out trials' shapes, seeds and reproduce calls removed).
 
 Public shapes are shown to agents in the task's statement anyway: their failures keep their shape.
+
+The scoring machine's layout is not the agent's either: `scrub_paths` replaces the task's directory (a
+user's --tasks-dir or tasks/, as given and resolved) with `<tasks_dir>` in the message, and the
+`tasks_dir='...'` argument of any reproduce call in the public view; the record keeps the real path for people.
 """
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ SHAPE = "<held-out shape>"
 SEED = "<held-out seed>"
 DIM = "<held-out dim>"
 SIZE = "<held-out size>"
+TASKS_DIR = "<tasks_dir>"
+_TASKS_DIR_ARG = re.compile(r"tasks_dir=(['\"])(?:(?!\1).)*\1")      # reproduce_call's tasks_dir='...'
 # a number standing alone: not part of a word, a decimal or an exponent (1e+03)
 _NUMBER = r"(?<![\w.+\-]){}(?![\w]|\.\d)"
 
@@ -100,6 +106,23 @@ def reveals(text: str, secrets: Secrets, dims: bool = True) -> list[str]:
     return found
 
 
+def scrub_paths(text: str, paths: Iterable = ()) -> str:
+    """`text` with each of `paths` (directories of the scoring machine: a task's tasks dir) replaced by
+    <tasks_dir>, longest first, and every reproduce call's tasks_dir='...' argument likewise."""
+    if not text:
+        return text
+    for path in sorted({str(p) for p in paths if p and len(str(p)) > 1}, key=len, reverse=True):
+        text = text.replace(path, TASKS_DIR)
+    return _TASKS_DIR_ARG.sub(f"tasks_dir='{TASKS_DIR}'", text)
+
+
+def task_paths(task) -> tuple[str, ...]:
+    """The spellings of a task's directory on this machine that a message may carry (as given, resolved)."""
+    import os
+    where = getattr(task, "tasks_dir", None)
+    return (where, os.path.realpath(where)) if where else ()
+
+
 def public_view(record: dict) -> dict:
     """A record's dict (EvalRecord.to_dict()) as an agent or the public may see it: a held-out failure's
     trial keeps its split, dtype and distribution only, its reproduce call and traceback go, and the
@@ -113,6 +136,12 @@ def public_view(record: dict) -> dict:
         failure["reproduce"] = None
         failure["first_bad"] = [{**b, "index": None} for b in failure.get("first_bad") or [] if isinstance(b, dict)]
         failure["traceback_tail"] = None
+    if isinstance(failure, dict):
+        for key in ("reproduce", "traceback_tail"):
+            if isinstance(failure.get(key), str):
+                failure[key] = scrub_paths(failure[key])
+    if isinstance(out.get("message"), str):
+        out["message"] = scrub_paths(out["message"])
     terms = out.get("terms") or {}
     rows = terms.get("per_shape") if isinstance(terms, dict) else None
     if isinstance(rows, list):

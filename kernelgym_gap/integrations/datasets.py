@@ -11,6 +11,11 @@ its versioned id, `dsl`, `split` ("train" or "test"), `category`, `level`. The s
 same task is in the same split for every DSL): the tasks named in `test_tasks`, else about `test_fraction`
 of the tasks chosen by a hash of their name, so it does not change when tasks are added.
 
+`tasks_dir=` picks the task source (core/registry.TaskSource: None for the built-in tasks, a directory such
+as `import kernelbench`'s output, or several, "builtin" among them); the reward side must be given the same
+source (reward_function(tasks_dir=...), compute_score's tasks_dir reward kwarg, serve-reward --tasks-dir). An
+imported task ships no reference solution: its rows are every DSL's (TaskSpec.dsls).
+
 `verl_rows(...)` gives the same rows in verl's RL dataset layout (data_source, prompt, ability,
 reward_model, extra_info with task, dsl, backend) and `verifiers_rows(...)` in verifiers' (prompt, answer,
 info with kernel_task, dsl, backend).
@@ -36,13 +41,19 @@ def task_split(name: str, test_fraction: float = 0.2, test_tasks: Sequence[str] 
 
 def task_rows(tasks: Sequence[str] | None = None, dsls: Sequence[str] = DSLS, backend: str = "cpu",
               split: str | None = None, *, system_prompt: str | None = SYSTEM_PROMPT, max_steps: int = 1,
-              test_fraction: float = 0.2, test_tasks: Sequence[str] | None = None, registry=None) -> list[dict]:
+              test_fraction: float = 0.2, test_tasks: Sequence[str] | None = None, registry=None,
+              tasks_dir=None) -> list[dict]:
     """The rows as plain dicts (task_dataset's columns). tasks: names or ids (None: all); dsls: the DSLs to
     include (a task appears only for the DSLs it supports); backend: whose observation text (what the
-    reward measures) the prompt carries; split: "train", "test" or None (both)."""
+    reward measures) the prompt carries; split: "train", "test" or None (both); tasks_dir: the task source
+    (module docstring), or registry: a TaskRegistry already loaded."""
     from kernelgym_gap.api.env import observation_text
-    from kernelgym_gap.core.registry import default_registry
-    registry = registry or default_registry()
+    from kernelgym_gap.core.registry import task_source
+    if registry is not None and tasks_dir is not None:
+        raise ValueError("pass registry= or tasks_dir=, not both")
+    registry = task_source(registry if registry is not None else tasks_dir)
+    if isinstance(dsls, str):       # "triton" would be read as its letters
+        dsls = (dsls,)
     specs = [registry.get(t) for t in tasks] if tasks else list(registry)
     rows = []
     for task in specs:

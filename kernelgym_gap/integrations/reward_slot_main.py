@@ -53,8 +53,8 @@ def main() -> int:
     settings = pickle.load(inp)
     if os.getppid() != settings["server_pid"]:   # the server died before the death signal was armed
         _end()
-    from kernelgym_gap.core.registry import TaskRegistry, default_registry
-    registry = default_registry() if settings["tasks_dir"] is None else TaskRegistry(settings["tasks_dir"])
+    from kernelgym_gap.core.registry import task_source
+    registry = task_source(settings["tasks_dir"])     # the server's task source (None: the built-in tasks)
     evaluator = settings["evaluator"]
     if evaluator is None:
         from kernelgym_gap.engine.pipeline import evaluate as evaluator

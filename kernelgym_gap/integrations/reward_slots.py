@@ -118,14 +118,13 @@ def _settle(future: concurrent.futures.Future, result=None, error: BaseException
 class SlotPool:
     def __init__(self, scorer, *, lock_wait_s: float = 2.0, cache_size: int = 4096):
         from kernelgym_gap.api.lanes import worker_slots
-        from kernelgym_gap.core.registry import DEFAULT_TASKS_DIR
         self.backend, self.config, self.registry = scorer.backend, scorer.config, scorer.registry
         self.store = scorer.store.with_timeout(lock_wait_s) if scorer.store is not None else None
         self.submitter = scorer.submitter
-        tasks_dir = getattr(self.registry, "tasks_dir", None)
-        default = tasks_dir is None or tasks_dir == DEFAULT_TASKS_DIR.absolute()
+        # the slots load the server's task source (one directory or several: registry.TaskRegistry.source)
+        source = getattr(self.registry, "source", None)
         self._settings = {"backend": self.backend, "evaluator": scorer.evaluator, "warm": bool(scorer.warm),
-                          "tasks_dir": None if default else str(tasks_dir), "server_pid": os.getpid()}
+                          "tasks_dir": source() if callable(source) else None, "server_pid": os.getpid()}
         per_gpu = 4 if self.backend == "cuda" else 1
         self.slots = worker_slots([self.backend], scorer.workers, None, per_gpu)[self.backend]
         self.cache_size = cache_size

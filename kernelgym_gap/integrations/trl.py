@@ -24,6 +24,9 @@ one public method `submit_kernel(source)` is the model's tool (the feedback text
 the row's task, `get_reward()` is the last submission's reward. `environment_factory(backend=..., ...)`
 returns a factory with settings. TRL calls the tools of different rollouts one after another, so each tool
 call is one evaluation (cached, and warm with warm=True); a reward function scores a whole batch at once.
+
+Tasks outside tasks/ (`import kernelbench`'s output, a user's own): pass the same `tasks_dir=` (a directory,
+or several, core/registry.TaskSource) to `task_dataset` and to `reward_function` / `environment_factory`.
 """
 from __future__ import annotations
 
@@ -32,10 +35,21 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kernelgym_gap.core.registry import task_source
 from kernelgym_gap.integrations.scorer import Scorer, completion_text, shared_scorer
 from kernelgym_gap.integrations.terms import feedback_of, number_reward, reward_of
 
 DEFAULT_NAME = "kernelgym_gap"
+
+
+def with_source(settings: dict, tasks_dir: Any, scorer: Scorer | None) -> dict:
+    """The Scorer settings with the task source's registry (tasks_dir=: one directory or several). A Scorer
+    passed in has its own registry already: naming a source beside it is refused, not silently dropped."""
+    if tasks_dir is None:
+        return settings
+    if scorer is not None or "registry" in settings:
+        raise ValueError("pass tasks_dir= or a scorer= / registry= (which has its tasks already), not both")
+    return {**settings, "registry": task_source(tasks_dir)}
 
 
 def _column(values: Any, n: int, default: Any) -> list:
@@ -51,12 +65,15 @@ def _column(values: Any, n: int, default: Any) -> list:
 
 def reward_function(backend: str = "auto", dsl: str = "triton", failure_reward: float = 0.0, *,
                     task_column: str = "task", dsl_column: str = "dsl", scorer: Scorer | None = None,
-                    name: str = DEFAULT_NAME, log: bool = True, **scorer_settings: Any) -> Callable[..., list]:
+                    name: str = DEFAULT_NAME, log: bool = True, tasks_dir: Any = None,
+                    **scorer_settings: Any) -> Callable[..., list]:
     """A TRL reward function (module docstring). backend: "cpu", "cuda" or "auto"; dsl: the DSL when the
     dataset has no `dsl_column`; failure_reward: the score of a failed evaluation; scorer: a Scorer to share
     (else one is made from `scorer_settings`: config, workers, warm, store, ray, ...). The function's
     `__name__` (`name`) is what TRL logs it under (`rewards/<name>/mean`); `f.scorer` is its Scorer and
-    `f.last_records` the records of its last call, one per completion (None where the row had no task)."""
+    `f.last_records` the records of its last call, one per completion (None where the row had no task).
+    tasks_dir: where the tasks are (module docstring; None: the built-in tasks)."""
+    scorer_settings = with_source(scorer_settings, tasks_dir, scorer)
     scorer = scorer or Scorer(backend, **scorer_settings)
 
     def reward(prompts: Sequence | None = None, completions: Sequence | None = None, **kwargs: Any) -> list:
@@ -104,8 +121,8 @@ class KernelToolEnv:
 
     def __init__(self, backend: str = "auto", dsl: str = "triton", failure_reward: float = 0.0,
                  tasks: Sequence[str] | None = None, max_submissions: int = 4, scorer: Scorer | None = None,
-                 **scorer_settings: Any):
-        self._scorer = scorer or shared_scorer(backend, **scorer_settings)
+                 tasks_dir: Any = None, **scorer_settings: Any):
+        self._scorer = scorer or shared_scorer(backend, **with_source(scorer_settings, tasks_dir, scorer))
         self._dsl_default, self._failure = dsl, float(failure_reward)
         self._tasks = list(tasks) if tasks else [t.name for t in self._scorer.registry]
         self._max = max_submissions
@@ -154,8 +171,8 @@ def environment_factory(backend: str = "auto", scorer: Scorer | None = None,
                         **settings: Any) -> Callable[[], KernelToolEnv]:
     """`GRPOTrainer(environment_factory=environment_factory(backend="cuda", max_submissions=4))`: a factory
     whose environments share one Scorer (cache, warm pool). Settings: KernelToolEnv's (dsl, failure_reward,
-    tasks, max_submissions) and the Scorer's (config, workers, warm, store, ray)."""
+    tasks, max_submissions) and the Scorer's (config, workers, warm, store, ray, tasks_dir)."""
     if scorer is None:
-        scorer = shared_scorer(backend, **{k: settings.pop(k) for k in ("config", "workers", "warm", "store", "ray")
-                                           if k in settings})
+        own = {k: settings.pop(k) for k in ("config", "workers", "warm", "store", "ray") if k in settings}
+        scorer = shared_scorer(backend, **with_source(own, settings.pop("tasks_dir", None), None))
     return functools.partial(KernelToolEnv, scorer=scorer, **settings)

@@ -8,6 +8,8 @@ Written against verifiers' classic environment API (`vf.SingleTurnEnv`, `vf.Mult
 verifiers 0.1.x to 0.3.x, where 0.3 serves it from `verifiers.legacy`); verifiers 0.4 dropped that API for
 its v1 taskset/harness stack, which this module does not target (the `[verifiers]` extra pins `<0.4`).
 
+* Tasks: the built-in ones, or `tasks_dir=` (a directory such as `import kernelbench`'s output, or several:
+  core/registry.TaskSource), the same source for the dataset and the rubric's Scorer.
 * Dataset: `datasets.verifiers_rows` (chat prompt: the environment's observation text; `info` with
   kernel_task, dsl, backend: verifiers reserves info["task"]).
 * Rubric: `kernel_reward` (weight 1; the record's reward, `failure_reward` for a failed evaluation) and
@@ -90,17 +92,19 @@ def load_environment(tasks: Sequence[str] | None = None, dsls: Sequence[str] = (
                      multi_turn: bool = False, max_turns: int = 4, failure_reward: float = 0.0,
                      split: str | None = "train", eval_split: str | None = "test",
                      stop_when_correct: bool | None = None, scorer: Scorer | None = None,
-                     system_prompt: str | None = None, **scorer_settings: Any):
+                     system_prompt: str | None = None, tasks_dir: Any = None, **scorer_settings: Any):
     """A verifiers environment over the tasks (module docstring). tasks: names (None: all); dsls: the DSLs
     to include; backend: "cpu", "cuda" or "auto"; split / eval_split: the dataset and eval dataset splits
     (datasets.task_split; None: every task); scorer: a Scorer to share (else a process-wide one per
-    settings: config, workers, warm, store, ray)."""
+    settings: config, workers, warm, store, ray); tasks_dir: the task source (module docstring)."""
     vf = _vf()
     import datasets
     from kernelgym_gap.integrations.datasets import SYSTEM_PROMPT, verifiers_rows
-    scorer = scorer or shared_scorer(backend, **scorer_settings)
+    from kernelgym_gap.integrations.trl import with_source
+    scorer = scorer or shared_scorer(backend, **with_source(scorer_settings, tasks_dir, scorer))
     backend = scorer.backend
-    rows_kw = {"system_prompt": system_prompt or SYSTEM_PROMPT, "max_steps": max_turns if multi_turn else 1}
+    rows_kw = {"system_prompt": system_prompt or SYSTEM_PROMPT, "max_steps": max_turns if multi_turn else 1,
+               "registry": scorer.registry}     # the rows and the rubric read the same tasks
 
     def rows(s):
         return verifiers_rows(tasks, dsls, backend, s, **rows_kw)

@@ -3,6 +3,7 @@
     reward.custom_reward_function.path=$(python -c "import kernelgym_gap.integrations.verl as m; print(m.__file__)")
     reward.custom_reward_function.name=compute_score          # or compute_score_batch with the batch manager
     +reward.custom_reward_function.reward_kwargs.backend=cuda
+    +reward.custom_reward_function.reward_kwargs.tasks_dir=/data/kb_tasks   # tasks outside tasks/ (imported)
 
 `compute_score(data_source, solution_str, ground_truth, extra_info=None, **reward_kwargs)` returns a dict:
 "score" (the record's reward; a failed evaluation scores `failure_reward`, 0 by default) and the record's
@@ -21,6 +22,11 @@ arrive together into one `evaluate_many` batch and caches results. `compute_scor
 managers that await an async function; `compute_score_batch` takes verl's batch manager's lists
 (`reward.reward_manager.name=batch`).
 
+The tasks are the built-in ones unless the `tasks_dir` reward kwarg names another source (a directory such as
+`import kernelbench`'s output, or a list of them, "builtin" among them: core/registry.TaskSource); the rows
+must come from the same source (`verl_rows(tasks_dir=...)`). A source that cannot be loaded raises on the
+first call: it is the run's configuration, not one sample's fault.
+
 This file imports only kernelgym_gap (verl loads it with `importlib` by path, as a module of its own).
 """
 from __future__ import annotations
@@ -29,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelgym_gap.core.errors import UnknownChoiceError
+from kernelgym_gap.core.registry import task_source
 from kernelgym_gap.integrations.scorer import record_terms, shared_scorer
 from kernelgym_gap.integrations.terms import rejected_future
 
@@ -43,7 +50,10 @@ def _request(data_source: Any, solution_str: Any, extra_info: Any, backend: str 
 
 
 def _scorer(backend: str, kwargs: dict):
-    return shared_scorer(backend, **{k: kwargs[k] for k in SCORER_SETTINGS if k in kwargs})
+    settings = {k: kwargs[k] for k in SCORER_SETTINGS if k in kwargs}
+    if kwargs.get("tasks_dir") is not None:      # loaded once per process (task_source), shared by every call
+        settings["registry"] = task_source(kwargs["tasks_dir"])
+    return shared_scorer(backend, **settings)
 
 
 def _submit(requests: list[tuple], kwargs: dict) -> list:
@@ -76,7 +86,8 @@ def compute_score(data_source: Any, solution_str: str, ground_truth: Any = None,
                   *, backend: str | None = None, dsl: str | None = None, failure_reward: float = 0.0,
                   **kwargs: Any) -> dict[str, Any]:
     """One sample's score and terms (module docstring). Other keyword arguments (verl passes some of its
-    own) are ignored, except the Scorer settings config, workers, warm, store, ray, window_s."""
+    own) are ignored, except the Scorer settings config, workers, warm, store, ray, window_s and the task
+    source tasks_dir."""
     f = _submit([_request(data_source, solution_str, extra_info, backend, dsl)], kwargs)[0]
     return record_terms(f.result(), failure_reward)
 
