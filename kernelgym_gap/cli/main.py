@@ -131,7 +131,12 @@ def cmd_run(args) -> int:
     registry = task_registry(args)
     tasks = [registry.get(t) for t in args.task] if args.task else list(registry)
     replay = load_agent("replay", registry=registry)
-    total = sum(len(replay.solutions(t.id, d)) for t in tasks for d in dsls)
+    total, unplayable = options.replay_plan(tasks, dsls, replay)     # imported tasks ship no solution: say so
+    for line in unplayable:
+        print(line, file=sys.stderr)
+    if total == 0:
+        print("[]" if args.json else "no reference solution to replay", file=sys.stdout)
+        return 0
     not_run = {d: sum(len(replay.solutions(t.id, d)) for t in tasks) for d in skipped}
     with Progress(total, unit="solution", quiet=args.json) as bar:
         rows = run_suite(backend=backend, dsls=dsls, task_ids=[t.id for t in tasks], config=eval_config(args),

@@ -105,15 +105,45 @@ def read_source(path: str) -> bytes:
 
 
 def add_tasks_dir(parser) -> None:
-    parser.add_argument("--tasks-dir", help="load tasks from this directory (<category>/<name>/task.py, e.g. "
-                                            "the output of `import kernelbench`) instead of tasks/")
+    parser.add_argument("--tasks-dir", action="append", metavar="DIR",
+                        help="load tasks from this directory (<category>/<name>/task.py, e.g. the output of "
+                             "`import kernelbench`) instead of tasks/; repeat it for several, `builtin` naming "
+                             "tasks/ (e.g. --tasks-dir builtin --tasks-dir ./kb)")
 
 
 def task_registry(args):
-    """The registry `--tasks-dir` names (the default tasks/ without it)."""
-    from kernelgym_gap.core.registry import TaskRegistry, default_registry
-    tasks_dir = getattr(args, "tasks_dir", None)
-    return TaskRegistry(tasks_dir) if tasks_dir else default_registry()
+    """The registry of the task source `--tasks-dir` names (one directory or several; tasks/ without it)."""
+    from kernelgym_gap.core.registry import task_source
+    return task_source(getattr(args, "tasks_dir", None) or None)
+
+
+def no_solution_reason(task, dsl: str) -> str:
+    """Why `task` has nothing to replay in `dsl`: an imported task ships no reference solution at all."""
+    if task.origin:
+        return (f"{task.id} was imported ({task.origin}) and ships no reference solution to replay; evaluate a "
+                f"kernel for it with `kernelgym-gap eval`, or run an agent that writes one (search with "
+                f"--agent-arg start_file=..., chat)")
+    return f"{task.id} has no {dsl} reference solution to replay"
+
+
+def replay_plan(tasks, dsl_names, replay) -> tuple[int, list[str]]:
+    """What `run` has to replay: the number of reference solutions of `tasks` in `dsl_names`, and one line
+    per task that has none (imported tasks ship none), so that the command says so instead of printing an
+    empty table."""
+    total, lines = 0, []
+    imported = [t for t in tasks if t.origin]
+    for t in tasks:
+        n = sum(len(replay.solutions(t.id, d)) for d in dsl_names)
+        total += n
+        if n == 0 and not t.origin:
+            lines.append(f"nothing to replay for {t.id}: no {'/'.join(dsl_names)} reference solution")
+    if imported:
+        more = f" and {len(imported) - 5} more" if len(imported) > 5 else ""
+        names = ", ".join(t.name for t in imported[:5]) + more
+        lines.append(f"nothing to replay for {len(imported)} imported task(s) ({names}): imported tasks ship no "
+                     "reference solution. `run` replays reference solutions only; evaluate your kernels with "
+                     "`kernelgym-gap eval --tasks-dir DIR --task NAME FILE`, or an agent with `kernelgym-gap bench`")
+    return total, lines
 
 
 _CHAT_FLAGS = (("base_url", "base_url"), ("model", "model"), ("api_key_env", "api_key_env"),

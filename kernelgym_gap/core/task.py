@@ -146,7 +146,9 @@ class TaskSpec:
 
     @property
     def dsls(self) -> tuple[str, ...]:
-        return tuple(d for d in DSLS if any(s.dsl == d for s in self.solutions))
+        """The DSLs a submission may be written in: those of the reference solutions, which show the task
+        can be done in them; a task that ships none (an imported one) takes every DSL."""
+        return tuple(d for d in DSLS if any(s.dsl == d for s in self.solutions)) or DSLS
 
     def reference_source(self) -> str:
         return self.reference_text or inspect.getsource(self.reference)

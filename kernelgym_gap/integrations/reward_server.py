@@ -1,6 +1,7 @@
 """A reward server for trainers on other machines: `kernelgym-gap serve-reward`, and its clients.
 
     kernelgym-gap serve-reward --backend cuda --port 8100 [--token T] [--max-pending 256] [--warm] [--db D]
+                               [--tasks-dir DIR [--tasks-dir builtin ...]]
 
 POST /score (the write token as `Authorization: Bearer T`, the only form taken) with a JSON batch:
 
@@ -30,6 +31,9 @@ there or evaluated again, never twice at once.
 POST /openrlhf takes OpenRLHF's remote reward request ({"query": [...], "prompts": [...], "labels": [...]},
 `--label_key task`) and answers {"rewards", "scores", "extra_logs", "errors"}. OpenRLHF's plain URL mode
 sends no token: point `--remote_rm_url` at reward_client.py instead (its `reward_func` sends it).
+The tasks an item may name are the server's task source: the built-in tasks, or --tasks-dir (repeatable; a
+directory such as `import kernelbench`'s output, "builtin" for tasks/), which the slot processes load too. A
+client names a task by id or name, never a directory.
 GET /health (no token) says the backend, the slots and what is pending, from memory (never the database).
 
 `RewardClient(url, token).score([...])` is the client; `compute_score` is verl's custom reward function
@@ -83,6 +87,9 @@ def add_commands(sub) -> None:
                    help="full: correctness then speed; correctness: 1 for a correct kernel (default: full)")
     s.add_argument("--seed", type=int, help="seed the generator of the trial seeds (default: fresh random seeds)")
     s.add_argument("--gpu", type=int, help="GPU index for the cuda backend (default: the first visible GPU)")
+    s.add_argument("--tasks-dir", action="append", metavar="DIR",
+                   help="score the tasks of this directory (e.g. the output of `import kernelbench`) instead of "
+                        "tasks/; repeat it for several, `builtin` naming tasks/")
     s.add_argument("--timed-shapes", type=int, help="cuda: time this many of each task's shapes (evenly spread, "
                                                     "held-out ones included from 2; default: all of them)")
     s.set_defaults(func=cmd_serve_reward)
@@ -99,6 +106,7 @@ def requests_db_path(args) -> Path:
 
 def cmd_serve_reward(args) -> int:
     from kernelgym_gap.cli.options import eval_config
+    from kernelgym_gap.core.registry import task_source
     from kernelgym_gap.integrations.reward_app import create_app
     from kernelgym_gap.integrations.scorer import Scorer
     from kernelgym_gap.serving.auth import announce, new_token
@@ -111,7 +119,8 @@ def cmd_serve_reward(args) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or ""
     generated = not token
     token = token or new_token()
-    scorer = Scorer(args.backend, config=eval_config(args), workers=args.workers, warm=args.warm, store=args.db)
+    scorer = Scorer(args.backend, config=eval_config(args), workers=args.workers, warm=args.warm, store=args.db,
+                    registry=task_source(getattr(args, "tasks_dir", None)))
     app = create_app(scorer, token, max_pending=args.max_pending, max_items=max_items,
                      requests_db=requests_db_path(args))
     print(f"reward server on http://{args.host}:{args.port}/score  backend={scorer.backend}  "
