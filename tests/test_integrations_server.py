@@ -148,7 +148,7 @@ def test_serve_reward_maps_timed_shapes_into_the_config():
     import argparse
 
     from kernelgym_gap.cli.options import eval_config
-    from kernelgym_gap.integrations.reward_server import add_commands
+    from kernelgym_gap.cli.serve_reward import add_commands
     parser = argparse.ArgumentParser()
     add_commands(parser.add_subparsers())
     assert eval_config(parser.parse_args(["serve-reward", "--timed-shapes", "2"])).timed_shapes == 2

@@ -17,8 +17,9 @@ import os
 import sys
 
 from kernelgym_gap import __version__
-from kernelgym_gap.cli import options
+from kernelgym_gap.cli import agents, bench, calibrate, importer, leaderboard, options, serve_reward
 from kernelgym_gap.cli.options import add_tasks_dir, eval_config, read_source, task_registry
+from kernelgym_gap.core.dsls import NAMES as DSL_NAMES
 from kernelgym_gap.core.errors import BackendUnavailableError, HarnessError, KernelGymError
 
 log = logging.getLogger("kernelgym_gap")
@@ -122,7 +123,7 @@ def cmd_run(args) -> int:
     from kernelgym_gap.api.suite import format_table, run_suite
     from kernelgym_gap.cli.progress import Progress
     from kernelgym_gap.core.backend import resolve_backend
-    dsls = ("triton", "tilelang") if args.dsl == "all" else (args.dsl,)
+    dsls = DSL_NAMES if args.dsl == "all" else (args.dsl,)
     skipped = missing_dsls(dsls)
     if skipped and args.dsl != "all":
         raise BackendUnavailableError(f"--dsl {args.dsl}: {skipped[args.dsl]}")
@@ -193,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Replay every reference solution (tasks/*/*/solutions/) through the "
                                    "environment and print one table row per solution.")
     options.add_backend(s)
-    s.add_argument("--dsl", default="all", choices=["triton", "tilelang", "all"],
+    s.add_argument("--dsl", default="all", choices=[*DSL_NAMES, "all"],
                    help="which reference solutions to replay (all: those of every installed DSL)")
     s.add_argument("--task", action="append",
                    help="restrict to this task (id or name; repeat the flag for several; default: every task)")
@@ -208,24 +209,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_tasks_dir(s)
     s.set_defaults(func=cmd_run)
 
-    import importlib
-    import importlib.util
-    for name in _COMMAND_MODULES:
-        if importlib.util.find_spec(name) is None:
-            continue
-        importlib.import_module(name).add_commands(sub)
+    for module in COMMAND_MODULES:
+        module.add_commands(sub)
     return p
 
 
-# Modules that add subcommands: each exposes add_commands(subparsers) and keeps its imports lazy.
-_COMMAND_MODULES = [
-    "kernelgym_gap.judge.calibrate",      # calibrate
-    "kernelgym_gap.cli.leaderboard",      # submit, leaderboard serve, results
-    "kernelgym_gap.cli.agents",     # episode --agent NAME
-    "kernelgym_gap.cli.bench",      # bench (run, report, compare, list)
-    "kernelgym_gap.cli.importer",   # import kernelbench PATH... --out DIR
-    "kernelgym_gap.integrations.reward_server",   # serve-reward
-]
+# Modules that add subcommands: each exposes add_commands(subparsers) and keeps its imports lazy. Imported by
+# name, never loaded from a string: a string hides the import from every reader of the graph (it once hid an
+# integrations <-> cli loop)
+COMMAND_MODULES = (
+    calibrate,            # calibrate
+    leaderboard,          # submit, leaderboard serve, results
+    agents,               # episode --agent NAME
+    bench,                # bench (run, report, compare, list)
+    importer,             # import kernelbench PATH... --out DIR
+    serve_reward,         # serve-reward
+)
 
 
 def main(argv=None) -> int:

@@ -7,6 +7,7 @@ import json
 import stat
 from pathlib import Path
 
+from kernelgym_gap.core import dsls
 from kernelgym_gap.core.errors import KernelGymError
 
 BACKEND_HELP = ("where to evaluate: cpu (Triton interpreter, TileLang C target: correctness only), cuda (a GPU: "
@@ -55,7 +56,7 @@ def add_compile_baseline(p) -> None:
 
 
 def add_dsl(p) -> None:
-    p.add_argument("--dsl", default="triton", choices=["triton", "tilelang"], help=DSL_HELP)
+    p.add_argument("--dsl", default=dsls.DEFAULT, choices=dsls.NAMES, help=DSL_HELP)
 
 
 def eval_config(args):

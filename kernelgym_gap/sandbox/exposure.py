@@ -14,8 +14,8 @@ read (`mktemp -d` makes 0700) failed every evaluation as "crash: the child exite
 report"; it is refused before the child starts (TaskDefinitionError naming the path and the chmod to run).
 
 `check_private(path, what)` raises ExposedFileError with the reason and the fix; the leaderboard's serve,
-worker and submit call it at start (exit 2). `create_private_dir` and `create_private_file` make the store's
-directory 0700 and its database 0600 where the code creates them (SQLite gives -wal/-shm the database's mode).
+worker and submit call it at start (exit 2). The store makes its directory 0700 and its database 0600 where it
+creates them (store/private_files.py; SQLite gives -wal/-shm the database's mode).
 """
 from __future__ import annotations
 
@@ -90,21 +90,6 @@ def check_private(path: Path | str, what: str = "the results database", config=N
                 f"submissions' sources out of it. Fix: keep it outside the project and the Python installation, "
                 f"in a directory of mode 0700 (e.g. the default ~/.local/share/kernelgym_gap/), and "
                 f"`chmod 600 {p}`; or point --db / $KERNELGYM_GAP_DB elsewhere")
-
-
-def create_private_dir(d: Path) -> None:
-    """`d` and any missing parent, the last one created 0700 (one that exists is left as it is)."""
-    if not d.exists():
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
-
-
-def create_private_file(path: Path) -> None:
-    """Create `path` empty and 0600 if it does not exist (O_EXCL: never over one another process made)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except OSError:          # it exists, or cannot be made here: sqlite3 opens it or says why (StoreError)
-        return
-    os.close(fd)
 
 
 _readable_ok: set[tuple[str, str]] = set()       # (task directory, tasks_dir) found readable: not walked again

@@ -116,7 +116,7 @@ class CacheKey:
 def cache_key_for(task, source, dsl: str, backend: str, config) -> CacheKey:
     """The key an evaluation of `source` would be stored under; starts no process."""
     if backend == "auto":
-        from kernelgym_gap.engine.pipeline import resolve_backend
+        from kernelgym_gap.core.backend import resolve_backend
         backend = resolve_backend(backend)
     return CacheKey(source_sha256(source), task.id, task.version, dsl, backend, cache_device_key(backend, config),
                     settings_hash(config), software_hash(dsl))

@@ -79,7 +79,7 @@ class Store(ResultsMixin, QueueMixin, DeviceCacheMixin, BenchMixin):
         if str(self.path) != ":memory:":
             # the database holds every stored submission's source: its directory is made 0700 and the file
             # 0600 here (SQLite gives -wal/-shm the database's mode), never readable by a sandbox's uid
-            from kernelgym_gap.sandbox.exposure import create_private_dir, create_private_file
+            from kernelgym_gap.store.private_files import create_private_dir, create_private_file
             create_private_dir(self.path.parent)
             create_private_file(self.path)
         try:

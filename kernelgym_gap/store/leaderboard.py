@@ -8,8 +8,9 @@ they never solved counts 0), then tasks solved, then who got there first.
 """
 from __future__ import annotations
 
+from statistics import geometric_mean as geomean   # judge.reward.geomean's arithmetic; the store imports core alone
+
 from kernelgym_gap.core import ids
-from kernelgym_gap.judge.reward import geomean
 
 
 def backends(store) -> list[str]:
