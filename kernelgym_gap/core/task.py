@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kernelgym_gap.core import dsls
 from kernelgym_gap.core.backend import BACKENDS  # noqa: F401 - task files and callers read it here
 from kernelgym_gap.core.ids import task_id
 
@@ -24,7 +25,7 @@ IMPORTED_CATEGORIES = ("pooling", "loss", "architecture")
 # 1: one memory-bound op; 2: a fused op or a reduction with a numerical trap; 3: compute-bound or
 # multi-stage (tiling, pipelining, online algorithms).
 LEVELS = (1, 2, 3)
-DSLS = ("triton", "tilelang")
+DSLS = dsls.NAMES       # the registry of DSLs (core/dsls.py) names them
 SOLUTION_KINDS = ("optimized", "slow")
 # The authoring defects the source paper names (a slow solution carries one of them).
 DEFECTS = ("sequential_reduction", "scalar_loop", "needless_dtype_conversion", "too_few_programs",
