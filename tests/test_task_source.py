@@ -212,3 +212,20 @@ def test_a_failure_message_shows_no_tasks_dir_path():
     assert where in record.failure.reproduce                   # kept for people: it runs as printed
     assert where not in record.message and "tasks_dir='<tasks_dir>'" in record.message
     assert where not in json.dumps(public_view(record.to_dict()))
+
+
+@pytest.mark.gpu
+def test_cuda_reward_of_an_imported_task_has_its_performance_terms():
+    """On a GPU an imported task is scored like a built-in one: correct, timed against its library (E) and
+    its floor (U), through the trainer's reward function and the reward server's slots alike."""
+    from kernelgym_gap.integrations.scorer import record_terms
+    from kernelgym_gap.integrations.trl import reward_function
+    f = reward_function(backend="cuda", tasks_dir=[BUILTIN, str(TASKS)], workers=1)
+    try:
+        rewards = f(prompts=None, completions=[_reply(), _reply(WRONG)], task=[NAME, NAME])
+        terms = record_terms(f.last_records[0])
+        assert terms["status"] == "ok" and 0.0 < rewards[0] <= 1.0 and rewards[1] == 0.0, terms
+        assert terms["E"] is not None and terms["E"] > 0 and terms["U"] is not None and 0 < terms["U"] <= 1.0
+        assert str(TASKS.absolute()) not in f.last_records[1].message
+    finally:
+        f.scorer.close()
