@@ -15,9 +15,11 @@
 #                     LinearSwiGLU (v1)
 #   handoff           #15: the output hand-off, torch.save vs the raw tensor file, on this host (~40 s;
 #                     done 2026-12-05)
-#   throughput        #15: the light batch: the defaults, compiles with the lane let go
-#                     (compile_outside_lane=1), and 2 timed shapes, side by side (--variant), with the warm
-#                     env.step (~370 s; 2026-12-05 ran held_output_bytes=0 in place of compile_outside_lane)
+#   throughput        #15/#35: the light batch: the defaults and each lever of issue 35 alone, side by side
+#                     (--variant: compile_outside_lane=1, graph_replay=1, stop_rule=interval,
+#                     precompute_reference=1), with the warm env.step (~5 x 80 s + the serial 3 and the steps;
+#                     2026-12-05 ran held_output_bytes=0 and timed_shapes=2 in their place)
+#   throughput-levers #35: every lever together beside the defaults, on the light batch and on 16 of the full mix
 #   replay            #20: the replay agent over TASKS (default all); resumes from $DB (/tmp/kgg_bench.sqlite3
 #                     while the machine stays warm; after it went back, put the returned bench_store.sqlite3 in
 #                     the working tree, name it in DB= and in the call's carry if git ignores it); copies the
@@ -77,8 +79,17 @@ for step in "$@"; do
     throughput)
       timeout "$STEP_S" python3 scripts/throughput.py --backend cuda \
         --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 12 --fixtures none --serial 3 --per-gpu 4 \
-        --variant "" --variant compile_outside_lane=1 --variant timed_shapes=2 --env-steps Softmax,LayerNorm \
-        --out "$OUT" 2>&1 | tail -30 ;;
+        --variant "" --variant compile_outside_lane=1 --variant graph_replay=1 --variant stop_rule=interval \
+        --variant precompute_reference=1 --env-steps Softmax,LayerNorm --out "$OUT" 2>&1 | tail -30 ;;
+    throughput-levers)
+      # every lever together beside the defaults, the light batch and then the full mix's first 16 (issue 35)
+      timeout "$STEP_S" python3 scripts/throughput.py --backend cuda \
+        --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 12 --fixtures none --serial 0 --per-gpu 4 \
+        --variant "" --variant compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1 \
+        --out "$OUT/light" 2>&1 | tail -12
+      timeout $((STEP_S - 200)) python3 scripts/throughput.py --backend cuda --max 16 --serial 0 --per-gpu 4 \
+        --variant "" --variant compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1 \
+        --out "$OUT/full" 2>&1 | tail -12 ;;
     replay)
       timeout "$STEP_S" python3 -m kernelgym_gap.cli.main bench --agent replay --tasks "$TASKS" \
         --backend "$BACKEND" --samples 1 --steps 1 --name "$LABEL" --db "$DB" --out "$OUT/bench" \

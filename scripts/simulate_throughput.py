@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     calib = study.calibration(inp, args.seed)
     preds = study.predictions(inp, args.seed)
     sens = study.sensitivity(inp, args.seed)
-    scale = study.scaling(inp, args.seed)
+    from kernelgym_gap.core.slots import slots_per_gpu
+    scale = study.scaling(inp, args.seed, slots_per_gpu)
     fit = inp.fit
     print(f"timing fit over {fit.rows} corpus evaluations: {fit.fixed:.2f} s + {fit.per_shape:.3f} s/shape + "
           f"{fit.per_rep_s * 1e3:.3f} ms/repetition + {fit.gpu_factor:.2f} x GPU time; launch share "
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(abs(r["error"]) for r in calib if r["gated"])
     print(f"worst error of the gated rows {worst:.1%} ({'within' if worst <= TOLERANCE else 'OUTSIDE'} the "
           f"{TOLERANCE:.0%} bound)")
-    print("\n== scaling (PREDICTIONS: simulated, all levers, 6 slots per GPU; reward server "
+    print("\n== scaling (PREDICTIONS: simulated, all levers, 6 slots per GPU or core/slots.py's rule; reward server "
           f"{study.SERVER_S * 1e3:g} ms/request and store {study.STORE_S * 1e3:g} ms/record assumed)")
     print(table(scale, ("scenario", "gpus", "evals_per_gpu_hour", "wall_p50_s", "server_utilisation",
                         "store_utilisation")))
@@ -102,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.json}")
     print("\n== predictions per design change (SIMULATED, not measured): evaluations per GPU-hour on the replayed "
           "workloads, warm env.step p50")
+    print("(variant: how scripts/throughput.py runs the lever on the GPU, --variant and --per-gpu; none: not built)")
     print(table(preds, ("scenario", "full_mix", "full_mix_x4", "light_batch", "step_p50_s", "full_mix_wall_p50_s",
-                        "basis")))
+                        "variant", "basis")))
     return 0 if worst <= TOLERANCE else 1
 
 

@@ -89,7 +89,7 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm: bool, library_t
     # cached); it cost the first device run most of its serial budget (2026-12-04), so neither mode pays it
     config = EvalConfig(trial_seed=20261204, library_time=library_time, compile_baseline="cached")
     if overrides:
-        config = config.replace(**overrides)
+        config = apply_variant(config, overrides)
     print(f"{name}: {len(batch)} evaluations, per_gpu={per_gpu}, warm={warm}, library_time={library_time}, "
           f"held_output_bytes={config.held_output_bytes}, timed_shapes={config.timed_shapes}",
           file=sys.stderr, flush=True)
@@ -270,21 +270,72 @@ def table(rows) -> str:
     return "\n".join(out + ["  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in cells])
 
 
-# EvalConfig's fields a variant may set: integers, and compile_outside_lane (0 or 1)
-VARIANT_FIELDS = ("held_output_bytes", "timed_shapes", "compile_outside_lane")
+# The fields a variant may set: EvalConfig's integers and switches, and TimingConfig's (issue 35's levers:
+# graph_replay, stop_rule), each with how its value is read
+SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay")
+TIMING_FIELDS = ("graph_replay", "stop_rule")
+CHOICES = {"stop_rule": ("spread", "interval")}
+VARIANT_FIELDS = ("held_output_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
+                  "graph_replay", "stop_rule")
+# every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
+LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
+          "compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1")
 
 
 def parse_variant(text: str) -> dict:
-    """`--variant`: "held_output_bytes=0,timed_shapes=2" -> EvalConfig overrides ({} for ""); sizes may end in M."""
+    """`--variant`: "held_output_bytes=0,timed_shapes=2" -> overrides ({} for ""); sizes may end in M; switches
+    are 0 or 1; stop_rule is spread or interval."""
     out = {}
     for item in filter(None, text.split(",")):
         key, _, value = item.partition("=")
         if key not in VARIANT_FIELDS:
             raise SystemExit(f"--variant: {key!r} is not one of {sorted(VARIANT_FIELDS)}")
-        out[key] = int(value[:-1]) << 20 if value.upper().endswith("M") else int(value)
-        if key == "compile_outside_lane":
-            out[key] = bool(out[key])
+        if key in CHOICES:
+            if value not in CHOICES[key]:
+                raise SystemExit(f"--variant: {key} must be one of {list(CHOICES[key])}, not {value!r}")
+            out[key] = value
+        elif key in SWITCHES:
+            if value not in ("0", "1"):
+                raise SystemExit(f"--variant: {key} must be 0 or 1, not {value!r}")
+            out[key] = value == "1"
+        else:
+            try:
+                out[key] = int(value[:-1]) << 20 if value.upper().endswith("M") else int(value)
+            except ValueError:
+                raise SystemExit(f"--variant: {key} must be an integer, not {value!r}") from None
     return out
+
+
+# a variant beats the defaults, in the run's own words, by more than this: a 12-evaluation run moves by up to
+# about +-10% with the order the lane's gate takes its waiters in (docs/measurement.md, "The simulator")
+RUN_NOISE = 0.10
+
+
+def lever_gains(rows: list[dict]) -> list[dict]:
+    """Each variant's rate against the defaults' in the same call ("lanes xN" rows): the gain, and whether the
+    run says to adopt it as a default (a gain over RUN_NOISE). The same run's rows only: no other call's
+    figures, so the machine and its load are the same."""
+    base = next((r for r in rows if r["mode"].startswith("lanes") and "[" not in r["mode"]), None)
+    if base is None or not base["evals_per_gpu_hour"]:
+        return []
+    out = []
+    for r in rows:
+        if r is base or "[" not in r["mode"]:
+            continue
+        gain = r["evals_per_gpu_hour"] / base["evals_per_gpu_hour"] - 1
+        out.append({"variant": r["mode"].split("[", 1)[1].rstrip("]"), "evals_per_gpu_hour": r["evals_per_gpu_hour"],
+                    "defaults": base["evals_per_gpu_hour"], "gain": round(gain, 4), "adopt": gain > RUN_NOISE})
+    return out
+
+
+def apply_variant(config, overrides: dict):
+    """`config` with a variant's overrides: TimingConfig's fields on config.timing, the rest on config."""
+    import dataclasses
+    timing = {k: v for k, v in overrides.items() if k in TIMING_FIELDS}
+    rest = {k: v for k, v in overrides.items() if k not in TIMING_FIELDS}
+    if timing:
+        rest["timing"] = dataclasses.replace(config.timing, **timing)
+    return config.replace(**rest)
 
 
 def main(argv=None) -> int:
@@ -304,7 +355,8 @@ def main(argv=None) -> int:
     ap.add_argument("--think", type=float, default=3.0, help="seconds before each env.step (the agent's turn)")
     ap.add_argument("--variant", action="append", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
                     help="the lanes mode once more with these EvalConfig fields (held_output_bytes, timed_shapes, "
-                         "compile_outside_lane=0/1; "
+                         "compile_outside_lane=0/1, precompute_reference=0/1, graph_replay=0/1, "
+                         "stop_rule=spread/interval; 'levers' for every lever of issue 35 alone and together; "
                          "'' for the defaults), side by side; repeatable. held_output_bytes=0 writes each output "
                          "inside the lane, as before 2026-12-04")
     ap.add_argument("--out", default=str(ROOT / "results"))
@@ -335,7 +387,8 @@ def main(argv=None) -> int:
         rows.append(summarise("serial", subset, serial, secs, n_gpus))
         # kept even if the lanes half does not finish (a device call has a hard limit)
         (out / "throughput_serial_partial.json").write_text(json.dumps(rows[0], indent=1) + "\n")
-    for variant in args.variant or [""]:
+    variants = [v for arg in args.variant or [""] for v in (("",) + LEVERS if arg == "levers" else (arg,))]
+    for variant in variants:
         overrides = parse_variant(variant)
         suffix = f" [{variant}]" if overrides else ""
         lanes, secs = run_mode("lanes" + suffix, batch, args.backend, args.per_gpu, args.backend == "cuda", "cached",
@@ -359,6 +412,7 @@ def main(argv=None) -> int:
         "device": device, "gpus": n_gpus, "cpus": os.cpu_count(), "versions": versions, "modes": rows,
         "agreement": info, "fixtures_unexpected": unexpected, "env_step": steps,
         "evals_per_gpu_hour": {r["mode"]: r["evals_per_gpu_hour"] for r in rows},
+        "levers": lever_gains(rows),
         "submissions": [{"submission": tag, "kind": kind, "status": r.status.value, "stage": r.stage,
                          "E": (r.terms or {}).get("E"), "wall_s": round(r.latency.get("total", 0.0), 2),
                          "early_exit": any(p.get("early_exit") for p in per_shape(r)),

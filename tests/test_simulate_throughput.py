@@ -160,6 +160,37 @@ def test_the_script_runs_quickly_and_writes_its_tables(tmp_path, capsys):
     assert sens[(0.5, 0.5)] > sens[(1.0, 1.0)] and sens[(0.25, 0.25)] > sens[(0.5, 0.5)]
 
 
+def test_every_built_lever_names_the_variant_the_gpu_run_takes(inputs):
+    """Each prediction of a built lever says how scripts/throughput.py runs it, and that variant parses there
+    (one GPU call runs them side by side); the candidates not built say so (None)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("throughput", ROOT / "scripts" / "throughput.py")
+    tp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tp)
+    rows = {r["scenario"]: r for r in study.predictions(inputs)}
+    built = {r["variant"] for r in rows.values() if r["variant"]}
+    for variant in built:
+        fields = variant.split(" --per-gpu ")[0]
+        assert fields.startswith("--per-gpu") or tp.parse_variant(fields)
+    assert set(tp.LEVERS) <= {v.split(" --per-gpu ")[0] for v in built}
+    assert rows["+ hung calls let the lane go"]["variant"] is None
+
+
+def test_laned_stages_on_cores_slow_a_core_bound_host_and_not_a_roomy_one(inputs):
+    jobs = inputs.workloads["light batch"]
+    roomy = [simulate(jobs, Setup(slots_per_gpu=4, cores_per_host=16, laned_cores=k)).evals_per_gpu_hour
+             for k in (False, True)]
+    assert roomy[0] == pytest.approx(roomy[1], rel=0.02)        # 16 cores never bind 4 slots: the calibration holds
+    tight = [simulate(jobs, Setup(slots_per_gpu=4, cores_per_host=2, laned_cores=k)).evals_per_gpu_hour
+             for k in (False, True)]
+    assert tight[1] < 0.9 * tight[0]
+    from kernelgym_gap.core.slots import slots_per_gpu
+    rows = {r["scenario"]: r for r in study.scaling(inputs, 1, slots_per_gpu)}
+    rule = [r for name, r in rows.items() if "by the rule" in name]
+    assert len(rule) == 3 and all(r["evals_per_gpu_hour"] > 0 for r in rule)
+    assert not any("by the rule" in r["scenario"] for r in study.scaling(inputs, 1))
+
+
 def test_bad_records_are_refused_with_their_line(tmp_path):
     bad = tmp_path / "throughput_records.jsonl"
     bad.write_text('{"mode": "lanes", "at_s": 1, "latency": {}}\nnot json\n')

@@ -86,6 +86,49 @@ def test_a_variant_is_a_set_of_config_overrides():
         mod.parse_variant("wall_s=3")
 
 
+def _script():
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_lever_of_issue_35_is_a_variant_and_lands_on_its_config_field():
+    """One GPU call runs the levers side by side: each parses, and lands on EvalConfig or its TimingConfig."""
+    from kernelgym_gap.core.config import EvalConfig
+    mod = _script()
+    config = EvalConfig()
+    for lever in mod.LEVERS:
+        overrides = mod.parse_variant(lever)
+        assert overrides
+        applied = mod.apply_variant(config, overrides)
+        for key, value in overrides.items():
+            assert getattr(applied.timing if key in mod.TIMING_FIELDS else applied, key) == value
+    both = mod.apply_variant(config, mod.parse_variant(mod.LEVERS[-1]))
+    assert both.compile_outside_lane and both.precompute_reference
+    assert both.timing.graph_replay and both.timing.stop_rule == "interval"
+    assert both.timing.min_reps == config.timing.min_reps            # the rest of the timing untouched
+
+
+@pytest.mark.parametrize("bad,match", [("stop_rule=fixed", "spread"), ("graph_replay=yes", "0 or 1"),
+                                       ("timed_shapes=two", "integer")])
+def test_a_bad_variant_value_is_refused_by_name(bad, match):
+    with pytest.raises(SystemExit, match=match):
+        _script().parse_variant(bad)
+
+
+def test_the_run_says_which_levers_to_adopt_from_its_own_rows():
+    mod = _script()
+    rows = [{"mode": "serial", "evals_per_gpu_hour": 100.0},
+            {"mode": "lanes x4", "evals_per_gpu_hour": 500.0},
+            {"mode": "lanes x4 [compile_outside_lane=1]", "evals_per_gpu_hour": 600.0},
+            {"mode": "lanes x4 [graph_replay=1]", "evals_per_gpu_hour": 520.0}]
+    gains = {g["variant"]: g for g in mod.lever_gains(rows)}
+    assert gains["compile_outside_lane=1"]["gain"] == pytest.approx(0.2) and gains["compile_outside_lane=1"]["adopt"]
+    assert not gains["graph_replay=1"]["adopt"]               # 4%: inside a 12-evaluation run's noise
+    assert mod.lever_gains(rows[:1]) == []                    # no defaults row in this call: no verdict
+
+
 def test_the_host_sampler_writes_memory_and_load_on_the_modes_clock(tmp_path):
     import time
     spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)

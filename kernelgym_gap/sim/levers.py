@@ -99,6 +99,17 @@ class Scenario:
     job: Callable[[Job], Job]
     setup: Callable[[Setup], Setup]
     basis: str
+    # how the GPU run sets this lever: scripts/throughput.py's --variant ("" for the defaults), or its
+    # --per-gpu N; None where it is not built (a candidate the trace shows)
+    variant: str | None = None
+
+
+# the variants of the levers as built (scripts/throughput.py LEVERS)
+GRAPH, INTERVAL, PRECOMPUTE, COMPILE = ("graph_replay=1", "stop_rule=interval", "precompute_reference=1",
+                                        "compile_outside_lane=1")
+ALL = ",".join((COMPILE, GRAPH, INTERVAL, PRECOMPUTE))
+RULE_SLOTS = 6     # core/slots.slots_per_gpu(16 cores, 1 GPU): the H200 host's slots by the cores' rule (this
+                  # package imports nothing of kernelgym_gap's; tests/test_slots.py checks the two agree)
 
 
 def _same(x):
@@ -150,24 +161,28 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
     precompute = lambda s: dataclasses.replace(s, precompute_reference=True)         # noqa: E731
     both = lambda j: reference_share(compile_share(ci(graph(j))))                   # noqa: E731
     all_setup = lambda s: dataclasses.replace(s, compile_outside_lane=True, precompute_reference=True)  # noqa: E731
+    rule = RULE_SLOTS
     return [
-        Scenario("as measured (4 slots)", _same, _same, "the records replayed"),
+        Scenario("as measured (4 slots)", _same, _same, "the records replayed", ""),
         Scenario("CUDA-graph timing", graph, _same,
-                 f"timing x (1 - {fit.launch_share:.2f}) + {GRAPH_CAPTURE_S} s x 9 shapes (corpus fit)"),
+                 f"timing x (1 - {fit.launch_share:.2f}) + {GRAPH_CAPTURE_S} s x 9 shapes (corpus fit)", GRAPH),
         Scenario("stop on E's interval", ci, _same,
-                 f"timing x (1 - {fit.repetition_share:.2f} x (1 - {CI_REPS_FACTOR})) (fit; reps factor assumed)"),
-        Scenario("graph + interval stop", lambda j: ci(graph(j)), _same, "both timing changes"),
+                 f"timing x (1 - {fit.repetition_share:.2f} x (1 - {CI_REPS_FACTOR})) (fit; reps factor assumed)",
+                 INTERVAL),
+        Scenario("graph + interval stop", lambda j: ci(graph(j)), _same, "both timing changes",
+                 f"{GRAPH},{INTERVAL}"),
         Scenario("reference while child runs", reference_share, precompute,
-                 f"{REFERENCE_SHARE:.0%} of the check (assumed) runs from the child's start"),
+                 f"{REFERENCE_SHARE:.0%} of the check (assumed) runs from the child's start", PRECOMPUTE),
         Scenario("compiles outside the lane", compile_share, compile_out,
-                 f"{COMPILE_SHARE:.0%} of the correctness calls (assumed) off the lane"),
-        Scenario("6 slots per GPU", _same, lambda s: dataclasses.replace(s, slots_per_gpu=6),
-                 "16 cores: 6 children and 6 checkers; no GPU-sharing slowdown beyond the measured"),
-        Scenario("all levers, 4 slots", both, all_setup, "the five changes above"),
+                 f"{COMPILE_SHARE:.0%} of the correctness calls (assumed) off the lane", COMPILE),
+        Scenario(f"{rule} slots per GPU (the cores' rule)", _same, lambda s: dataclasses.replace(s, slots_per_gpu=rule),
+                 f"core/slots.slots_per_gpu(16 cores, 1 GPU) = {rule}; no GPU-sharing slowdown beyond the measured",
+                 f"--per-gpu {rule}"),
+        Scenario("all levers, 4 slots", both, all_setup, "the five changes above", ALL),
         Scenario("all levers, 6 slots", both, lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=6),
-                 "the five changes, 6 slots"),
+                 "the five changes, 6 slots (the cores' rule on this host)", f"{ALL} --per-gpu 6"),
         Scenario("all levers, 8 slots", both, lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=8),
-                 "the five changes, 8 slots"),
+                 "the five changes, 8 slots", f"{ALL} --per-gpu 8"),
         # two candidates the trace shows (not in the issue's list)
         Scenario("+ timing set-up before the lane", lambda j: setup_before_lane(fit)(both(j)),
                  lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=6),

@@ -68,6 +68,10 @@ class Setup:
     gate_seed: int | None = None   # None: the lane's gate in arrival order; a seed: in a random order (flock's)
     server_s: float = 0.0      # the reward server's service time per request (0: no server modelled)
     store_s: float = 0.0       # the store's service time per record write (0: no store modelled)
+    # the laned stages (the child's calls and compiles, its timing loop, the check) hold a host core too.
+    # Off in the calibration (16 cores never bound 4 slots there, so the measured runs cannot tell); on, a
+    # host with fewer cores than its slots' work shows it (study.scaling's core-bound rows)
+    laned_cores: bool = False
 
 
 @dataclasses.dataclass
@@ -135,8 +139,15 @@ class _Run:
         t = self.sim.now
         yield Acquire(lane, mode)
         self.stage(i, job, gpu, slot, f"wait {mode}", t, wait=True, row=row)
+        cores = self.cores[self.host_of(gpu)] if self.setup.laned_cores else None
+        if cores is not None:        # runnable but without a core: it keeps the lane while it waits (as a
+            t = self.sim.now         # descheduled process holding its flock does)
+            yield Acquire(cores)
+            self.stage(i, job, gpu, slot, "wait core", t, wait=True, row=row)
         t = self.sim.now
         yield Delay(seconds)
+        if cores is not None:
+            cores.release(self.sim)
         lane.release(self.sim, mode)
         self.stage(i, job, gpu, slot, name, t, lane=mode, row=row)
 

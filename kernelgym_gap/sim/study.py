@@ -125,7 +125,7 @@ def predictions(inp: Inputs, seed: int = 1) -> list[dict]:
         full = simulate([sc.job(j) for j in inp.workloads["full mix"]], setup)
         light = simulate([sc.job(j) for j in inp.workloads["light batch"]], setup)
         x4 = simulate([sc.job(j) for j in longer], setup)
-        rows.append({"scenario": sc.name, "full_mix": round(full.evals_per_gpu_hour),
+        rows.append({"scenario": sc.name, "variant": sc.variant, "full_mix": round(full.evals_per_gpu_hour),
                      "full_mix_x4": round(x4.evals_per_gpu_hour), "light_batch": round(light.evals_per_gpu_hour),
                      "step_p50_s": round(step_p50([sc.job(s) for s in inp.steps], setup), 2),
                      "full_mix_wall_p50_s": round(full.wall_p50, 1), "basis": sc.basis})
@@ -157,25 +157,37 @@ def replicated(jobs: list[Job], gpus: int, seed: int) -> list[Job]:
     return [copy[i] for i in range(len(jobs)) for copy in copies]
 
 
-def scaling(inp: Inputs, seed: int) -> list[dict]:
+def scaling(inp: Inputs, seed: int, slots_rule=None) -> list[dict]:
     """Hosts of 8 GPUs with every lever (6 slots), by simulation; then a cluster of such hosts, bounded by the
-    reward server's and the store's capacity."""
+    reward server's and the store's capacity. `slots_rule(cores, gpus)`: slots per GPU by a rule
+    (core/slots.slots_per_gpu, which scripts/simulate_throughput.py passes: this package imports nothing of
+    kernelgym_gap's); its rows are left out without one."""
     all6 = next(s for s in levers.scenarios(inp.fit) if s.name == "all levers, 6 slots")
     base = [all6.job(j) for j in inp.workloads["full mix"]]
     rows = []
-    cases = (("1 GPU, 16 cores (the H200 host)", 1, 16, False), ("8 GPUs, 128 cores", 8, 128, True),
-             ("8 GPUs, 16 cores", 8, 16, True))
+    # (label, GPUs, cores, servers modelled, slots per GPU: 6, or None for core/slots.slots_per_gpu's rule)
+    # and whether the laned stages hold a host core too (Setup.laned_cores: what a core-bound host shows)
+    cases = (("1 GPU, 16 cores (the H200 host)", 1, 16, False, 6, False), ("8 GPUs, 128 cores", 8, 128, True, 6, False),
+             ("8 GPUs, 16 cores", 8, 16, True, 6, False), ("8 GPUs, 16 cores", 8, 16, True, 6, True),
+             ("1 GPU, 16 cores (the H200 host)", 1, 16, False, None, True),
+             ("8 GPUs, 128 cores", 8, 128, True, None, True), ("8 GPUs, 16 cores", 8, 16, True, None, True))
     per_gpu = None
-    for label, gpus, cores, servers in cases:
-        setup = all6.setup(Setup(gpus_per_host=gpus, cores_per_host=cores,
+    for label, gpus, cores, servers, slots, laned_cores in cases:
+        if slots is None and slots_rule is None:
+            continue
+        n = slots or slots_rule(cores, gpus)
+        setup = all6.setup(Setup(gpus_per_host=gpus, cores_per_host=cores, laned_cores=laned_cores,
                                  server_s=SERVER_S if servers else 0.0, store_s=STORE_S if servers else 0.0))
+        setup = dataclasses.replace(setup, slots_per_gpu=n)
         r = simulate(replicated(base, gpus, seed), setup)
-        rows.append({"scenario": f"all levers, 6 slots: {label}", "gpus": gpus,
+        name = (f"{n} slots" if slots else f"slots by the rule ({n})") + (", laned stages on cores" if laned_cores
+                                                                           else "")
+        rows.append({"scenario": f"all levers, {name}: {label}", "gpus": gpus,
                      "evals_per_gpu_hour": round(r.evals_per_gpu_hour),
                      "wall_p50_s": round(r.wall_p50, 1),
                      "server_utilisation": round(r.server_busy_s / r.makespan, 4) if servers else None,
                      "store_utilisation": round(r.store_busy_s / r.makespan, 4) if servers else None})
-        if gpus == 8 and cores == 128:
+        if gpus == 8 and cores == 128 and slots and not laned_cores:
             per_gpu = r.evals_per_gpu_hour
     for hosts in (16, 64, 256):
         gpus = 8 * hosts
