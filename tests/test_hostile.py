@@ -75,7 +75,7 @@ class _NoProbe:
 
 @pytest.fixture(scope="module")
 def task(registry):
-    t = registry.get("kernelgym_gap/LayerNorm-v0")
+    t = registry.get("kernelgym_gap/LayerNorm-v1")
     return dataclasses.replace(t, workloads={
         **t.workloads,
         "cpu": Workload(public=((16, 128), (5, 200)), heldout=((7, 96),), dtypes=("float32",)),
@@ -343,7 +343,7 @@ def test_timing_calls_are_watched_for_library_compute():
 
     import torch
     from kernelgym_gap.child import integrity as integ
-    from kernelgym_gap.child.run import timing_entry
+    from kernelgym_gap.child.timing_watch import timing_entry
 
     calls = []
 
@@ -529,7 +529,7 @@ def test_a_patched_harness_module_is_named(name, task, no_probe):
                                        # the bench is the leaf both sides import (device/bench.py)
                                        "kernelgym_gap.device.bench.Bench._summarise was replaced"],
              "patch_timing_stats.py": ["kernelgym_gap.core.timing_stats.summarise was replaced"],
-             "patch_harness_constant.py": ["kernelgym_gap.child.run.TIMING_WATCH_FRACTION was replaced",
+             "patch_harness_constant.py": ["kernelgym_gap.child.timing_watch.TIMING_WATCH_FRACTION was replaced",
                                            "kernelgym_gap.child.timing.DEVICE_EXCESS was replaced"]}[name]
     for what in named:
         assert what in record.message, record.message

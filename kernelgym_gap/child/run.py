@@ -9,11 +9,9 @@ This module, not runner.py, holds the work: a real child runs runner.py as __mai
 snapshots cover as `__main__`; this module, like every harness module, they cover by name."""
 from __future__ import annotations
 
-import collections
 import gc
 import importlib.util
 import os
-import random
 import sys
 import time
 from pathlib import Path
@@ -26,8 +24,11 @@ from kernelgym_gap.child.failure import Failure, classify
 from kernelgym_gap.child.lanes import ChildLane
 from kernelgym_gap.child.marks import CallMarks
 from kernelgym_gap.child.outputs import HeldOutputs, checkpoint_due
+from kernelgym_gap.child.report_parts import (aliases_an_input, device_info, is_tensor, type_name_of, versions,
+                                              write_report)
 from kernelgym_gap.child.module_entry import resolve_entry
 from kernelgym_gap.child.timing import time_submission
+from kernelgym_gap.child.timing_watch import timing_entry
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.lane import inherited
 from kernelgym_gap.core.record import (IMPORT_MARKER, IMPORT_START_FD_ENV, ChildReport, Job, TrialOutcome,
@@ -38,46 +39,6 @@ from kernelgym_gap.core.tensor_file import output_name
 
 # Everything used once the submission is loaded is bound here, before it: a name looked up in sys.modules
 # later could be the submission's replacement.
-
-
-def _write_report(path: Path, report) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(report.to_json())
-    os.replace(tmp, path)
-
-
-def _device_info(backend: str) -> dict:
-    if backend != "cuda":
-        return {"kind": "cpu", "name": "cpu (Triton interpreter / TileLang C target)"}
-    from kernelgym_gap.device.identity import device_identity
-    return device_identity()[0]
-
-
-def _versions(adapter) -> dict:
-    v = {"python": sys.version.split()[0], "torch": torch.__version__}
-    v.update(type(adapter).versions())
-    if torch.version.cuda:
-        v["cuda"] = torch.version.cuda
-    return v
-
-
-def _aliases(out, inputs) -> bool:
-    ptr = out.untyped_storage().data_ptr()
-    size = out.untyped_storage().nbytes()
-    for t in inputs:
-        if isinstance(t, torch.Tensor) and t.device == out.device:
-            p, n = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
-            if ptr < p + n and p < ptr + size:
-                return True
-    return False
-
-
-def _output_type(out) -> str:
-    if type(out) is torch.Tensor:
-        return "torch.Tensor"
-    cls = type(out)
-    name = f"{type.__getattribute__(cls, '__module__')}.{type.__getattribute__(cls, '__qualname__')}"
-    return name if name != "torch.Tensor" else "torch.Tensor (a different class under the same name)"
 
 
 def _signal_import_start() -> None:
@@ -150,7 +111,7 @@ class ChildRun:
         # both probe modes run without the interpreter (probe.probe_env) and compile instead of launching
         self.adapter = make_adapter(job.dsl, job.backend, compile_only=job.mode in ("compile_probe", "compile_specs"))
         self.adapter.install()
-        self.common = dict(versions=_versions(self.adapter), device=_device_info(job.backend))
+        self.common = dict(versions=versions(self.adapter), device=device_info(job.backend))
         self.lane = ChildLane(*inherited(), self.phases)   # the GPU's lane the parent handed over (core/lane.py)
         self.adapter.compile_hook = self.lane.let_go
         if job.backend == "cuda":
@@ -168,7 +129,7 @@ class ChildRun:
     def finish(self, status: Status, message: str, **kw) -> int:
         """Writes the one report of this child (with the common fields); the process's exit code."""
         self.phases["total"] = time.perf_counter() - self.t0
-        _write_report(self.report_path, ChildReport(status=status, message=message, phases=self.phases,
+        write_report(self.report_path, ChildReport(status=status, message=message, phases=self.phases,
                                                     **kw, **self.common))
         return 0
 
@@ -251,7 +212,7 @@ class ChildRun:
             fresh = inputs_mod.make_trial_inputs(self.task, trial, self.device)
             key = (tuple(trial.shape), trial.dtype)
             if key in self.buffers:
-                ins = tuple(b.copy_(f) if _is_tensor(b) else f for b, f in zip(self.buffers[key], fresh))
+                ins = tuple(b.copy_(f) if is_tensor(b) else f for b, f in zip(self.buffers[key], fresh))
             else:
                 self.buffers[key] = ins = fresh
             del fresh
@@ -294,7 +255,7 @@ class ChildRun:
         launches, programs = adapter.log.launches, adapter.log.max_programs
         out_file, aliases = None, False
         if type(out) is torch.Tensor:
-            aliases = _aliases(out, ins)
+            aliases = aliases_an_input(out, ins)
             out_file = output_name("trial", trial.index)
             t_save = time.perf_counter()
             try:        # a host copy, written after the lanes (child/outputs.py)
@@ -303,7 +264,7 @@ class ChildRun:
                 return self.fail(self.classify(e, f"{where}: while keeping its output for the checker"), **kw)
             self.phases["correctness_save"] += time.perf_counter() - t_save
         with integ.submission_code():
-            output_type = _output_type(out)
+            output_type = type_name_of(out)
             out = None          # the submission's finalizers, if any, run watched
         self.outcomes.append(TrialOutcome(
             index=trial.index, output_file=out_file, launches=launches, programs=programs, seconds=seconds,
@@ -329,7 +290,7 @@ class ChildRun:
             with self.lane.unlaned("checkpoint"):
                 t = time.perf_counter()
                 self.held.write()
-                _write_report(self.report_path.parent / CHECKPOINT_FILE, ChildReport(
+                write_report(self.report_path.parent / CHECKPOINT_FILE, ChildReport(
                     status=Status.OK, message=f"checkpoint after {len(self.outcomes)} trial(s)",
                     phases=self.phases, trials=tuple(self.outcomes), **self.common))
                 # the writing alone, wherever it ran (the wait to take the lane back has its own key)
@@ -384,48 +345,3 @@ class ChildRun:
         notes = "; ".join(sorted(self.adapter.log.notes))
         return self.finish(Status.OK, notes, trials=tuple(self.outcomes), timings=timings,
                            launched=compile_modes.launched_specs(self.adapter))
-
-
-def _is_tensor(x) -> bool:
-    return isinstance(x, torch.Tensor)
-
-
-TIMING_WATCH_FRACTION = 0.1     # share of the timed calls run under the op recorders, at random
-
-
-class _Ops:
-    def __init__(self):
-        self.ops = collections.Counter()
-
-
-def timing_entry(entry, integ, fraction: float = TIMING_WATCH_FRACTION, rng=None):
-    """The entry point as the timing code calls it, and what it recorded.
-
-    Every call runs under the guards (no threads, processes, files, signals). The op recorders cost host
-    time per torch op, so they do not run on every timed call: they run on the first call of each input
-    shape (the untimed call before warm-up) and on a random `fraction` of the others, so a submission
-    that launches its kernel while it is checked and calls torch once the harness starts timing is
-    caught (and a timed call that is watched only adds host time, which the spin kernel of timing.py
-    hides). A submission that looks for the recorder on torch's mode stack and behaves only while it is
-    there is not caught by this: docs/security.md says so."""
-    rng = rng or random.SystemRandom()
-    seen: set = set()
-    recorded = _Ops()
-
-    def key_of(args):
-        first = args[0] if args else None
-        return (tuple(getattr(first, "shape", ())), str(getattr(first, "dtype", "")))
-
-    def watched(*args, **kwargs):
-        key = key_of(args)
-        if key not in seen or rng.random() < fraction:
-            seen.add(key)
-            w = integ.watching()
-            with w:
-                result = entry(*args, **kwargs)
-            recorded.ops.update(w.ops)
-            return result
-        with integ.submission_code():
-            return entry(*args, **kwargs)
-
-    return watched, recorded

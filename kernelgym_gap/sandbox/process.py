@@ -3,7 +3,7 @@
 The layers (each named in `ChildOutcome.layers` only when it was active; docs/security.md says what each
 stops and what it does not):
   session          own session and process group; the deadline kills the group (and the cgroups, below)
-  clean_env        the environment is an allow-list built here (`child_env`): no secret of the parent passes
+  clean_env        the environment is an allow-list (scratch.py, `child_env`): no secret of the parent passes
   scratch          a fresh directory as cwd, HOME, TMPDIR and every cache (Triton, TileLang, TVM)
   rlimit_*         CPU seconds, file size, open files, core dumps (0), processes (nproc, with an
                    unprivileged uid), address space (`rlimit_as`, cpu path only: RLIMIT_AS breaks cuInit)
@@ -21,7 +21,8 @@ stops and what it does not):
   scratch_quota    the scratch directory's size and entry count watched; over quota, the child is killed
   scratch_sanitized symlinks and special files the child left in its scratch are removed before the
                    parent reads anything from it
-isolation.py builds the bwrap and unshare command lines and chooses the isolation and uid; this module
+isolation.py builds the bwrap and unshare command lines and chooses the isolation and uid; scratch.py the
+environment and the scratch directory; this module
 starts the child under them (SandboxedChild) and enforces the deadline and limits while it runs.
 """
 from __future__ import annotations
@@ -41,10 +42,11 @@ from pathlib import Path
 from kernelgym_gap.sandbox.cgroup import ChildCgroups
 from kernelgym_gap.sandbox.deadlines import CallWatch
 from kernelgym_gap.sandbox.isolation import bwrap_argv, choose_isolation, unshare_argv
+# the child's environment and scratch directory (scratch.py); child_env is read here by the callers too
+from kernelgym_gap.sandbox.scratch import child_env, prepare_scratch, scratch_usage  # noqa: F401
 from kernelgym_gap.core.config import SandboxConfig
 from kernelgym_gap.core.lane import FD_BASE, child_fds
 from kernelgym_gap.core.record import CALL_MARKER, IMPORT_MARKER, IMPORT_START_FD_ENV
-from kernelgym_gap.core.registry import PROJECT_ROOT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,34 +104,6 @@ class _TailReader(threading.Thread):
 
 # ------------------------------------------------------------------------------------------ the child
 
-def child_env(scratch: Path, extra: dict[str, str]) -> dict[str, str]:
-    """The whole environment of a child: nothing of the parent's passes but PATH and the locale."""
-    cache = scratch / "cache"
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(scratch),
-        "USER": "kgg", "LOGNAME": "kgg",
-        "TMPDIR": str(scratch / "tmp"),
-        "LANG": "C.UTF-8",
-        "PYTHONPATH": str(PROJECT_ROOT),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONHASHSEED": "0",
-        "TRITON_CACHE_DIR": str(cache / "triton"),
-        "TRITON_HOME": str(cache),
-        "TILELANG_CACHE_DIR": str(cache / "tilelang"),
-        "TILELANG_TMP_DIR": str(scratch / "tmp"),
-        "TVM_FFI_CACHE_DIR": str(cache / "tvm_ffi"),
-        "XDG_CACHE_HOME": str(cache),
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "MALLOC_ARENA_MAX": "4",        # glibc's per-thread arenas reserve address space (RLIMIT_AS)
-        "CUDA_VISIBLE_DEVICES": "",     # set to the child's GPU by run_sandboxed on the GPU path
-    }
-    env.update(extra)
-    return env
-
-
 def _preexec(config: SandboxConfig, cgroups: ChildCgroups | None, uid: int | None, drop_here: bool, gpu: bool):
     limits = [(resource.RLIMIT_CPU, config.cpu_s), (resource.RLIMIT_FSIZE, config.fsize_bytes),
               (resource.RLIMIT_NOFILE, config.nofile), (resource.RLIMIT_CORE, 0)]
@@ -155,47 +129,6 @@ def _preexec(config: SandboxConfig, cgroups: ChildCgroups | None, uid: int | Non
     return apply, [names[w] for w, _ in limits]
 
 
-def _walk(root: Path, max_entries: int, remove_special: bool = False) -> tuple[int, int, int]:
-    """(bytes allocated, entries, special entries removed) under root, not following links; stops
-    counting at max_entries."""
-    total = entries = removed = 0
-    stack = [str(root)]
-    while stack:
-        try:
-            it = os.scandir(stack.pop())
-        except OSError:
-            continue
-        with it:
-            for e in it:
-                entries += 1
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(e.path)
-                elif remove_special and not e.is_file(follow_symlinks=False):
-                    try:
-                        os.unlink(e.path)
-                        removed += 1
-                    except OSError:
-                        pass
-                total += st.st_blocks * 512
-                if entries > max_entries and not remove_special:
-                    return total, entries, removed
-    return total, entries, removed
-
-
-def _prepare_scratch(scratch: Path, uid: int | None) -> None:
-    for sub in ("tmp", "cache"):
-        (scratch / sub).mkdir(parents=True, exist_ok=True)
-    if uid is not None:
-        # The scratch and the folders the child writes in; the job and the source stay the parent's.
-        for p in [scratch] + [scratch / s for s in ("tmp", "cache", "outputs")]:
-            if p.is_dir() and not p.is_symlink():
-                os.chown(p, uid, uid)
-
-
 class SandboxedChild:
     """A child started under every layer this machine offers. `wait()` enforces the deadline and returns
     its ChildOutcome; nothing of the child survives `wait()` or `kill()`.
@@ -211,7 +144,7 @@ class SandboxedChild:
         gpu = config.gpu_devices is not None
         isolation, uid = choose_isolation(config, scratch)
         self.isolation, self.uid = isolation, uid
-        _prepare_scratch(scratch, uid)
+        prepare_scratch(scratch, uid)
         layers = ["session", "clean_env", "scratch"]
         cgroups = ChildCgroups(f"c{os.getpid()}-{random.SystemRandom().randrange(1 << 40):x}", config.pids_max,
                                config.gpu_memory_bytes if gpu else config.memory_bytes)
@@ -369,7 +302,7 @@ class SandboxedChild:
                     limits_hit.append("output")
                     break
                 if config.scratch_quota_bytes is not None and time.monotonic() >= next_quota:
-                    used, entries, _ = _walk(scratch, config.scratch_max_entries)
+                    used, entries, _ = scratch_usage(scratch, config.scratch_max_entries)
                     if used > config.scratch_quota_bytes or entries > config.scratch_max_entries:
                         limits_hit.append("scratch_quota")
                         break
@@ -382,7 +315,7 @@ class SandboxedChild:
             limits_hit.append("memory")
         if stats.get("forks_refused"):
             limits_hit.append("pids")
-        used, entries, removed = _walk(scratch, config.scratch_max_entries, remove_special=True)
+        used, entries, removed = scratch_usage(scratch, config.scratch_max_entries, remove_special=True)
         if (config.scratch_quota_bytes is not None and "scratch_quota" not in limits_hit
                 and (used > config.scratch_quota_bytes or entries > config.scratch_max_entries)):
             limits_hit.append("scratch_quota")    # filled and exited between two looks: still over (disk.py)
