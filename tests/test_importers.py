@@ -117,7 +117,7 @@ def test_inputs_are_deterministic_per_seed_and_carry_the_state(imported):
 
 
 @pytest.mark.parametrize("name, words", [
-    ("dropout_in_forward", "randomness inside forward"),
+    ("dropout_in_forward", "randomness used inside forward"),
     ("tuple_output", "not a torch.Tensor"),
     ("no_get_inputs", "no get_inputs()"),
     ("import_error", "importing the problem file failed: ModuleNotFoundError"),

@@ -17,27 +17,46 @@ def add_commands(sub) -> None:
                    help="the problem files are trusted: their tasks' references (the files' own code) may then "
                         "run in the trusted checker, as this user, outside the sandbox. Without it the analysis "
                         "still runs sandboxed, and evaluating the tasks is refused (docs/importing.md)")
+    k.add_argument("--keep-modelnew", action="store_true",
+                   help="a problem file that defines its own ModelNew in Triton or TileLang keeps it as the "
+                        "task's solution, so `bench --agent replay` replays it")
+    k.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="seconds one problem's analysis may take; over it, that problem is refused and the "
+                        "import goes on (default 300)")
     k.add_argument("--json", action="store_true", help="one JSON object per problem: source, task dir, message")
     k.set_defaults(func=cmd_import_kernelbench)
 
 
 def cmd_import_kernelbench(args) -> int:
     """Exit 0 when every problem was imported, 1 when some were refused (each refusal printed)."""
-    from kernelgym_gap.importers.kernelbench import ImportOutError, import_paths
+    import dataclasses
+
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.importers.kernelbench import ImportOutError, iter_import
+    if not args.timeout > 0:
+        print("kernelgym-gap: --timeout must be a positive number of seconds", file=sys.stderr)
+        return 2
+    base = EvalConfig()
+    config = dataclasses.replace(base, sandbox=dataclasses.replace(base.sandbox, wall_s=float(args.timeout)))
+    results = []
     try:
-        results = import_paths(args.paths, args.out, trust=args.trust)
+        # each problem's line is printed as soon as it is known (flushed): a long import shows its progress,
+        # and a problem that fails cannot take the others' results with it
+        for r in iter_import(args.paths, args.out, trust=args.trust, config=config,
+                             keep_modelnew=args.keep_modelnew):
+            results.append(r)
+            if args.json:
+                print(json.dumps({"source": str(r.source), "task_dir": str(r.task_dir) if r.task_dir else None,
+                                  "name": r.name, "ok": r.ok, "message": r.message}), flush=True)
+            else:
+                print(f"{'imported' if r.ok else 'REFUSED '} {_printable(str(r.source))}: {_printable(r.message)}",
+                      flush=True)
     except ImportOutError as e:
         print(f"kernelgym-gap: {e}", file=sys.stderr)
         return 2
     if not results:
         print("kernelgym-gap: no problem files found", file=sys.stderr)
         return 2
-    for r in results:
-        if args.json:
-            print(json.dumps({"source": str(r.source), "task_dir": str(r.task_dir) if r.task_dir else None,
-                              "name": r.name, "ok": r.ok, "message": r.message}))
-        else:
-            print(f"{'imported' if r.ok else 'REFUSED '} {_printable(str(r.source))}: {_printable(r.message)}")
     refused = sum(not r.ok for r in results)
     if not args.json:
         imported = len(results) - refused

@@ -2,15 +2,18 @@
 DIR/<category>/<stem>/ (task.py and a copy of the problem file) that `--tasks-dir DIR` loads.
 
 What a problem gets (docs/importing.md says why):
-- shapes: the problem's own sizes on cuda; on cpu its size globals halved (largest first) until inputs,
-  state and output are under CPU_ELEMENTS elements; held-out shapes from the batch-like size scaled by 3/4.
+- shapes: the problem's own sizes on cuda; on cpu its sizes shrunk (importers/shrink.py: equal sizes
+  together, kernel-like sizes kept, derived globals recomputed) until its work is small; held-out shapes
+  from the batch-like size scaled by 3/4.
 - flops from torch's FlopCounterMode over one reference call (on the meta device: nothing is allocated),
   minimal bytes from the distinct input, state and output tensors, both per shape.
 - dtypes: the float dtype get_inputs() gives, plus float16/bfloat16 when it gives float32 and the model in
   that dtype agrees with its float64 self within the dtype's tolerance at the cpu shape.
 - distributions: get_inputs()'s values as given (timed) and rescaled/shifted/sparsified variants the problem
   is well-conditioned on; tolerances per dtype scaled by the output's magnitude.
-A problem it cannot take raises ImportRefused with the reason, and no folder is written.
+A problem it cannot take raises ImportRefused with the reason, and no folder is written. One problem's
+failure (its refusal, its time limit, the analysis crashing) is that problem's result only: iter_import yields
+each result as it is made, so the others are neither lost nor held back.
 """
 from __future__ import annotations
 
@@ -27,15 +30,16 @@ from pathlib import Path
 import torch
 
 from kernelgym_gap.core.errors import KernelGymError
-from kernelgym_gap.importers import analysis, sandboxed
+from kernelgym_gap.core.task import DSLS
+from kernelgym_gap.importers import analysis, modelnew, sandboxed
 from kernelgym_gap.importers.analysis import ImportRefused
 from kernelgym_gap.importers.problem import DISTRIBUTIONS, Problem, load_module
 from kernelgym_gap.importers.runtime import FORMAT, shape_key
+from kernelgym_gap.importers.shrink import CPU_ELEMENTS, CPU_FLOPS, heldout_of, plan
 
-__all__ = ["ImportRefused", "ImportOutError", "ImportResult", "discover", "import_file", "import_paths", "build_meta"]
+__all__ = ["ImportRefused", "ImportOutError", "ImportResult", "discover", "import_file", "import_paths",
+           "iter_import", "build_meta", "CPU_ELEMENTS", "CPU_FLOPS"]
 
-CPU_ELEMENTS = 1 << 14      # inputs + state + output of a cpu shape: the Triton interpreter runs it in seconds
-MIN_HALVED = 8              # sizes at or under this are never halved (kernel sizes, strides, axes, groups)
 ENTRY_POINT = "model_forward"
 MAX_PROBLEM_BYTES = 1 << 20   # a KernelBench problem file is a few kB
 
@@ -134,45 +138,6 @@ def _level(path: Path) -> int:
     return int(m.group(1)) if m else 1
 
 
-def halve_for_cpu(path: Path, sizes: dict[str, int]) -> tuple[dict[str, int], list[str]]:
-    """The cpu rule: halve the largest size global above MIN_HALVED (the next largest when that breaks the
-    problem) until inputs, state and output hold at most CPU_ELEMENTS elements."""
-    sizes, steps = dict(sizes), []
-    while True:
-        facts = analysis.meta_facts(path, sizes)
-        if facts["elements"] <= CPU_ELEMENTS:
-            return sizes, steps
-        for name in sorted((n for n in sizes if sizes[n] > MIN_HALVED), key=lambda n: -sizes[n]):
-            trial = dict(sizes, **{name: sizes[name] // 2})
-            try:
-                analysis.meta_facts(path, trial)
-            except Exception:  # noqa: BLE001 - that halving breaks the problem: try the next size
-                continue
-            sizes = trial
-            steps.append(name)
-            break
-        else:
-            raise ImportRefused(
-                f"no cpu shape: halving the sizes above {MIN_HALVED} ({', '.join(f'{k}={v}' for k, v in sizes.items())})"
-                f" leaves {facts['elements']} elements, over the cpu budget of {CPU_ELEMENTS}")
-
-
-def heldout_of(path: Path, sizes: dict[str, int], batch: str) -> dict[str, int]:
-    """The held-out shape: the batch-like size scaled by 3/4 (a size that is no power of two, so edge masks
-    run), doubled when that leaves it unchanged or breaks the problem."""
-    v = sizes[batch]
-    for new in (v * 3 // 4, v * 2):
-        if new < 1 or new == v:
-            continue
-        cfg = dict(sizes, **{batch: new})
-        try:
-            analysis.meta_facts(path, cfg)
-        except Exception:  # noqa: BLE001 - that size breaks the problem: try the next
-            continue
-        return cfg
-    raise ImportRefused(f"no held-out shape: neither 3/4 nor twice {batch}={v} gives a problem that runs")
-
-
 def _tolerances(dtypes, dot: bool, magnitude: float) -> dict:
     table = _TOL_DOT if dot else _TOL_POINTWISE
     r = float(f"{max(1.0, magnitude):.2g}")
@@ -219,9 +184,11 @@ def _fits(problem: Problem, shape, dtype: str, distribution: str, tol, seeds=(11
 
 
 def import_file(path: Path, out: Path, taken: set[str] | None = None, trust: bool = False,
-                config=None) -> ImportResult:
+                config=None, keep_modelnew: bool = False) -> ImportResult:
     """One problem file: its facts counted in a sandboxed child (sandboxed.py), then its task folder written.
-    `trust` is recorded in the task: only a trusted import's reference may run in a trusted process."""
+    `trust` is recorded in the task: only a trusted import's reference may run in a trusted process.
+    `keep_modelnew`: a ModelNew the file defines in a DSL this harness runs is kept as the task's solution
+    (so `bench --agent replay` replays it). Never raises for the problem: any failure is its refusal."""
     path = Path(path)
     name = task_name(path)
     try:
@@ -229,22 +196,36 @@ def import_file(path: Path, out: Path, taken: set[str] | None = None, trust: boo
             raise ImportRefused(f"another problem of this run is named {name!r} already")
         source = read_problem(path)
         meta = sandboxed.analyse(source, name, config)
-        meta.update(source=str(path), level=_level(path), trusted=bool(trust))
+        level = _level(path)
+        meta.update(source=str(path), level=level, trusted=bool(trust))
+        if level == 3:                          # counted in the child, which cannot see the level folder
+            meta["category"] = "architecture"
+        kept = modelnew.solution_of(source) if keep_modelnew else None
+        if kept is not None and kept.get("dsl"):
+            meta["solutions"] = [kept]
         text = render_task(meta)
     except ImportRefused as e:
         return ImportResult(path, None, name, str(e))
+    except Exception as e:  # noqa: BLE001 - the importer's own failure on this file stays this file's refusal
+        return ImportResult(path, None, name, f"the import failed: {type(e).__name__}")
     task_dir = Path(out) / meta["category"] / name
     for other in Path(out).glob(f"*/{name}"):
         if other != task_dir and not other.is_symlink():
             shutil.rmtree(other)        # a re-import that lands in another category
     task_dir.mkdir(parents=True, exist_ok=True)
     (task_dir / "problem.py").write_bytes(source)      # the bytes analysed, not a second read of the path
+    if meta.get("solutions"):
+        (task_dir / "solutions").mkdir(exist_ok=True)
+        (task_dir / "solutions" / meta["solutions"][0]["file"]).write_bytes(source)
     (task_dir / "task.py").write_text(text)
     if taken is not None:
         taken.add(name)
+    note = ("" if not keep_modelnew else f"; ModelNew kept as a {kept['dsl']} solution" if kept and kept.get("dsl")
+            else f"; ModelNew not kept: {kept['why']}" if kept else "; no ModelNew to keep")
     return ImportResult(path, task_dir, name, f"{meta['category']}/{name}: shapes cpu "
                         f"{meta['workloads']['cpu']['public']}, cuda {meta['workloads']['cuda']['public']}; "
-                        f"dtypes {meta['workloads']['cuda']['dtypes']}"
+                        f"dtypes {meta['workloads']['cuda']['dtypes']}" + note
+                        + (f"; {meta['cpu_over_budget']}" if meta.get("cpu_over_budget") else "")
                         + ("" if trust else "; not trusted (--trust): evaluating it is refused, docs/importing.md"))
 
 
@@ -266,8 +247,10 @@ def render_task(meta: dict) -> str:
             f"META = {literal}\n\nTASK = build_task(__file__, META)\n")
 
 
-def import_paths(paths, out: str | Path, trust: bool = False, config=None) -> list[ImportResult]:
-    """Each problem file under `paths` imported into `out`; ImportOutError when `out` cannot be a folder."""
+def iter_import(paths, out: str | Path, trust: bool = False, config=None, keep_modelnew: bool = False):
+    """Each problem file under `paths` imported into `out`, its ImportResult yielded as soon as it is made (a
+    caller prints it then: issue 36 lost a whole level's output to one crash after 18 minutes).
+    ImportOutError (before any problem) when `out` cannot be a folder."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ImportOutError(f"--out {out} exists and is not a directory: give a task directory to write")
@@ -276,7 +259,14 @@ def import_paths(paths, out: str | Path, trust: bool = False, config=None) -> li
     except OSError as e:
         raise ImportOutError(f"--out {out} cannot be created ({e.strerror})") from None
     taken: set[str] = set()
-    return [import_file(p, out, taken, trust, config) for p in discover(paths)]
+    for p in discover(paths):
+        yield import_file(p, out, taken, trust, config, keep_modelnew)
+
+
+def import_paths(paths, out: str | Path, trust: bool = False, config=None,
+                 keep_modelnew: bool = False) -> list[ImportResult]:
+    """iter_import's results as a list; ImportOutError when `out` cannot be a folder."""
+    return list(iter_import(paths, out, trust, config, keep_modelnew))
 
 
 def _line_of(e: BaseException, path: Path) -> str:
@@ -297,22 +287,17 @@ def build_meta(path: Path, name: str) -> dict:
     try:
         module = load_module(path)
     except Exception as e:  # noqa: BLE001 - anything the user's file raises on import
-        # the kind and the line only: the message can quote the file (a NameError names a word of it)
-        raise ImportRefused(f"importing the problem file failed: {type(e).__name__}{_line_of(e, path)}") from None
+        # the kind and the line only: the message can quote the file (a NameError names a word of it); a
+        # missing package is named (a dotted identifier: what the user installs), so the refusal is actionable
+        missing = getattr(e, "name", None) if isinstance(e, ModuleNotFoundError) else None
+        named = (f" (the package {missing!r} is not installed: install it and import again)"
+                 if isinstance(missing, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,80}", missing) else "")
+        raise ImportRefused(f"importing the problem file failed: {type(e).__name__}{_line_of(e, path)}{named}") from None
     analysis.check_definitions(module)
-    sizes = analysis.size_globals(module)
-    try:
-        own = analysis.meta_facts(path, sizes)      # the problem's own sizes, on the meta device
-    except ImportRefused:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise ImportRefused(f"forward does not run at the problem's own sizes: {type(e).__name__}: "
-                            f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}") from None
-    batch = analysis.batch_size_name(path, sizes, own)
-    cpu_sizes, _ = halve_for_cpu(path, sizes)
+    sizes, own, batch, cpu_sizes, steps, heavy = plan(path)
     run = analysis.real_run(path, cpu_sizes)        # refusals: randomness, non-tensor output, forward errors
     configs = {"cuda": (sizes, heldout_of(path, sizes, batch)),
-               "cpu": (cpu_sizes, heldout_of(path, cpu_sizes, batch))}
+               "cpu": (cpu_sizes, heldout_of(path, cpu_sizes, batch, sizes))}
     names = list(sizes)
     shapes: dict[str, dict] = {}
     for pub, held in configs.values():
@@ -334,8 +319,8 @@ def build_meta(path: Path, name: str) -> dict:
         magnitude = max(run["rms"] * math.sqrt(depth(e) / depth(shapes[cpu_key])) for e in shapes.values())
     given = run["float_dtype"] or "float32"
     meta = {
-        "format": FORMAT, "name": name, "category": analysis.category(run["ops"]), "problem_file": "problem.py",
-        "source": str(path), "level": _level(path), "tags": ["imported", "kernelbench"],
+        "format": FORMAT, "name": name, "category": analysis.category(run["ops"], _level(path)), "problem_file": "problem.py",
+        "source": str(path), "level": _level(path), "tags": ["imported", "kernelbench"] + (["cpu-heavy"] if heavy else []),
         "size_names": names, "n_data_inputs": run["n_data"], "state_names": run["state_names"],
         "entry_point": ENTRY_POINT, "output_dtype": run["output_dtype"],
         "reference_in_float64": run["output_dtype"] is None or run["output_float"],
@@ -343,7 +328,10 @@ def build_meta(path: Path, name: str) -> dict:
         "workloads": {b: {"public": [[pub[n] for n in names]], "heldout": [[held[n] for n in names]],
                           "dtypes": [given]} for b, (pub, held) in configs.items()},
         "tolerances": _tolerances(("float32", "float16", "bfloat16"), dot, magnitude),
-        "rules": {"cpu": f"sizes above {MIN_HALVED} halved, largest first, to at most {CPU_ELEMENTS} elements",
+        "dsls": list(DSLS),     # no shipped solutions: a submission may be written in any DSL
+        "cpu_over_budget": heavy,
+        "rules": {"cpu": f"sizes halved (equal ones together, kernel-like ones kept; importers/shrink.py) to at "
+                         f"most {CPU_ELEMENTS} elements and {CPU_FLOPS} counted flops: {', '.join(steps) or 'none'}",
                   "heldout": f"{batch} scaled by 3/4 (doubled when that leaves it unchanged)",
                   "tolerance_magnitude": round(magnitude, 4), "counted_dot_flops": dot},
     }

@@ -3,9 +3,10 @@ reference `Model`, deterministic inputs, and the binding of parameters that both
 submitted `ModelNew` use.
 
 A problem file defines `class Model(nn.Module)`, `get_inputs()` and `get_init_inputs()`, and sizes as
-module-level ints (`batch_size = 16`, `dim = 16384`) that those functions read. A task's shape tuple is the
-values of those size globals, in the order the importer recorded (`size_names`): each shape is a fresh
-module of the problem file with its globals set, so `forward` reading a global sees that shape's value too.
+module-level int literals or tuples of them (`batch_size = 16`, `input_shape = (32768,)`) that those
+functions read (importers/sizes.py). A task's shape tuple is the values of those sizes, in the order the
+importer recorded (`size_names`): each shape is a fresh module of the problem file with those literals
+rewritten before it runs, so derived globals (`bias_shape = (out_features,)`) and `forward` follow them.
 
 Inputs of one trial are `get_inputs()`'s tensors followed by the reference model's parameters and buffers
 (`named_parameters()` then `named_buffers()`, in that order): the model is built from `get_init_inputs()`
@@ -23,6 +24,8 @@ import types
 from pathlib import Path
 
 import torch
+
+from kernelgym_gap.importers.sizes import compile_with_sizes
 
 MODEL_SEED = 0          # the reference model's (and a ModelNew's) parameters: built under this seed
 
@@ -43,11 +46,12 @@ def load_module(path: str | Path, sizes: dict[str, int] | None = None, name: str
     path = Path(path)
     module = types.ModuleType(name)
     module.__file__ = str(path)
-    code = compile(path.read_text(), str(path), "exec")
+    # the sizes are written into their literals before the module runs, so derived globals follow them
+    code, rest = compile_with_sizes(path.read_text(), str(path), sizes)
     exec(code, module.__dict__)   # noqa: S102 - in the sandbox, or a file the user trusted (--trust)
     if not hasattr(module, "get_init_inputs"):   # KernelBench's rule: none means the Model takes no arguments
         module.get_init_inputs = lambda: []
-    for k, v in (sizes or {}).items():
+    for k, v in rest.items():                       # a size with no literal site (set by the module otherwise)
         setattr(module, k, int(v))
     return module
 

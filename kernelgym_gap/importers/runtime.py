@@ -20,10 +20,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kernelgym_gap.core.task import TaskSpec, Tolerance, Workload, itemsize
+from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize
 from kernelgym_gap.importers.problem import Problem
 
-FORMAT = 2          # 2: META["trusted"] (issue 32); tasks of format 1 are imported again
+# 2: META["trusted"] (issue 32); 3: sizes are literals set before the module runs, tuple elements
+# included (issue 36: derived globals follow them). Tasks of an older format are imported again.
+FORMAT = 3
 
 
 class UntrustedProblemError(ValueError):
@@ -73,6 +75,8 @@ def build_task(task_file: str | Path, meta: dict) -> TaskSpec:
         baselines=("torch",), output_dtype=(lambda d: fixed_out) if fixed_out else (lambda d: d),
         reference_in_float64=bool(meta["reference_in_float64"]), timed_distribution="as_given",
         level=int(meta.get("level", 1)), tags=tuple(meta.get("tags", ())), motivation=meta.get("motivation", ""),
+        solutions=tuple(Solution(file=str(s["file"]), dsl=str(s["dsl"]), kind=str(s["kind"]),
+                                 note=str(s.get("note", ""))) for s in meta.get("solutions", ())),
         origin="kernelbench", module_entry_point="ModelNew", adapt_module=problem.adapt_module,
         reference_text=problem_path.read_text())
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from kernelgym_gap.core import bounded_json
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import ProtocolError
-from kernelgym_gap.core.task import CATEGORIES
+from kernelgym_gap.core.task import CATEGORIES, DSLS, IMPORTED_CATEGORIES
 from kernelgym_gap.importers.analysis import ImportRefused
 from kernelgym_gap.sandbox.child_io import backend_env, read_child_file
 from kernelgym_gap.sandbox.process import child_env, run_sandboxed
@@ -53,7 +53,7 @@ def analyse(source: bytes, name: str, config: EvalConfig | None = None) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if raw is None:
-        how = ("timed out" if outcome.timed_out else f"was killed by {outcome.signal}" if outcome.signal
+        how = (f"took over its time limit of {config.sandbox.wall_s:g} s (--timeout)" if outcome.timed_out else f"was killed by {outcome.signal}" if outcome.signal
                else f"exited with code {outcome.returncode}")
         limits = f" (limits hit: {', '.join(outcome.limits_hit)})" if outcome.limits_hit else ""
         raise ImportRefused(f"the sandboxed analysis {how} without a report{limits}")
@@ -113,8 +113,10 @@ def check_meta(meta, name: str) -> None:
     for key, want in expected.items():
         if meta.get(key) != want:
             raise ImportRefused(f"the import's report has {key} other than {want!r}")
-    if meta.get("category") not in CATEGORIES:
-        raise ImportRefused(f"the import's report has a category outside {CATEGORIES}")
+    if meta.get("category") not in CATEGORIES + IMPORTED_CATEGORIES:
+        raise ImportRefused(f"the import's report has a category outside {CATEGORIES + IMPORTED_CATEGORIES}")
+    if not isinstance(meta.get("dsls"), list) or not set(meta["dsls"]) <= set(DSLS):
+        raise ImportRefused(f"the import's report has dsls other than a list of {DSLS}")
     for key in ("size_names", "state_names", "distributions"):
         if not isinstance(meta.get(key), list) or not all(isinstance(v, str) for v in meta[key]):
             raise ImportRefused(f"the import's report has {key} that is not a list of names")

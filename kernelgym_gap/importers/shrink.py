@@ -1,0 +1,139 @@
+"""The cpu shape of an imported problem: its sizes shrunk until the Triton interpreter's work is small.
+
+The rule, and why each part (issue 36 found the old rule, "halve the largest int above 8 until there are
+16k elements", refusing ~50 of KernelBench's level1/level2 problems it could take):
+- Sizes are the problem's literals (importers/sizes.py), tuples included, and derived globals are recomputed
+  from them (bias_shape = (out_features,) follows out_features).
+- Sizes that were equal shrink together, so a square problem stays square and a structural equality
+  (in_features == out_features, H == W) survives: they are one group, halved as one.
+- Kernel-like sizes (kernel_size, stride, padding, dilation, groups, ...) are never shrunk: a 5x5 kernel
+  stays 5x5. Sizes at or under MIN_HALVED are kept in the first pass (axes, head counts, channel counts of 3).
+- When that is not enough, a second pass takes the batch-like size down to 1 and the other sizes that
+  started above MIN_HALVED down to 2 (a 5-D problem at batch 16 cannot fit otherwise).
+- The budget is work, not elements: inputs + state + output elements (memory traffic) and the counted
+  matmul/convolution flops (a naive conv at 16k elements took 85-273 s in the interpreter on 2 cores).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from kernelgym_gap.importers import analysis
+from kernelgym_gap.importers.analysis import ImportRefused
+
+CPU_ELEMENTS = 1 << 14      # inputs + state + output of a cpu shape
+CPU_FLOPS = 1 << 19         # counted matmul/conv flops of a cpu shape (2^18 multiply-adds)
+MIN_HALVED = 8              # sizes at or under this are kept in the first pass
+# sizes the op's structure needs as they are: never shrunk
+_KEPT = re.compile(r"kernel|stride|padding|pad$|dilation|groups|output_padding|window|pool_size", re.I)
+
+
+# A problem whose state the sizes do not reach (a level-3 network's layer widths written in __init__) cannot
+# meet the budget above. It is still imported when its smallest shape is under this one: the task then says
+# its cpu shape is over the interpreter's budget (slow on the cpu backend; meant for cuda).
+HEAVY_ELEMENTS = 1 << 25
+HEAVY_FLOPS = 1 << 32
+
+
+def _within(facts: dict, budget: tuple[int, int]) -> bool:
+    return facts["elements"] <= budget[0] and facts["flops"] <= budget[1]
+
+
+def _groups(original: dict[str, int], sizes: dict[str, int], names) -> list[list[str]]:
+    """`names` grouped by equal ORIGINAL value (an equality the problem wrote, not one shrinking made), the
+    group holding the largest current value first."""
+    by_value: dict[int, list[str]] = {}
+    for n in names:
+        by_value.setdefault(original[n], []).append(n)
+    return sorted(by_value.values(), key=lambda g: -max(sizes[n] for n in g))
+
+
+def kept(name: str) -> bool:
+    return bool(_KEPT.search(name))
+
+
+def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
+                   budget: tuple[int, int] = (CPU_ELEMENTS, CPU_FLOPS)) -> tuple[dict[str, int], list[str]]:
+    """The cpu sizes and the steps taken (`name/2`), or ImportRefused saying what is left over `budget`
+    (elements, counted flops)."""
+    original = dict(sizes)
+    sizes, steps = dict(sizes), []
+    free = [n for n in sizes if not kept(n)]
+
+    def floor(name: str, second: bool) -> int:
+        if not second:
+            return MIN_HALVED
+        return 1 if name == batch else 3          # halve while the value is above this: batch to 1, others to 2
+
+    for second in (False, True):
+        while True:
+            facts = analysis.meta_facts(path, sizes)
+            if _within(facts, budget):
+                return sizes, steps
+            movable = [n for n in free if sizes[n] > floor(n, second)
+                       and (not second or n == batch or original[n] > MIN_HALVED)]
+            for group in _groups(original, sizes, movable):
+                trial = dict(sizes, **{n: max(1, sizes[n] // 2) for n in group})
+                try:
+                    analysis.meta_facts(path, trial)
+                except Exception:  # noqa: BLE001 - that halving breaks the problem: try the next group
+                    continue
+                sizes = trial
+                steps.append("=".join(group) + "/2")
+                break
+            else:
+                break
+    facts = analysis.meta_facts(path, sizes)
+    fixed = [n for n in original if kept(n)]
+    raise ImportRefused(
+        f"cannot be shrunk to a cpu shape: at sizes {', '.join(f'{k}={v}' for k, v in sizes.items())} "
+        f"it still has {facts['elements']} elements and {facts['flops']} counted flops, over the budget of "
+        f"{budget[0]} elements and {budget[1]} flops"
+        + (f" (kept as the op needs them: {', '.join(fixed)})" if fixed else ""))
+
+
+def plan(path: Path):
+    """(sizes, their meta facts, the batch-like size, the cpu sizes, the steps taken, why the cpu shape is
+    over the interpreter's budget or None), or ImportRefused."""
+    sizes = analysis.size_globals(path)
+    try:
+        own = analysis.meta_facts(path, sizes)      # the problem's own sizes, on the meta device
+    except ImportRefused:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ImportRefused(f"forward does not run at the problem's own sizes: {type(e).__name__}: "
+                            f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}") from None
+    batch = analysis.batch_size_name(path, sizes, own)
+    try:
+        cpu_sizes, steps = shrink_for_cpu(path, sizes, batch)
+        return sizes, own, batch, cpu_sizes, steps, None
+    except ImportRefused as light:
+        try:                            # its smallest shape, if the analysis and the interpreter can hold it
+            cpu_sizes, steps = shrink_for_cpu(path, sizes, batch, (HEAVY_ELEMENTS, HEAVY_FLOPS))
+        except ImportRefused:
+            raise light from None
+    facts = analysis.meta_facts(path, cpu_sizes)
+    heavy = (f"cpu shape over the interpreter's budget ({facts['elements']} elements, {facts['flops']} flops; "
+             f"{CPU_ELEMENTS} and {CPU_FLOPS} are the budget): slow on the cpu backend, meant for cuda")
+    return sizes, own, batch, cpu_sizes, steps, heavy
+
+
+def heldout_of(path: Path, sizes: dict[str, int], batch: str, original: dict[str, int] | None = None) -> dict[str, int]:
+    """The held-out shape: the batch-like size scaled by 3/4 (a size that is no power of two, so edge masks
+    run), doubled when that leaves it unchanged or breaks the problem. Where the batch alone cannot move, the
+    sizes the problem wrote equal to it move with it (HingeLoss broadcasts targets of [batch] against
+    predictions of [batch, input_shape[0]], both 32768: that equality is the problem's structure)."""
+    original = original or sizes
+    v = sizes[batch]
+    tied = [n for n in sizes if original[n] == original[batch] and sizes[n] == v and not kept(n)]
+    for names in ([batch], tied) if len(tied) > 1 else ([batch],):
+        for new in (v * 3 // 4, v * 2):
+            if new < 1 or new == v:
+                continue
+            cfg = dict(sizes, **{n: new for n in names})
+            try:
+                analysis.meta_facts(path, cfg)
+            except Exception:  # noqa: BLE001 - that size breaks the problem: try the next
+                continue
+            return cfg
+    raise ImportRefused(f"no held-out shape: neither 3/4 nor twice {batch}={v} gives a problem that runs")

@@ -1,0 +1,196 @@
+"""Issue 36's import findings, one test each, on KernelBench-format problem files of our own
+(tests/fixtures/kernelbench/shrink, level3, slow) that reproduce each pattern of KernelBench's level1-3:
+derived globals, 5-D batches, tuple sizes, SDPA with dropout_p=0, square and kernel sizes kept, the cpu budget
+in work, streaming with one failure not losing the others, the time limit, the memory guard before any
+allocation, categories by op, refusals a user can act on, and --keep-modelnew.
+
+Most run the analysis in this process (build_meta: these fixtures are ours, so trusted) to stay fast; the
+sandboxed path itself is covered by tests/test_importers.py and by the time-limit test here."""
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelgym_gap.core.config import EvalConfig, SandboxConfig
+from kernelgym_gap.importers import analysis, kernelbench
+from kernelgym_gap.importers.kernelbench import ImportRefused, build_meta, iter_import
+from kernelgym_gap.importers.shrink import CPU_ELEMENTS, CPU_FLOPS, plan
+from kernelgym_gap.importers.sizes import compile_with_sizes, find_sizes
+
+from conftest import FIXTURES
+
+KB = FIXTURES / "kernelbench"
+SHRINK = KB / "shrink"
+
+
+def _meta(name: str, folder: Path = SHRINK) -> dict:
+    return build_meta(folder / f"{name}.py", name)
+
+
+def _plan(name: str, folder: Path = SHRINK):
+    """(cpu sizes, their meta facts, the problem's own sizes, the path): the shrinking alone, without the
+    tolerance audit that follows it in build_meta (tests/test_import_tolerance.py covers that)."""
+    path = folder / f"{name}.py"
+    sizes, _, _, cpu, _, heavy = plan(path)
+    assert heavy is None
+    return cpu, analysis.meta_facts(path, cpu), sizes, path
+
+
+def _within(facts: dict) -> bool:
+    return facts["elements"] <= CPU_ELEMENTS and facts["flops"] <= CPU_FLOPS
+
+
+def _category(name: str, folder: Path = SHRINK) -> str:
+    cpu, _, _, path = _plan(name, folder)
+    return analysis.category(analysis.real_run(path, cpu)["ops"], kernelbench._level(path))
+
+
+def test_derived_globals_are_recomputed_from_the_shrunk_sizes():
+    # bias_shape = (out_features,): refused before ("no cpu shape ... leaves N elements"), the bias staying 8192
+    cpu, facts, sizes, _ = _plan("derived_bias_shape")
+    assert "bias_shape" not in sizes and cpu["out_features"] < 8192 and _within(facts)
+    assert [cpu["out_features"]] in facts["signature"][1:]          # the bias parameter follows out_features
+
+
+def test_a_5d_problem_shrinks_its_batch_below_8_and_keeps_the_window_and_the_cube():
+    cpu, facts, _, _ = _plan("max_pool_3d_batch16")
+    assert cpu["batch_size"] < 8 and _within(facts)
+    assert cpu["dim1"] == cpu["dim2"] == cpu["dim3"] < 128                      # a cube stays a cube
+    assert (cpu["kernel_size"], cpu["stride"], cpu["padding"], cpu["dilation"]) == (3, 2, 1, 3)
+
+
+def test_sizes_written_as_tuples_are_seen_and_shrunk():
+    cpu, facts, sizes, _ = _plan("cumsum_tuple_shape")
+    assert list(sizes) == ["batch_size", "input_shape[0]", "dim"] and sizes["input_shape[0]"] == 32768
+    assert cpu["input_shape[0]"] < 32768 and cpu["dim"] == 1 and _within(facts)
+    assert facts["signature"][0] == [cpu["batch_size"], cpu["input_shape[0]"]]
+
+
+def test_sizes_are_written_into_their_literals_before_the_module_runs():
+    src = "a = 2048 * 2\nb = c = 3\nd, e = 24, 48\nshape = (16, 7)\nderived = (a, e)\n" \
+          "def get_inputs():\n    return [a, b, c, d, e, shape, derived]\n"
+    # derived (a, e) is no size: it is recomputed from them
+    assert find_sizes(src) == {"a": 4096, "b": 3, "c": 3, "d": 24, "e": 48, "shape[0]": 16, "shape[1]": 7}
+    code, rest = compile_with_sizes(src, "p.py", {"a": 8, "c": 1, "e": 5, "shape[1]": 2})
+    g: dict = {}
+    exec(code, g)
+    assert rest == {} and g["get_inputs"]() == [8, 3, 1, 24, 5, (16, 2), (8, 5)]
+
+
+def test_sdpa_with_dropout_p_0_is_deterministic_so_it_imports():
+    # refused before: "randomness inside forward", by the op's tag; its outputs agree bitwise across seeds
+    cpu, facts, _, path = _plan("sdpa_dropout_zero")
+    run = analysis.real_run(path, cpu)
+    assert analysis.category(run["ops"]) == "attention" and _within(facts)
+
+
+def test_randomness_that_is_used_is_refused_by_running_twice():
+    with pytest.raises(ImportRefused, match="randomness used inside forward.*differ between two seeds"):
+        _meta("dropout_in_forward", KB / "refused")
+
+
+def test_square_is_kept_and_a_5x5_kernel_stays_5x5():
+    cpu, facts, _, _ = _plan("square_conv_5x5")
+    assert cpu["height"] == cpu["width"] < 256 and cpu["kernel_size"] == 5
+    assert facts["signature"][1][2:] == [5, 5]                                  # the conv weight
+
+
+def test_the_cpu_budget_counts_work_not_elements():
+    # the conv's elements fit at a shape whose multiply-adds would take minutes in the interpreter: the
+    # counted flops are bounded too, so it shrinks further than the element count alone asks
+    cpu, facts, sizes, path = _plan("square_conv_5x5")
+    assert 0 < facts["flops"] <= CPU_FLOPS
+    bigger = dict(cpu, height=cpu["height"] * 2, width=cpu["width"] * 2)
+    wider = analysis.meta_facts(path, bigger)
+    assert wider["flops"] > CPU_FLOPS
+
+
+def test_a_problem_that_cannot_be_shrunk_at_all_says_so():
+    with pytest.raises(ImportRefused, match="cannot be shrunk to a cpu shape: .* over the budget"):
+        _meta("fixed_huge_state")
+
+
+def test_a_missing_package_is_named():
+    with pytest.raises(ImportRefused, match="the package 'a_module_that_does_not_exist' is not installed"):
+        _meta("import_error", KB / "refused")
+
+
+def test_memory_is_bounded_from_metadata_before_any_allocation(monkeypatch):
+    def allocates(*a, **k):
+        raise AssertionError("inputs allocated before the size guard")
+    monkeypatch.setattr(analysis, "raw_inputs", allocates)
+    analysis._meta_facts.cache_clear()
+    with pytest.raises(ImportRefused, match="too large to run for real"):
+        analysis.meta_facts(SHRINK / "huge_data_dependent.py", {"batch_size": 131072, "dim": 131072})
+
+
+def test_categories_come_from_the_problems_ops():
+    assert _category("triplet_loss") == "loss"
+    assert _category("max_pool_3d_batch16") == "pooling"
+    assert _category("square_conv_5x5") == "convolution"
+    assert _category("tiny_mlp", KB / "level3") == "architecture"
+    assert analysis.category(["convolution", "max_pool2d_with_indices"]) == "convolution"
+    assert analysis.category(["relu"]) == "elementwise"
+
+
+def _in_process_analyse(fail: set[str]):
+    """sandboxed.analyse done in this process (our fixtures are trusted), failing for the names in `fail`."""
+    def analyse(source: bytes, name: str, config=None) -> dict:
+        if name in fail:
+            raise RuntimeError("the analysis crashed")
+        d = Path(tempfile.mkdtemp(prefix="kgg-a-"))
+        try:
+            (d / f"{name}.py").write_bytes(source)
+            return build_meta(d / f"{name}.py", name)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return analyse
+
+
+def test_results_stream_and_one_failure_loses_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernelbench.sandboxed, "analyse", _in_process_analyse({"triplet_loss"}))   # crashes
+    files = [KB / "19_ReLU.py", SHRINK / "triplet_loss.py", KB / "40_LayerNorm.py"]
+    stream = iter_import(files, tmp_path, trust=True)
+    first = next(stream)
+    # yielded as soon as made: the later files are not analysed yet
+    assert first.ok and [p.parent.name for p in tmp_path.glob("*/*/task.py")] == ["19_ReLU"]
+    second, third = list(stream)
+    assert not second.ok and second.message == "the import failed: RuntimeError"
+    assert third.ok and (third.task_dir / "task.py").is_file()
+
+
+def test_the_per_problem_time_limit_refuses_that_problem_only(monkeypatch):
+    out = Path(tempfile.mkdtemp(prefix="kgg-kb-slow-"))
+    out.chmod(0o755)
+    try:
+        cfg = EvalConfig(sandbox=SandboxConfig(wall_s=8.0))
+        t0 = time.monotonic()
+        (slow,) = list(iter_import([KB / "slow" / "sleeps_forever.py"], out, config=cfg))
+        assert not slow.ok and "time limit of 8 s" in slow.message, slow.message
+        assert time.monotonic() - t0 < 60
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_keep_modelnew_ships_the_problems_own_modelnew_for_replay(tmp_path, monkeypatch):
+    from agents.replay import ReplayAgent
+    from kernelgym_gap.core.registry import TaskRegistry
+    monkeypatch.setattr(kernelbench.sandboxed, "analyse", _in_process_analyse(set()))
+    (r,) = list(iter_import([SHRINK / "relu_with_modelnew.py"], tmp_path, trust=True, keep_modelnew=True))
+    assert r.ok and "ModelNew kept as a triton solution" in r.message, r.message
+    task = TaskRegistry(tmp_path).get("relu_with_modelnew")
+    (sol,) = task.solutions
+    assert (sol.dsl, sol.kind) == ("triton", "optimized") and task.solution_path(sol).is_file()
+    assert ReplayAgent(TaskRegistry(tmp_path)).solutions(task.id, "triton") and task.validate() == []
+    # without the option nothing is kept, and every DSL still solves it
+    (r2,) = list(iter_import([SHRINK / "relu_with_modelnew.py"], tmp_path / "plain", trust=True))
+    plain = TaskRegistry(tmp_path / "plain").get("relu_with_modelnew")
+    assert r2.ok and plain.solutions == () and set(plain.dsls) >= {"triton", "tilelang"}
+
+
+def test_imported_tasks_list_their_dsls():
+    from kernelgym_gap.core.task import DSLS
+    meta = _meta("19_ReLU", KB)
+    assert meta["dsls"] and set(meta["dsls"]) == set(DSLS)
