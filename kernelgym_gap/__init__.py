@@ -3,7 +3,7 @@ reward sees what a correctness check cannot (library-relative efficiency E and r
 
     import gymnasium as gym
     import kernelgym_gap                      # registers kernelgym_gap/<Task>-v<N> and kernelgym_gap/Suite-v0
-    env = gym.make("kernelgym_gap/LayerNorm-v0", backend="cpu")
+    env = gym.make("kernelgym_gap/LayerNorm-v1", backend="cpu")
     record = kernelgym_gap.evaluate("LayerNorm", source, dsl="triton", backend="cpu")
 
 The package is cut along its process boundaries (docs/architecture.md): `core` (the task contract, ids,

@@ -116,7 +116,7 @@ def no_probe(monkeypatch):
 
 @pytest.fixture(scope="module")
 def small_layernorm(registry):
-    t = registry.get("kernelgym_gap/LayerNorm-v0")
+    t = registry.get("kernelgym_gap/LayerNorm-v1")
     return dataclasses.replace(t, workloads={**t.workloads, "cpu": Workload(public=((16, 128),), heldout=((7, 96),),
                                                                             dtypes=("float32",))})
 

@@ -80,7 +80,7 @@ def test_eval_json_prints_exactly_one_record(registry, fixture, status):
 
 
 def test_eval_text_output(registry):
-    p = cli("eval", "--task", "kernelgym_gap/LayerNorm-v0", "--backend", "cpu", FIXTURES / "failures" / "wrong_dsl.py")
+    p = cli("eval", "--task", "kernelgym_gap/LayerNorm-v1", "--backend", "cpu", FIXTURES / "failures" / "wrong_dsl.py")
     assert p.returncode == 0, p.stderr
     assert "status: wrong_dsl" in p.stdout and "reward: 0.0000" in p.stdout
 

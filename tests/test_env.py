@@ -32,11 +32,11 @@ def test_every_task_and_the_suite_are_registered(registry):
 def test_importing_the_package_registers_the_ids_for_gymnasium_users():
     """What a Gymnasium user writes, in a fresh interpreter: `import kernelgym_gap; gym.make(...)`."""
     code = ("import gymnasium as gym, kernelgym_gap\n"
-            "env = gym.make('kernelgym_gap/LayerNorm-v0', backend='cpu')\n"
+            "env = gym.make('kernelgym_gap/LayerNorm-v1', backend='cpu')\n"
             "print(env.unwrapped.task.id, kernelgym_gap.make('layernorm', backend='cpu').unwrapped.task.id)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["kernelgym_gap/LayerNorm-v0"] * 2
+    assert out.stdout.split() == ["kernelgym_gap/LayerNorm-v1"] * 2
 
 
 @pytest.mark.parametrize("env_id", IDS)
@@ -60,7 +60,7 @@ def test_check_env_through_the_wrappers(env_id):
 
 
 def test_reset_is_deterministic_and_shows_the_task(registry):
-    env = gym.make("kernelgym_gap/LayerNorm-v0", backend="cpu")
+    env = gym.make("kernelgym_gap/LayerNorm-v1", backend="cpu")
     a, info_a = env.reset(seed=3)
     b, info_b = env.reset(seed=3)
     assert a == b and info_a == info_b
@@ -87,7 +87,7 @@ def test_heldout_shapes_are_never_shown(task):
 def test_reset_options_choose_task_and_dsl(registry):
     env = gym.make(SUITE_ID, backend="cpu")
     obs, info = env.reset(seed=0, options={"task": "LayerNorm", "dsl": "tilelang"})
-    assert info["task"] == "kernelgym_gap/LayerNorm-v0" and info["dsl"] == "tilelang"
+    assert info["task"] == "kernelgym_gap/LayerNorm-v1" and info["dsl"] == "tilelang"
     assert "DSL: tilelang" in obs
     _, info = env.reset(seed=0)
     assert info["dsl"] == "triton"                  # options last for one episode only
@@ -107,13 +107,13 @@ def test_suite_draws_tasks_by_seed(registry):
 
 
 def test_suite_of_chosen_tasks(registry):
-    env = kenv.KernelEnv(task_ids=["LayerNorm", "kernelgym_gap/RMSNorm-v0"], backend="cpu")
+    env = kenv.KernelEnv(task_ids=["LayerNorm", "kernelgym_gap/RMSNorm-v1"], backend="cpu")
     drawn = {env.reset(seed=s)[1]["task"] for s in range(20)}
-    assert drawn == {"kernelgym_gap/LayerNorm-v0", "kernelgym_gap/RMSNorm-v0"}
+    assert drawn == {"kernelgym_gap/LayerNorm-v1", "kernelgym_gap/RMSNorm-v1"}
 
 
 def test_step_returns_the_five_tuple_with_every_term():
-    env = gym.make("kernelgym_gap/LayerNorm-v0", backend="cpu", max_steps=3)
+    env = gym.make("kernelgym_gap/LayerNorm-v1", backend="cpu", max_steps=3)
     env.reset(seed=0)
     result = env.step(BROKEN)
     assert isinstance(result, tuple) and len(result) == 5
@@ -130,7 +130,7 @@ def test_step_returns_the_five_tuple_with_every_term():
 
 
 def test_step_budget_truncates_and_then_refuses():
-    env = gym.make("kernelgym_gap/LayerNorm-v0", backend="cpu", max_steps=2)
+    env = gym.make("kernelgym_gap/LayerNorm-v1", backend="cpu", max_steps=2)
     env.reset(seed=0)
     assert env.step(BROKEN)[3] is False
     _, _, terminated, truncated, info = env.step(BROKEN)
@@ -159,7 +159,7 @@ def test_evaluator_is_injectable_and_sees_the_action(registry):
     env = kenv.KernelEnv(task_id="LayerNorm", backend="cpu", evaluator=evaluator)
     env.reset(seed=0)
     env.step("my kernel")
-    assert seen == [("kernelgym_gap/LayerNorm-v0", "my kernel", "triton", "cpu")]
+    assert seen == [("kernelgym_gap/LayerNorm-v1", "my kernel", "triton", "cpu")]
 
 
 def test_render_ansi_returns_the_observation():
@@ -171,7 +171,7 @@ def test_render_ansi_returns_the_observation():
 
 
 def test_sync_vector_env():
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make("kernelgym_gap/LayerNorm-v0", backend="cpu")] * 2)
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("kernelgym_gap/LayerNorm-v1", backend="cpu")] * 2)
     obs, infos = envs.reset(seed=[1, 2])
     assert len(obs) == 2 and all("LayerNorm" in o for o in obs)
     obs, rewards, terminated, truncated, infos = envs.step((BROKEN, BROKEN))
@@ -195,7 +195,7 @@ def test_a_correct_kernel_ends_the_episode_with_reward_one(registry):
 
 def test_a_failing_child_keeps_the_episode_going(registry):
     from conftest import FIXTURES
-    env = gym.make("kernelgym_gap/LayerNorm-v0", backend="cpu", max_steps=2,
+    env = gym.make("kernelgym_gap/LayerNorm-v1", backend="cpu", max_steps=2,
                    config=EvalConfig(trial_seed=5, seeds_per_shape=1))
     env.reset(seed=0)
     _, reward, terminated, truncated, info = env.step((FIXTURES / "failures" / "mismatch.py").read_text())

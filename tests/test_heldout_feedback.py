@@ -35,7 +35,7 @@ SECRETS = feedback.secrets_of([TRIAL], PUBLIC)
 
 @pytest.fixture(scope="module")
 def task(registry):
-    t = registry.get("kernelgym_gap/LayerNorm-v0")
+    t = registry.get("kernelgym_gap/LayerNorm-v1")
     return dataclasses.replace(t, workloads={**t.workloads, "cpu": Workload(public=PUBLIC, heldout=(HELD,),
                                                                             dtypes=("float32",))})
 
@@ -141,7 +141,7 @@ CHILD_TEXTS = [
     # a stage deadline's wording (sandbox/deadlines.py) and the timing's flags (judge/measure.py)
     "trial 0 (first call of its shape): heldout shape [37, 96], float32, ran past its 60 s stage deadline",
     "timing stopped early at [37, 96] float32: >50x slower than the library",
-    f"kernelgym_gap.reproduce('kernelgym_gap/LayerNorm-v0', shape=(37, 96), dtype='float32', seed={SEED}, "
+    f"kernelgym_gap.reproduce('kernelgym_gap/LayerNorm-v1', shape=(37, 96), dtype='float32', seed={SEED}, "
     "distribution='normal')",
 ]
 

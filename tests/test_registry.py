@@ -70,11 +70,11 @@ def test_inputs_are_a_pure_function_of_the_trial(task):
 
 
 def test_lookup_by_name_and_id(registry):
-    assert registry.get("LayerNorm") is registry.get("kernelgym_gap/LayerNorm-v0")
-    assert get_task("LayerNorm").id == "kernelgym_gap/LayerNorm-v0"
+    assert registry.get("LayerNorm") is registry.get("kernelgym_gap/LayerNorm-v1")
+    assert get_task("LayerNorm").id == "kernelgym_gap/LayerNorm-v1"
 
 
-@pytest.mark.parametrize("spelling", ["layernorm", "LAYERNORM", "kernelgym_gap/layernorm-v0"])
+@pytest.mark.parametrize("spelling", ["layernorm", "LAYERNORM", "kernelgym_gap/layernorm-v1"])
 def test_lookup_ignores_case(registry, spelling):
     assert registry.get(spelling) is registry.get("LayerNorm")
 
@@ -110,7 +110,7 @@ def _copy_task(dst, rel="normalization/layernorm"):
 def test_registry_of_another_directory(tmp_path):
     _copy_task(tmp_path)
     reg = TaskRegistry(tmp_path)
-    assert reg.ids() == ["kernelgym_gap/LayerNorm-v0"]
+    assert reg.ids() == ["kernelgym_gap/LayerNorm-v1"]
     assert reg.get("LayerNorm").directory == tmp_path / "normalization" / "layernorm"
 
 

@@ -9,7 +9,7 @@ from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.integrations.scorer import number_reward, record_terms, reward_of
 
-T = "kernelgym_gap/LayerNorm-v0"
+T = "kernelgym_gap/LayerNorm-v1"
 
 
 def _sample(k, status, correct=False):

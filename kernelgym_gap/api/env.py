@@ -1,6 +1,6 @@
 """The Gymnasium environment. Every task is registered under its versioned id
-(`kernelgym_gap/LayerNorm-v0`) and the suite (`kernelgym_gap/Suite-v0`), so that
-`gymnasium.make("kernelgym_gap/LayerNorm-v0")` works after `import kernelgym_gap` (api/registration.py).
+(`kernelgym_gap/LayerNorm-v1`) and the suite (`kernelgym_gap/Suite-v0`), so that
+`gymnasium.make("kernelgym_gap/LayerNorm-v1")` works after `import kernelgym_gap` (api/registration.py).
 
 Observation: text (task statement, reference source, public shapes and dtypes, DSL, backend, entry point
 and signature, the previous step's feedback). Action: the kernel's source text. Reward and every term of
@@ -190,7 +190,7 @@ class KernelEnv(gym.Env):
 
 def make(task: str = "Suite", tasks_dir: str | None = None, **kwargs) -> gym.Env:
     """`gymnasium.make` for a task named by id or bare name (`"LayerNorm"`, `"layernorm"`,
-    `"kernelgym_gap/LayerNorm-v0"`); "Suite" makes the suite env. kwargs go to KernelEnv (backend, dsl,
+    `"kernelgym_gap/LayerNorm-v1"`); "Suite" makes the suite env. kwargs go to KernelEnv (backend, dsl,
     max_steps, config, ...). tasks_dir: a task directory other than tasks/ (e.g. `import kernelbench`'s
     output): its tasks are registered with Gymnasium (bound to that directory) and looked up there."""
     if tasks_dir is not None:

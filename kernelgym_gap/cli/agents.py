@@ -25,7 +25,7 @@ ENV_DB = "KERNELGYM_GAP_DB"
 def add_commands(subparsers) -> None:
     s = subparsers.add_parser("episode", help="run one episode of an agent (agents/NAME.py) on a task")
     s.add_argument("--agent", required=True, help="agent name: a file agents/NAME.py (replay, search, chat, ...)")
-    s.add_argument("--task", required=True, help="task id (kernelgym_gap/LayerNorm-v0) or name (LayerNorm)")
+    s.add_argument("--task", required=True, help="task id (kernelgym_gap/LayerNorm-v1) or name (LayerNorm)")
     options.add_tasks_dir(s)
     options.add_dsl(s)
     options.add_backend(s)

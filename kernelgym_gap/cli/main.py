@@ -31,7 +31,7 @@ reward sees speed as well as correctness (E = t_library / t_kernel, U = t_roofli
 
 On a machine without a GPU the cpu backend checks correctness only (Triton interpreter, TileLang C target):
 the reward is 1 for a correct kernel, 0 otherwise; E, U and the verdict need --backend cuda on a GPU.
-The same environment is a Gymnasium env (import kernelgym_gap; gym.make("kernelgym_gap/LayerNorm-v0")).
+The same environment is a Gymnasium env (import kernelgym_gap; gym.make("kernelgym_gap/LayerNorm-v1")).
 """
 
 EPILOG = """\
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("eval", help="evaluate one kernel source file on one task and print the verdict",
                        description="Evaluate one kernel source file: gate, sandboxed run, trusted check, score.")
     s.add_argument("--task", required=True,
-                   help="task id (kernelgym_gap/LayerNorm-v0) or name (LayerNorm, any case); see `tasks`")
+                   help="task id (kernelgym_gap/LayerNorm-v1) or name (LayerNorm, any case); see `tasks`")
     options.add_dsl(s)
     options.add_backend(s)
     s.add_argument("--reward-mode", choices=["full", "correctness"], help=options.REWARD_MODE_HELP)

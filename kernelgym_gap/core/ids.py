@@ -15,12 +15,12 @@ def task_id(name: str, version: int) -> str:
 
 
 def short(task_id_: str) -> str:
-    """`kernelgym_gap/LayerNorm-v0` -> `LayerNorm-v0` (what pages and tables show)."""
+    """`kernelgym_gap/LayerNorm-v1` -> `LayerNorm-v1` (what pages and tables show)."""
     return task_id_.removeprefix(PREFIX)
 
 
 def full(slug: str) -> str:
-    """`LayerNorm-v0` or `kernelgym_gap/LayerNorm-v0` -> `kernelgym_gap/LayerNorm-v0`."""
+    """`LayerNorm-v1` or `kernelgym_gap/LayerNorm-v1` -> `kernelgym_gap/LayerNorm-v1`."""
     return slug if slug.startswith(PREFIX) else PREFIX + slug
 
 

@@ -9,11 +9,15 @@ import os
 import sys
 from pathlib import Path
 
+from kernelgym_gap.core.builtin import PACKAGE_PARENT
+from kernelgym_gap.core.builtin import tasks_dir as builtin_tasks_dir
 from kernelgym_gap.core.errors import TaskDefinitionError, UnknownTaskError
 from kernelgym_gap.core.task import TaskSpec
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TASKS_DIR = PROJECT_ROOT / "tasks"
+# the folder that holds the package (the sandbox binds it and puts it on the child's path), and the built-in
+# tasks, package data read through importlib.resources (core/builtin.py)
+PROJECT_ROOT = PACKAGE_PARENT
+DEFAULT_TASKS_DIR = builtin_tasks_dir()
 
 
 def load_task_file(path: Path) -> TaskSpec:
@@ -97,11 +101,12 @@ def _load_dir(root: Path) -> list[TaskSpec]:
     if not root.is_dir():
         if users:
             raise TaskDefinitionError(f"task directory {root} not found (no such directory)")
-        # the built-in tasks are the checkout's tasks/ folder, beside the package: a non-editable
-        # install (`pip install .`) does not carry them (tests/test_package_data.py asserts this message)
+        # the built-in tasks are package data (core/builtin.py): only a package built without them (not by
+        # setup.py) lacks them (tests/test_package_data.py)
         raise TaskDefinitionError(
-            f"the built-in tasks directory {root} not found: tasks/ ships with the project's "
-            "checkout, not with an installed package. Point at a tasks directory with --tasks-dir DIR "
+            f"the built-in tasks directory {root} not found: this installation of kernelgym_gap carries no "
+            "built-in tasks (kernelgym_gap/builtin_tasks, built from the checkout's tasks/ by setup.py). "
+            "Point at a tasks directory with --tasks-dir DIR "
             "(tasks, eval, run, submit, bench, episode, serve-reward) or tasks_dir=DIR (gym.make, TaskRegistry, "
             "the trainer adapters and datasets), e.g. the checkout's tasks/, or "
             "install the checkout editable (`pip install -e .`)")
@@ -188,7 +193,7 @@ class TaskRegistry:
         return list(self._tasks)
 
     def get(self, task_id: str) -> TaskSpec:
-        """By full id (`kernelgym_gap/LayerNorm-v0`), or by bare name (`LayerNorm`) for the newest version."""
+        """By full id (`kernelgym_gap/LayerNorm-v1`), or by bare name (`LayerNorm`) for the newest version."""
         if task_id in self._tasks:
             return self._tasks[task_id]
         by_name = sorted((t for t in self._tasks.values() if t.name == task_id), key=lambda t: t.version)

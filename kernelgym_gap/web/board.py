@@ -16,7 +16,7 @@ from kernelgym_gap.engine.feedback import public_view
 MAX_PER_PAGE = 200
 MAX_ID = MAX_ROWID               # ids are SQLite integers: a larger one names nothing (404, not 500)
 
-task_slug = ids.short            # kernelgym_gap/LayerNorm-v0 <-> LayerNorm-v0 in URLs
+task_slug = ids.short            # kernelgym_gap/LayerNorm-v1 <-> LayerNorm-v1 in URLs
 task_from_slug = ids.full
 backends = q.backends
 default_backend = q.default_backend

@@ -28,7 +28,8 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="Gemv",
-    version=0,
+    version=1,
+    changelog=("v1: cuda shapes: held-out 11008x4096 -> 4096x11008 and 32000x4096 -> 32000x4100: K was 4096 in every held-out shape; now another K and an unaligned one (issue 34)",),
     category="gemm",
     statement=("Matrix-vector product y = weight @ x, with weight of shape [N, K] (row-major, as nn.Linear "
                "stores it) and x of shape [K], both contiguous and of one dtype: float16 or bfloat16 (float32 "
@@ -49,7 +50,7 @@ TASK = TaskSpec(
         # 28672 x 4096) and Llama-2-7B (11008 x 4096) and the Llama-2 LM head (32000 x 4096). Every weight
         # is >= 90 MB, larger than the H200's 60 MB L2, so each call streams it from HBM (~28 us and up).
         "cuda": Workload(public=((14336, 4096), (4096, 14336)),
-                         heldout=((28672, 4096), (11008, 4096), (32000, 4096)),
+                         heldout=((28672, 4096), (4096, 11008), (32000, 4100)),
                          dtypes=("float16", "bfloat16")),
     },
     # Float64 reference on the same rounded inputs: the products are exact, so a float32-accumulating kernel

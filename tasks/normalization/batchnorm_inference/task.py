@@ -29,7 +29,8 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="BatchNormInference",
-    version=0,
+    version=1,
+    changelog=("v1: cuda shapes: held-out 16x64x112x112 -> 32x64x112x112: its floor was 12 us on an H200, under the 20 us a timing needs (issue 34)",),
     category="normalization",
     statement=("Batch normalization in inference mode of x (shape [N, C, H, W], contiguous NCHW): "
                "y[n, c, h, w] = (x[n, c, h, w] - running_mean[c]) / sqrt(running_var[c] + eps) * weight[c] "
@@ -50,7 +51,7 @@ TASK = TaskSpec(
         # ResNet-50-style activations at training-size batches, fp16 / bf16 inference (channels-first):
         # 25.7M elements (103 MB moved in fp16) for the public shapes; 14 x 14 = 196 is a masked tail.
         "cuda": Workload(public=((32, 256, 56, 56), (64, 512, 28, 28)),
-                         heldout=((128, 1024, 14, 14), (16, 64, 112, 112)),
+                         heldout=((128, 1024, 14, 14), (32, 64, 112, 112)),
                          dtypes=("float16", "bfloat16")),
     },
     # The reference runs in float64 on the same (rounded) inputs. A float32 kernel folds the statistics into

@@ -21,7 +21,8 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="LayerNorm",
-    version=0,
+    version=1,
+    changelog=("v1: cuda shapes: 4096x1024 -> 32768x1024, held-out 2048x8192 -> 4096x8192 and 3000x1000 -> 25000x1000: their floors were 3-16 us on an H200 (9-13 us measured), under the 20 us a timing needs (issue 34)",),
     level=2,
     tags=('memory-bound', 'row-reduction', 'numerics'),
     motivation=("The normalization of GPT-2/BERT-style transformers, run twice per layer; the paper's headline case: an idiomatic kernel that passes allclose can be 300x slower than torch."),
@@ -36,7 +37,7 @@ TASK = TaskSpec(
     distributions=("normal", "offset", "large", "uniform"),
     workloads={
         "cpu": Workload(public=((16, 128), (5, 200)), heldout=((7, 96),), dtypes=("float32", "float16")),
-        "cuda": Workload(public=((8192, 4096), (4096, 1024)), heldout=((2048, 8192), (3000, 1000)),
+        "cuda": Workload(public=((8192, 4096), (32768, 1024)), heldout=((4096, 8192), (25000, 1000)),
                          dtypes=("float16", "float32")),
     },
     tolerances={"float32": Tolerance(1e-4, 1e-4), "float16": Tolerance(1e-2, 1e-2),

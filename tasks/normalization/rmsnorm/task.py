@@ -21,7 +21,8 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="RMSNorm",
-    version=0,
+    version=1,
+    changelog=("v1: cuda shapes: held-out 3000x5000 -> 4500x5000: its floor was 14 us on an H200, under the 20 us a timing needs (issue 34)",),
     level=2,
     tags=('memory-bound', 'row-reduction'),
     motivation=('The normalization of Llama, Mistral and most current LLMs, run twice per layer on every token.'),
@@ -39,7 +40,7 @@ TASK = TaskSpec(
     workloads={
         # N = 200 and 96 are not powers of two: the row mask is exercised. Kept small for the interpreter.
         "cpu": Workload(public=((16, 128), (5, 200)), heldout=((7, 96),), dtypes=("float32", "float16")),
-        "cuda": Workload(public=((8192, 4096), (4096, 8192)), heldout=((2048, 16384), (3000, 5000)),
+        "cuda": Workload(public=((8192, 4096), (4096, 8192)), heldout=((2048, 16384), (4500, 5000)),
                          dtypes=("float16", "bfloat16")),
     },
     # Against a float64 reference on the same (rounded) inputs, a float32-accumulating kernel's error is the

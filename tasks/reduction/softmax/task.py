@@ -15,8 +15,9 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="Softmax",
-    version=1,
-    changelog=("v1: timed on 'normal' inputs (was the first listed distribution, a stress input: 'large', std 30, on which torch's softmax is 2.4x slower, inflating E 2.4x); correctness inputs unchanged",),
+    version=2,
+    changelog=("v1: timed on 'normal' inputs (was the first listed distribution, a stress input: 'large', std 30, on which torch's softmax is 2.4x slower, inflating E 2.4x); correctness inputs unchanged",
+               "v2: cuda shapes: held-out 6000x1000 -> 24000x1000: its floor was 6-11 us on an H200 (16 us measured), under the 20 us a timing needs (issue 34)",),
     timed_distribution="normal",
     level=2,
     tags=('memory-bound', 'row-reduction', 'numerics'),
@@ -38,7 +39,7 @@ TASK = TaskSpec(
         # 200 and 96 are not powers of two (masked tails).
         "cpu": Workload(public=((8, 128), (5, 200)), heldout=((3, 96),), dtypes=("float32", "float16")),
         # 64-128 MiB (fp16) / 128-256 MiB (fp32) moved per call, rows from 1000 to 8192 wide.
-        "cuda": Workload(public=((8192, 4096), (32768, 1024)), heldout=((4096, 8192), (6000, 1000)),
+        "cuda": Workload(public=((8192, 4096), (32768, 1024)), heldout=((4096, 8192), (24000, 1000)),
                          dtypes=("float16", "float32")),
     },
     # Outputs lie in [0, 1] and each row sums to 1. float32: exp and the division round to a few ulps
