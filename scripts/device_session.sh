@@ -30,7 +30,8 @@
 #                     them all in RESUME="a.json b.json" for the next (scripts/fidelity.py --resume)
 #   throughput-full   #15: the full mix (attention and convolution first), records kept per evaluation;
 #                     2026-12-05 reached 50 of 64 in its 500 s
-#   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines
+#   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines, and of issue 35's
+#                     timing levers (graph replay, the early check)
 #
 # Run here, not on the device, once a call's files came back:
 #   merge-remeasure   FILES=<that remeasure call's files_at>: its gap study rows merged into CORPUS (default
@@ -121,7 +122,9 @@ for step in "$@"; do
       echo "in $DEST: $(ls "$DEST" | tr '\n' ' ')" ;;
     gpu-tests)
       timeout "$STEP_S" python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_too_slow.py \
-        -k "library_time or hopeless or tight_call or lanes or too_slow" 2>&1 | tail -15 ;;   # lanes: compile_outside_lane too; too_slow: issue 38
+        -k "library_time or hopeless or tight_call or lanes or too_slow" 2>&1 | tail -15   # lanes: compile_outside_lane too; too_slow: issue 38
+      # issue 35's levers: graph replay against the loop and its fallbacks, the early check on cuda
+      timeout 200 python3 -m pytest -q -m gpu tests/test_timing_levers.py tests/test_early_check.py 2>&1 | tail -8 ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done
