@@ -17,6 +17,7 @@ The child never sees any of it: the process's files are in the parent's private 
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,8 @@ from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.record import CheckResult, ChildReport, Job
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
+
+log = logging.getLogger(__name__)
 
 
 class InProcess:
@@ -82,13 +85,15 @@ class Process:
                      "result": str(self.private / "check.json"), "device": backend}
         (self.private / "check_spec.json").write_text(json.dumps(self.spec))
         env = child_env(self.private, backend_env(backend) | {"CUDA_VISIBLE_DEVICES": str(config.gpu_index)})
+        # a file, not a pipe: nobody reads the process's stderr until it ends, and a full pipe would stall it
+        self._err = open(self.private / "checker.err", "wb")
         self.started, self.made = time.perf_counter(), None
         self.waits: dict = {}
         self.lane_dir = config.sandbox.lane_dir if backend == "cuda" else None
         self.used = False
         self.proc = subprocess.Popen([sys.executable, "-m", "kernelgym_gap.judge.checker", "--early",
                                       str(self.private / "check_spec.json")], env=env, cwd=self.private,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err)
         self._line: bytes = b""
         self._watcher = threading.Thread(target=self._watch, name="kgg-early-check", daemon=True)
         self._watcher.start()
@@ -126,22 +131,23 @@ class Process:
         waited = time.perf_counter() - t
         Path(self.spec["report"]).write_text(report.to_json())
         try:
-            _, err = self.proc.communicate(b"go\n", timeout=deadline)
+            self.proc.communicate(b"go\n", timeout=deadline)
         except subprocess.TimeoutExpired:
             self.close()
             return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
                                message=f"the trusted checker did not finish within {deadline} s")
         result = Path(self.spec["result"])
         if not result.is_file():
+            err = (self.private / "checker.err").read_bytes()[-2000:]
             return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
-                               message="the trusted checker failed: " + err.decode(errors="replace")[-2000:])
+                               message="the trusted checker failed: " + err.decode(errors="replace"))
         return _with_wait(CheckResult.from_json(result.read_text()), waited)
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+        for f in (self.proc.stdin, self.proc.stdout, self._err):
             if f is not None and not f.closed:
                 f.close()
         import shutil
@@ -163,4 +169,8 @@ def start(task: TaskSpec, job: Job, backend: str, config: EvalConfig, checker=No
         return None
     if backend == "cpu":
         return InProcess(task, job, "cpu")
-    return Process(task, job, backend, config)
+    try:
+        return Process(task, job, backend, config)
+    except OSError as e:        # no process to be had: the ordinary check runs at the end, as without this
+        log.warning("the early check could not start (%s); the check runs after the child", e)
+        return None
