@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kernelgym_gap.api.lanes import EvalRequest, with_lane
+from kernelgym_gap.api.lanes import EvalRequest
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError, UnknownChoiceError
 from kernelgym_gap.core.record import EvalRecord
@@ -63,11 +63,17 @@ class _EvalActor:
             except (TypeError, ValueError):
                 raise HarnessError(f"Ray gave this actor GPU id {ids[0]!r}, not an index") from None
         self.node = socket.gethostname()
+        # the actor's one-slot evaluation service: its GPU, its node's lane directory (warm pools stay off on
+        # this path: a Ray actor's evaluations use a fresh checker)
+        from kernelgym_gap.api.service import EvalService
+        self.service = EvalService(backend, slots=[self.gpu_index] if backend == "cuda" else 1, warm=False,
+                                   lane_dir=self.lane_dir)
 
     def placement(self) -> dict[str, Any]:
         return {"node": self.node, "pid": os.getpid(), "gpu_index": self.gpu_index, "lane_dir": self.lane_dir}
 
     def drop_lanes(self) -> None:
+        self.service.close()
         if self.lane_dir is not None:
             shutil.rmtree(self.lane_dir, ignore_errors=True)
 
@@ -75,19 +81,11 @@ class _EvalActor:
                  tasks_dir: str | None = None) -> dict[str, Any]:
         """task_id: the full id; tasks_dir: a user's task directory (the same path on every node), None for
         the project's own tasks/ (wherever this node has it)."""
-        from kernelgym_gap.engine.pipeline import evaluate
         from kernelgym_gap.core.registry import find_task
         task = find_task(task_id, tasks_dir)
-        if self.gpu_index is not None:
-            config = with_lane(config.replace(gpu_index=self.gpu_index), self.lane_dir)
-        try:
-            record = evaluate(task, source, dsl, self.backend, config)
-        except Exception as e:  # noqa: BLE001 - this request's own failure record (api/batch.py does the same)
-            from kernelgym_gap.engine.evaluation import harness_failure_record, is_misuse
-            if is_misuse(e):
-                raise
-            log.exception("an evaluation raised in the harness: its failure record, the batch goes on")
-            record = harness_failure_record(task, source, dsl, self.backend, config, e)
+        # placed on this actor's GPU and lanes by the service; a harness failure is this request's own record
+        # there, a misuse raises
+        record = self.service.submit_task(task, source, dsl, config).result()
         return {"record": record.to_dict(), **self.placement()}
 
 

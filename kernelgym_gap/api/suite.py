@@ -44,8 +44,8 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = DSL_NAMES,
     at a time per GPU (every visible GPU by default, each episode's evaluations pinned to its worker's GPU),
     on the cpu backend `workers` at a time (default: one per core). Rows come back in plan order. progress(finished,
     total, label) is called as each solution starts (label: task and file) and as it ends (`label: status
-    reward`, finished one higher). warm: each worker holds
-    one warm.WarmPool (its GPU's on cuda: a warm checker and pre-started children) that its episodes share.
+    reward`, finished one higher). warm: each slot of the run's api/service.EvalService holds one warm.WarmPool
+    (its GPU's on cuda: a warm checker and pre-started children) that the episodes share.
     (One function of ~70 lines: the worker closure shares the plan's queue, results and first error.)"""
     from kernelgym_gap.api.agent import load_agent
     from kernelgym_gap.core.backend import resolve_backend
@@ -58,10 +58,10 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = DSL_NAMES,
     agent = load_agent("replay", registry=registry)
     plan = [(t, d) for t in tasks for d in dsls if agent.solutions(t.id, d)]
     total = sum(len(agent.solutions(t.id, d)) for t, d in plan)
-    # the batch API's slots: one per GPU on cuda (an error when none is visible), `workers` on cpu (default
-    # one per core, as bench and evaluate_many: one worker left a 2-core machine half idle between children)
-    from kernelgym_gap.api.lanes import worker_slots
-    slots = worker_slots([backend], workers, gpus)[backend]
+    # the service's slots: one per GPU on cuda (an error when none is visible), `workers` on cpu (default
+    # one per core, as bench and evaluate_many: one worker left a 2-core machine half idle between children);
+    # one episode thread per slot, every step through the one service (its warm pools, one per slot)
+    from kernelgym_gap.api.service import EvalService
     todo: queue.Queue = queue.Queue()
     for i, item in enumerate(plan):
         todo.put((i, item))
@@ -80,43 +80,37 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = DSL_NAMES,
         if progress:
             progress(n, total, label if outcome is None else f"{label}: {outcome}")
 
-    def work(gpu: int | None) -> None:
-        cfg = config if gpu is None else config.replace(gpu_index=gpu)
-        pool = None
+    def work(service: EvalService) -> None:
         try:
-            if warm:
-                from kernelgym_gap.api.warm import WarmPool
-                pool = WarmPool(device=backend, gpu_index=cfg.gpu_index, scratch_root=cfg.scratch_root)
             while not errors:
                 try:
                     i, (task, dsl) = todo.get_nowait()
                 except queue.Empty:
                     return
-                results[i] = _episode(task, dsl, backend, cfg, registry, evaluator, tick, gpu, pool)
+                results[i] = _episode(task, dsl, backend, config, registry, service, tick)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(e)
-        finally:
-            if pool is not None:
-                pool.close()
 
-    threads = [threading.Thread(target=work, args=(g,), name=f"suite-{k}", daemon=True)
-               for k, g in enumerate(slots)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    with EvalService(backend, config, slots=workers, gpus=gpus, per_gpu=1, warm=warm, evaluator=evaluator,
+                     registry=registry) as service:
+        threads = [threading.Thread(target=work, args=(service,), name=f"suite-{k}", daemon=True)
+                   for k in range(len(service.slots))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
     if errors:
         raise errors[0]
     return [row for i in sorted(results) for row in results[i]]
 
 
-def _episode(task, dsl, backend, config, registry, evaluator, tick, gpu, warm=None) -> list[SuiteRow]:
+def _episode(task, dsl, backend, config, registry, service, tick) -> list[SuiteRow]:
     from kernelgym_gap.api.agent import load_agent
     from kernelgym_gap.api.env import KernelEnv
     agent = load_agent("replay", registry=registry)
     n = len(agent.solutions(task.id, dsl))
     env = KernelEnv(task_id=task.id, dsl=dsl, backend=backend, max_steps=n, config=config,
-                    stop_when_correct=False, registry=registry, evaluator=evaluator, warm=warm or False)
+                    stop_when_correct=False, registry=registry, service=service)
     rows = []
     try:
         obs, info = env.reset(options={"task": task.id, "dsl": dsl})
@@ -124,11 +118,12 @@ def _episode(task, dsl, backend, config, registry, evaluator, tick, gpu, warm=No
         for _ in range(n):
             source = agent.act(obs, info)
             sol = agent.last
-            label = f"{task.name} {sol.file}" + (f" (GPU {gpu})" if gpu is not None else "")
+            label = f"{task.name} {sol.file}"
             tick(label)
             t0 = time.perf_counter()
             obs, reward, terminated, truncated, info = env.step(source)
-            tick(label, f"{info['status']} {reward:.3f}")
+            gpu = env.last_record.device.get("gpu_index") if backend == "cuda" else None
+            tick(label + (f" (GPU {gpu})" if gpu is not None else ""), f"{info['status']} {reward:.3f}")
             terms = info["terms"]
             rows.append(SuiteRow(task=task.id, category=task.category, dsl=dsl, solution=sol.file, kind=sol.kind,
                                  defect=sol.defect, status=info["status"], correct=info["correct"],

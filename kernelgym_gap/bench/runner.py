@@ -2,10 +2,10 @@
 run label as they complete, resumable.
 
 Episodes run in parallel worker threads (`parallel` at once), each in its own KernelEnv with its own agent
-(sample k of a seeded agent gets seed + k). Their evaluations go through the batch path's worker slots
-(api.lanes.worker_slots: `per_gpu` evaluations per GPU on cuda, their timings one at a time through the
-GPU's lane; `workers` on cpu), so that while one episode's kernel is evaluated another's agent writes its
-next one; each slot may hold a warm pool (the default on cuda).
+(sample k of a seeded agent gets seed + k). Their evaluations go through one api/service.EvalService and its
+slots (`per_gpu` evaluations per GPU on cuda, their timings one at a time through the GPU's lane; `workers`
+on cpu), so that while one episode's kernel is evaluated another's agent writes its next one; each slot may
+hold a warm pool (the service's rule: on cuda).
 
 Resume: every evaluated step is written to the store in one transaction with its evaluation
 (store/bench.py). Run again under the same label, finished episodes are skipped; an unfinished one (killed,
@@ -93,48 +93,6 @@ def _differences(old: dict, new: dict) -> list[str]:
     return out
 
 
-class _Lanes:
-    """The evaluation slots episodes share: a slot is taken for one evaluation and given back."""
-
-    def __init__(self, evaluator, slots: list[int | None], warm: bool, scratch_root: str | None):
-        self.evaluator, self.warm, self.scratch_root = evaluator, warm, scratch_root
-        self.free: queue.Queue = queue.Queue()
-        for s in slots:
-            self.free.put(s)
-        self.pools: dict[Any, Any] = {}
-        self.lock = threading.Lock()
-        self.count = 0
-
-    def evaluate(self, task, source, dsl, backend, config) -> EvalRecord:
-        slot = self.free.get()
-        try:
-            if slot is not None:
-                config = config.replace(gpu_index=slot)
-            kw = {}
-            if self.warm:
-                pool = self._pool(slot, backend, config)
-                kw = {"checker": pool.checker, "children": pool.children}
-            record = self.evaluator(task, source, dsl, backend, config, **kw)
-            with self.lock:
-                self.count += 1
-            if slot is not None:
-                record = dataclasses.replace(record, device={**record.device, "gpu_index": slot})
-            return record
-        finally:
-            self.free.put(slot)
-
-    def _pool(self, slot, backend, config):
-        with self.lock:
-            if slot not in self.pools:
-                from kernelgym_gap.api.warm import WarmPool
-                self.pools[slot] = WarmPool(device=backend, gpu_index=config.gpu_index, scratch_root=self.scratch_root)
-            return self.pools[slot]
-
-    def close(self):
-        for pool in self.pools.values():
-            pool.close()
-
-
 class _Stop(BaseException):
     """The run was interrupted: the episode is left unfinished (it runs again on resume)."""
 
@@ -145,7 +103,6 @@ def run_bench(spec: BenchSpec, store, *, config: EvalConfig | None = None, regis
     those already done, those run now, new evaluations, stored steps reused, errors. progress: an object with
     start(label) and done(how) (cli.progress.Progress), told of each episode. evaluator: engine.evaluate's
     shape (a test double); the built-in engine by default."""
-    from kernelgym_gap.api.lanes import with_lane, worker_slots
     from kernelgym_gap.core.backend import resolve_backend
     from kernelgym_gap.core.registry import default_registry
     check_label(spec.label)
@@ -170,16 +127,15 @@ def run_bench(spec: BenchSpec, store, *, config: EvalConfig | None = None, regis
     done = {(e["task_id"], e["sample"]) for e in store.bench_episodes(spec.label) if e["state"] == "done"}
     plan = [(t, k) for t in tasks for k in range(spec.samples)]
     todo = [(t, k) for t, k in plan if (t.id, k) not in done]
-    if evaluator is None:
-        from kernelgym_gap.engine.pipeline import evaluate as evaluator
-    slots = worker_slots([spec.backend], spec.workers, spec.gpus, spec.per_gpu)[spec.backend]
-    # several evaluations per GPU coordinate through the GPU's lane: the default lane directory ("auto")
-    # is shared by this user's evaluations on the host; a config without lanes gets one for this run
-    if spec.backend == "cuda" and len(slots) > len(set(slots)):
-        config = with_lane(config, "auto")
-    warm = spec.backend == "cuda" if spec.warm is None else spec.warm
-    lanes = _Lanes(evaluator, slots, warm, config.scratch_root)
+    # the run's evaluation service (api/service.py): its slots (`per_gpu` per GPU on cuda, `workers` on
+    # cpu), their warm pools (warm: None is the service's rule) and lanes: several evaluations per GPU
+    # coordinate through the GPU's lane in this user's lane directory on the host ("auto")
+    from kernelgym_gap.api.service import EvalService
+    lanes = EvalService(spec.backend, config, slots=spec.workers, gpus=spec.gpus, per_gpu=spec.per_gpu,
+                        warm="auto" if spec.warm is None else spec.warm, evaluator=evaluator, registry=registry,
+                        lane_dir="auto")
     state = _RunState(spec, store, config, registry, lanes, progress)
+    slots = lanes.slots
     try:
         state.make_agent(0)       # loads the agent's module once, before the threads, and checks its arguments
     except (TypeError, ValueError) as e:
@@ -204,11 +160,11 @@ def run_bench(spec: BenchSpec, store, *, config: EvalConfig | None = None, regis
     if state.fatal is not None:
         raise state.fatal
     return {"label": spec.label, "episodes": len(plan), "already_done": len(plan) - len(todo), "ran": len(todo),
-            "evaluations": lanes.count, "reused_steps": state.reused, "errors": state.errors}
+            "evaluations": lanes.evaluated, "reused_steps": state.reused, "errors": state.errors}
 
 
 class _RunState:
-    def __init__(self, spec: BenchSpec, store, config, registry, lanes: _Lanes, progress):
+    def __init__(self, spec: BenchSpec, store, config, registry, lanes, progress):
         self.spec, self.store, self.config, self.registry = spec, store, config, registry
         self.lanes, self.progress = lanes, progress
         self.stop = threading.Event()
