@@ -45,6 +45,10 @@ class Tolerance:
     # For an int8 or float8 output (LOWBIT_DTYPES): how many representable steps of the output format the
     # output may sit from the reference rounded to that format (0: exact); atol/rtol are not used there.
     steps: int | None = None
+    # Added to atol per unit of the trial's float64 reference output's root-mean-square (issue 36): a tolerance
+    # that follows each shape's own output scale, for tasks whose outputs grow or shrink with the shape (imported
+    # ones); 0: atol alone. The checker applies it per trial (judge/scaled_tolerance.py).
+    atol_per_rms: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +137,14 @@ class TaskSpec:
     adapt_module: Callable[..., Callable] | None = None
     # The reference as shown to agents when it is not a function's own source (an imported problem file).
     reference_text: str = ""
+    # Dtypes whose trials on the timed distribution must also pass KernelBench's own check (torch.allclose,
+    # atol = rtol = 1e-2, against the reference in that dtype): an imported problem's own dtype, where that
+    # check is the verdict its users know (issue 36: the record said false and the verdict ignored it).
+    kernelbench_check: tuple[str, ...] = ()
+    # > 0: no constant output may pass a trial; where one would (the reference varies less than the tolerance
+    # on that trial), the trial's tolerance is narrowed until every constant misses by this factor
+    # (judge/scaled_tolerance.py). Imported tasks set it; built-in ones are audited in the tests instead.
+    input_guard: float = 0.0
     directory: Path | None = None              # set by the registry
 
     @property
@@ -192,8 +204,11 @@ class TaskSpec:
             "workloads": {b: {"dtypes": list(w.dtypes), "shapes": shapes(w)} for b, w in self.workloads.items()},
             "output_dtypes": {d: self.output_dtype(d) for d in sorted({d for w in self.workloads.values()
                                                                      for d in w.dtypes})},
-            "tolerances": {d: {"atol": t.atol, "rtol": t.rtol, **({"steps": t.steps} if t.steps is not None else {})}
+            "tolerances": {d: {"atol": t.atol, "rtol": t.rtol, **({"steps": t.steps} if t.steps is not None else {}),
+                               **({"atol_per_rms": t.atol_per_rms} if t.atol_per_rms else {})}
                            for d, t in self.tolerances.items()},
+            **({"kernelbench_check": list(self.kernelbench_check)} if self.kernelbench_check else {}),
+            **({"input_guard": self.input_guard} if self.input_guard else {}),
             "distributions": list(self.distributions), "timed_distribution": self.timed_distribution,
             "reference_in_float64": self.reference_in_float64, "baselines": list(self.baselines),
             "error_bound": inspect.cleandoc(self.error_bound.__doc__ or "") if self.error_bound else None,

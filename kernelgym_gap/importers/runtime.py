@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kernelgym_gap.core.task import Solution, TaskSpec, Tolerance, Workload, itemsize
+from kernelgym_gap.core.task import Solution, TaskSpec, Workload, itemsize
+from kernelgym_gap.importers import tolerance
 from kernelgym_gap.importers.problem import Problem
 
 # 2: META["trusted"] (issue 32); 3: sizes are literals set before the module runs, tuple elements
@@ -71,7 +72,7 @@ def build_task(task_file: str | Path, meta: dict) -> TaskSpec:
         name=meta["name"], version=0, category=meta["category"], statement=meta["statement"],
         entry_point=meta["entry_point"], signature=meta["signature"], reference=problem.reference,
         make_inputs=problem.make_inputs, distributions=tuple(meta["distributions"]), workloads=workloads,
-        tolerances={d: Tolerance(*v) for d, v in meta["tolerances"].items()}, flops=flops, min_bytes=min_bytes,
+        **tolerance.task_fields(meta), flops=flops, min_bytes=min_bytes,      # per-shape scale, guard (issue 36)
         baselines=("torch",), output_dtype=(lambda d: fixed_out) if fixed_out else (lambda d: d),
         reference_in_float64=bool(meta["reference_in_float64"]), timed_distribution="as_given",
         level=int(meta.get("level", 1)), tags=tuple(meta.get("tags", ())), motivation=meta.get("motivation", ""),

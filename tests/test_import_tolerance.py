@@ -1,0 +1,168 @@
+"""An imported task's check cannot be passed by ignoring the input (issue 36), on KernelBench-format problem
+files of the project's own (tests/fixtures/kernelbench/soundness/, each reproducing a KernelBench pattern):
+- the tolerance follows each trial's own output scale (not one atol sized at the largest cuda shape and
+  applied at the cpu shape: level2 56's atol 92 against outputs of ~64 let a constant kernel score ok);
+- degenerate references (all zero, all equal, float32 rounding noise) are refused with the reason;
+- what the import audit tried, dropped and why is written in the task file;
+- the checker: KernelBench's own allclose is part of an imported problem's verdict on its own dtype and
+  inputs, and the input guard narrows a trial's tolerance until no constant passes."""
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelgym_gap.core import tensor_file
+from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.inputs import generator
+from kernelgym_gap.core.record import Trial
+from kernelgym_gap.core.registry import TaskRegistry, default_registry
+from kernelgym_gap.core.status import Status
+from kernelgym_gap.core.task import Tolerance
+from kernelgym_gap.engine.pipeline import evaluate
+from kernelgym_gap.importers.kernelbench import import_paths
+from kernelgym_gap.judge import scaled_tolerance
+from kernelgym_gap.judge.checker import judge_output
+from kernelgym_gap.judge.input_audit import CANDIDATES, audit, reference64
+
+from conftest import FIXTURES
+
+SOUND = FIXTURES / "kernelbench" / "soundness"
+SOLUTIONS = FIXTURES / "kernelbench" / "solutions"
+CFG = EvalConfig(trial_seed=7)
+SEED = 11
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # on a loaded 2-core host torch's thread pool made these checks 30x slower
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def imported():
+    # not under pytest's tmp_path (mode 0700): the sandboxed child runs as another uid and must read it
+    out = Path(tempfile.mkdtemp(prefix="kgg-kb-sound-"))
+    out.chmod(0o755)
+    results = import_paths([SOUND / "56_Matmul_Sigmoid_Sum_wide.py", SOUND / "23_Softmax_small_inputs.py"], out,
+                           trust=True)
+    assert all(r.ok for r in results), [r.message for r in results if not r.ok]
+    yield out, TaskRegistry(out)
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def test_a_kernel_writing_half_the_hidden_size_is_rejected(imported):
+    """The issue's exploit: it scored ok, reward 1.0, before."""
+    _, reg = imported
+    cheat = (SOLUTIONS / "56_constant_half_hidden_modelnew.py").read_text()
+    rec = evaluate(reg.get("56_Matmul_Sigmoid_Sum_wide"), cheat, "triton", "cpu", CFG)
+    assert rec.status is Status.MISMATCH and rec.reward == 0, (rec.status, rec.message)
+
+
+def test_the_tolerance_is_relative_to_each_trials_own_output_scale(imported):
+    _, reg = imported
+    task = reg.get("56_Matmul_Sigmoid_Sum_wide")
+    tol = task.tolerances["float32"]
+    assert tol.atol == 0 and tol.atol_per_rms == pytest.approx(4e-3)      # a dot product's rule
+    assert task.contract()["tolerances"]["float32"]["atol_per_rms"] == pytest.approx(4e-3)
+    shape = task.workload("cpu").public[0]
+    ins = task.make_inputs(shape, "float32", generator(SEED, "cpu"), "as_given", "cpu")
+    r = reference64(task, ins).double()
+    finite = torch.isfinite(r)
+    base = tol.atol + tol.rtol * r.abs()
+    small, _ = scaled_tolerance.allowance(dataclasses.replace(task, input_guard=0.0), tol, r, finite, base, "")
+    large, _ = scaled_tolerance.allowance(dataclasses.replace(task, input_guard=0.0), tol, 32 * r, finite,
+                                          32 * base, "")
+    assert torch.allclose(large, 32 * small)         # the allowance follows the output's scale, shape by shape
+    rms = float(r.pow(2).mean().sqrt())
+    assert float(small.max()) < 0.02 * rms           # ~64 here: well under the old atol of 92 (and of the spread)
+
+
+@pytest.mark.parametrize("name, words", [
+    ("9_Matmul_Subtract_Multiply_ReLU_zero", "the reference output is all zeros"),
+    ("80_Gemm_Max_Subtract_GELU_zero", "the reference output is all zeros"),
+    ("62_Matmul_GroupNorm_one_channel", "float32 rounding noise"),
+    ("83_Conv3d_Min_Clamp_equal", "every output element is equal"),
+])
+def test_degenerate_references_are_refused_with_the_reason(tmp_path, name, words):
+    (result,) = import_paths([SOUND / f"{name}.py"], tmp_path, trust=True)
+    assert not result.ok and "degenerate reference" in result.message and words in result.message, result.message
+    assert list(tmp_path.glob("*/*/task.py")) == []
+
+
+def test_the_task_file_states_what_the_audit_tried_and_dropped(imported):
+    out, reg = imported
+    task = reg.get("56_Matmul_Sigmoid_Sum_wide")
+    text = (task.directory / "task.py").read_text()
+    assert "input_audit" in text and "kernelbench_check" in text and "input_guard" in text
+    meta = {}
+    exec(compile(text.replace("TASK = build_task(__file__, META)", ""), "task.py", "exec"), meta)  # noqa: S102
+    audit_meta = meta["META"]["input_audit"]
+    assert audit_meta["candidates"] == list(CANDIDATES)
+    assert audit_meta["shapes"] == [list(s) for s in task.workload("cpu").all_shapes()]
+    # 'small' inputs: the sigmoids all sit at 1/2, the output barely moves: the guard's narrowed check is
+    # tighter than bfloat16's own rounding, so the distribution is dropped and the reason written
+    assert "small" not in task.distributions and "small" in audit_meta["distributions_dropped"]
+    assert task.kernelbench_check == ("float32",) and task.input_guard == 2.0
+
+
+def test_imported_fixtures_pass_no_candidate_and_torch_passes(imported):
+    _, reg = imported
+    for task in reg:
+        report = audit(task, "cpu", control=True)
+        assert report.sound, report.summary()
+        assert report.control_failed == (), report.control_failed
+        assert set(report.tried) == set(CANDIDATES) - ({"input"} if task.name.startswith("56") else set())
+
+
+# ---- the checker's two rules for imported tasks, on a built-in task's reference -----------------------------
+def _judge(task, out, ins, dist, tmp_path):
+    trial = Trial(index=0, shape=SHAPE, dtype="float32", seed=SEED, distribution=dist, split="public")
+    path = tmp_path / "out.bin"
+    path.unlink(missing_ok=True)
+    tensor_file.write_tensor(path, out.float().contiguous())
+    return judge_output(task, trial, path, ins)
+
+
+SHAPE = (8, 300)
+
+
+def _row_sum(**changes):
+    task = default_registry().get("RowSum")
+    return dataclasses.replace(task, **changes)
+
+
+def test_kernelbench_own_check_is_part_of_the_verdict_on_the_problems_own_dtype_and_inputs(tmp_path):
+    loose = {"float32": Tolerance(0.5, 0.0)}
+    plain, gated = _row_sum(tolerances=loose), _row_sum(tolerances=loose, kernelbench_check=("float32",))
+    timed = plain.timed_distribution
+    other = next(d for d in plain.distributions if d != timed)
+    for dist, gate_applies in ((timed, True), (other, False)):
+        ins = plain.make_inputs(SHAPE, "float32", generator(SEED, "cpu"), dist, "cpu")
+        off = reference64(plain, ins) + 0.1            # within atol 0.5, outside allclose(1e-2, 1e-2) near 0
+        assert _judge(plain, off, ins, dist, tmp_path)[0] is Status.OK
+        status, message = _judge(gated, off, ins, dist, tmp_path)
+        if gate_applies:
+            assert status is Status.MISMATCH and "KernelBench's own check" in message
+        else:
+            assert status is Status.OK
+
+
+def test_the_input_guard_narrows_a_trial_until_no_constant_passes(tmp_path):
+    loose = {"float32": Tolerance(1e3, 0.0)}           # far above RowSum's outputs: any constant would pass
+    plain, guarded = _row_sum(tolerances=loose), _row_sum(tolerances=loose, input_guard=2.0)
+    dist = plain.timed_distribution
+    ins = plain.make_inputs(SHAPE, "float32", generator(SEED, "cpu"), dist, "cpu")
+    r = reference64(plain, ins)
+    honest = plain.reference(*(x.float() for x in ins))
+    for const in (float(r.mean()), (float(r.max()) + float(r.min())) / 2, 1e-3):
+        out = torch.full_like(r, const)
+        assert _judge(plain, out, ins, dist, tmp_path)[0] is Status.OK
+        status, message = _judge(guarded, out, ins, dist, tmp_path)
+        assert status is Status.MISMATCH and "narrowed" in message, message
+    assert _judge(guarded, honest, ins, dist, tmp_path)[0] is Status.OK
