@@ -181,16 +181,18 @@ class EvalService:
         return self.submit_task(self._task(request.task_id), request.source, request.dsl, request.config)
 
     def submit_task(self, task: TaskSpec, source: str | bytes, dsl: str = "triton",
-                    config: EvalConfig | None = None) -> concurrent.futures.Future:
-        """`submit` for a TaskSpec the caller holds (an env's task, from whichever directory it came)."""
+                    config: EvalConfig | None = None, *, cached: bool = True, key: Any = None
+                    ) -> concurrent.futures.Future:
+        """`submit` for a TaskSpec the caller holds (an env's task, from whichever directory it came).
+        cached=False: not looked up (the caller just missed `key`), still kept in the cache once evaluated."""
         if self._closed:
             raise HarnessError("this evaluation service is closed")
         if dsl not in DSLS:
             raise UnknownChoiceError("dsl", dsl, DSLS)
         job = _Job(task, source, dsl, config or self.config, concurrent.futures.Future(), time.perf_counter())
         if self.cache is not None:
-            job.key = self.cache.key(task, source, dsl, self.backend, self.placed(0, job.config))
-            hit = self.cache.get(job.key)
+            job.key = key or self.cache.key(task, source, dsl, self.backend, self.placed(0, job.config))
+            hit = self.cache.get(job.key) if cached else None
             if hit is not None:
                 job.future.set_result(hit[0])
                 return job.future

@@ -3,8 +3,9 @@
     scorer = Scorer(backend="cpu")
     records = scorer.score([("GELU", source_a, "triton"), ("GELU", source_b, "triton")])
 
-* Batches: `score(items)` sends all its items to `api.batch.evaluate_many` at once (threads waiting on
-  sandboxed children: one per core on cpu, one per GPU on cuda, or a Ray pool with `ray=`). Single calls
+* Batches: `score(items)` sends all its items at once to the Scorer's `api.service.EvalService`, kept
+  across batches (slots waiting on sandboxed children: one per core on cpu, 4 per GPU on cuda), or to a Ray
+  pool with `ray=`. Single calls
   made concurrently from several threads or coroutines (`submit`, `score_one`, `ascore`: verl's reward
   managers call `compute_score` once per sample from an executor, verifiers scores a group's rollouts with
   `asyncio.gather`) are coalesced: a dispatcher thread collects what arrives within `window_s` and evaluates
@@ -14,8 +15,9 @@
   `store=` (a `store.Store` or a database path), in the results database, which also keeps every new
   record. Records whose status can come from the machine (timeouts, crashes) are never served again.
   Within one batch, duplicates are evaluated once.
-* Warm: `warm=True` keeps one `api.warm.WarmPool` per worker (a trusted checker process and pre-started
-  children) alive across batches; each submission still runs in a fresh, single-use child.
+* Warm: `warm=True` keeps one `api.warm.WarmPool` per slot of the service (a trusted checker process and
+  pre-started children) alive across batches; each submission still runs in a fresh, single-use child.
+  The cache and the store are the service's (api/result_cache.py).
 
 `completion_text` turns a trainer's completion (a string, or chat messages) into the reply text;
 `record_terms` flattens a record into the numbers a trainer logs.
@@ -32,13 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import concurrent.futures
 import dataclasses
 import logging
 import queue
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -75,34 +74,30 @@ class Scorer:
     def __init__(self, backend: str = "auto", *, config: EvalConfig | None = None, workers: int | None = None,
                  warm: bool | str = "auto", store: Any = None, submitter: str = "trainer", cache_size: int = 4096,
                  window_s: float = 0.02, ray: Any = None, registry=None, evaluator: Callable | None = None):
+        from kernelgym_gap.api.service import EvalService
         from kernelgym_gap.core.backend import resolve_backend
         from kernelgym_gap.core.registry import default_registry
         self.backend = resolve_backend(backend)
-        if warm == "auto":      # the warm path on cuda with the built-in local pool (api/batch.py says why)
-            warm = self.backend == "cuda" and ray is None and evaluator is None
-        if warm and (ray is not None or evaluator is not None):
+        if warm is True and (ray is not None or evaluator is not None):
             raise ValueError("warm= applies to the built-in evaluator on the local pool")
         self.config = config or EvalConfig()
-        self._lane_dir = None
-        if self.backend == "cuda" and ray is None and self.config.sandbox.lane_dir in (None, "auto"):
-            # one lane directory across batches, so that a warm pool's pre-started children (whose spec holds
-            # it) still fit the next batch
-            from kernelgym_gap.api.lanes import with_lane
-            self._lane_dir = tempfile.mkdtemp(prefix="kgg-lanes-", dir=self.config.scratch_root)
-            self.config = with_lane(self.config, self._lane_dir)
-        self.workers, self.warm, self.ray, self.window_s = workers, warm, ray, window_s
         self.registry = registry or default_registry()
+        self.workers, self.ray, self.window_s = workers, ray, window_s
         self.evaluator = evaluator
-        if store is not None and not hasattr(store, "lookup"):
-            from kernelgym_gap.store.db import Store
-            store = Store(store)
-        self.store, self.submitter = store, submitter
+        # every evaluation, the cache and the store go through one api/service.EvalService, kept across
+        # batches: its slots (4 per GPU on cuda, as evaluate_many), its lane directory (one for the Scorer's
+        # life, so that a warm pool's pre-started children, whose spec holds it, fit the next batch), one
+        # warm pool per slot (the service's warm rule) and the result cache in front. With ray=, the Ray
+        # actors evaluate (each holds a one-slot service) and this service is the cache in front of them.
+        self.service = EvalService(self.backend, self.config, slots=workers, warm=False if ray is not None else warm,
+                                   cache=cache_size, store=store, per_gpu=4, evaluator=evaluator,
+                                   registry=self.registry, submitter=submitter, origin="trainer")
+        self.warm = self.service.warm
+        self.store, self.submitter = self.service.cache.store, submitter
         self.cache_size = cache_size
-        self._cache: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._warm_pools: dict[tuple, list] = {}
         self._closed = False
         self.stats = {"requested": 0, "evaluated": 0, "cache_hits": 0, "batches": 0}
 
@@ -208,44 +203,19 @@ class Scorer:
             if stop:
                 return
 
-    def _key(self, job: _Job):
-        from kernelgym_gap.store.cache_key import cache_key_for
-        return cache_key_for(job.task, job.source, job.dsl, self.backend, self.config)
-
-    def _cached(self, key) -> EvalRecord | None:
-        with self._lock:
-            rec = self._cache.get(key)
-            if rec is not None:
-                self._cache.move_to_end(key)
-                return rec
-        if self.store is not None:
-            hit = self.store.lookup(key)
-            if hit is not None:
-                self._remember(key, hit[1])
-                return hit[1]
-        return None
-
-    def _remember(self, key, record: EvalRecord) -> None:
-        from kernelgym_gap.store.results import NOT_CACHED_STATUSES
-        if record.status.value in NOT_CACHED_STATUSES or self.cache_size <= 0:
-            return
-        with self._lock:
-            self._cache[key] = record
-            self._cache.move_to_end(key)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-
     def _run(self, batch: list[_Job]) -> None:
-        from kernelgym_gap.api.batch import evaluate_many
+        """One batch: answered from the service's cache where it can, the rest evaluated by the service (or
+        the Ray pool) once per distinct submission."""
         from kernelgym_gap.api.lanes import EvalRequest
+        cache = self.service.cache
         self.stats["requested"] += len(batch)
         pending: dict[Any, list[_Job]] = {}
         for job in batch:
-            key = self._key(job)
-            rec = None if key in pending else self._cached(key)
-            if rec is not None:
+            key = cache.key(job.task, job.source, job.dsl, self.backend, self.service.placed(0))
+            hit = None if key in pending else cache.get(key, origin="trainer")
+            if hit is not None:
                 self.stats["cache_hits"] += 1
-                job.future.set_result(rec)
+                job.future.set_result(hit[0])
             else:
                 pending.setdefault(key, []).append(job)
         if not pending:
@@ -256,44 +226,34 @@ class Scorer:
         self.stats["batches"] += 1
         self.stats["evaluated"] += len(requests)
         if self.ray is not None:
+            from kernelgym_gap.api.batch import evaluate_many
             records = evaluate_many(requests, self.workers, config=self.config, ray=self.ray,
                                     registry=self.registry)
         else:
-            records = evaluate_many(requests, self.workers, config=self.config, registry=self.registry,
-                                    evaluator=self._evaluate)
+            records = self._evaluate_local(requests, keys, pending)
         for key, record in zip(keys, records):
-            self._remember(key, record)
-            if self.store is not None:
-                try:
-                    self.store.add_record(record, pending[key][0].source, self.submitter, key=key, origin="trainer")
-                except Exception:  # noqa: BLE001 - the reward still goes back; the store is a cache
-                    log.exception("could not store a record in %s", self.store)
+            if self.ray is not None:
+                cache.put(key, record, pending[key][0].source, origin="trainer")
             for job in pending[key]:
                 job.future.set_result(record)
 
-    # ---- evaluation (local pool) -------------------------------------------------------------------
-
-    def _evaluate(self, task, source, dsl, backend, config) -> EvalRecord:
-        if not self.warm:
-            if self.evaluator is not None:
-                return self.evaluator(task, source, dsl, backend, config)
-            from kernelgym_gap.engine.pipeline import evaluate
-            return evaluate(task, source, dsl, backend, config)
-        from kernelgym_gap.engine.pipeline import evaluate
-        pool = self._take_warm(backend, config.gpu_index)
+    def _evaluate_local(self, requests, keys, pending) -> list[EvalRecord]:
+        """Through the service, which keeps each new record in its cache and store (no second lookup: the
+        keys were missed just now)."""
+        from kernelgym_gap.core.errors import HarnessError
+        futures = [self.service.submit_task(pending[k][0].task, r.source, r.dsl, None, cached=False, key=k)
+                   for k, r in zip(keys, requests)]
         try:
-            return evaluate(task, source, dsl, backend, config, checker=pool.checker, children=pool.children)
+            out = []
+            for f in futures:
+                e = f.exception()
+                if e is not None:
+                    raise HarnessError(f"an evaluation raised: {e!r}") from e
+                out.append(f.result())
+            return out
         finally:
-            with self._lock:
-                self._warm_pools.setdefault((backend, config.gpu_index), []).append(pool)
-
-    def _take_warm(self, backend: str, gpu_index: int):
-        with self._lock:
-            idle = self._warm_pools.setdefault((backend, gpu_index), [])
-            if idle:
-                return idle.pop()
-        from kernelgym_gap.api.warm import WarmPool
-        return WarmPool(device=backend, gpu_index=gpu_index, scratch_root=self.config.scratch_root)
+            for f in futures:
+                f.cancel()
 
     def close(self) -> None:
         """Stops the dispatcher (after the batches already queued) and the warm pools."""
@@ -303,13 +263,7 @@ class Scorer:
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
-        with self._lock:
-            pools = [p for ps in self._warm_pools.values() for p in ps]
-            self._warm_pools.clear()
-        for p in pools:
-            p.close()
-        if self._lane_dir is not None:
-            shutil.rmtree(self._lane_dir, ignore_errors=True)
+        self.service.close()
 
     def __enter__(self) -> "Scorer":
         return self

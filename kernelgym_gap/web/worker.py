@@ -6,8 +6,8 @@
 queues; it never evaluates, imports submitted code or starts a child). The queue lives in the store
 (submissions in state 'queued'), so it survives a restart. Each thread claims one submission at a time
 under this worker's lease (an IMMEDIATE transaction, so two threads or two workers never claim the same
-one), serves it from the cache when it can, and otherwise calls engine.evaluate, which runs the submission
-in its own sandboxed child process. A heartbeat thread renews the leases of the submissions being
+one), serves it from the cache when it can, and otherwise submits it to the worker's api/service.EvalService,
+which runs the submission in its own sandboxed child process. A heartbeat thread renews the leases of the submissions being
 evaluated every lease/4 seconds; a submission whose lease ran out (its worker was killed) goes back to the
 queue when any worker next looks for work, and one whose lease is alive is never taken, so a second server
 on the same database leaves this worker's submissions alone. With --parent-pid the worker exits when that
@@ -17,7 +17,6 @@ second elsewhere.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import signal
@@ -42,6 +41,20 @@ class Worker:
         self.signalled = False              # set by the signal handler; wait() turns it into a stop
         self._threads: list[threading.Thread] = []
         self.busy: dict[int, int] = {}          # thread index -> submission id being evaluated
+        self._services: dict[str, object] = {}  # backend -> its api/service.EvalService, made on first use
+        self._services_lock = threading.Lock()
+
+    def service(self, backend: str):
+        """The evaluation service of `backend`: one slot per thread, on cuda thread i's slot on GPU
+        i % gpu_count (one evaluation per GPU: main() caps the threads), cold (no warm pools)."""
+        from kernelgym_gap.api.service import EvalService
+        with self._services_lock:
+            svc = self._services.get(backend)
+            if svc is None:
+                slots = [i % self.gpu_count for i in range(self.n_threads)] if backend == "cuda" else self.n_threads
+                svc = self._services[backend] = EvalService(backend, self.config, slots=slots, warm=False,
+                                                            registry=self.registry)
+            return svc
 
     def beat_to(self, fd: int) -> None:
         """Writes one byte to `fd` every HEARTBEAT_S until stop(): `leaderboard serve`'s supervisor reads
@@ -97,6 +110,10 @@ class Worker:
         self._stop.set()
         for t in self._threads:
             t.join(timeout)
+        with self._services_lock:
+            services, self._services = list(self._services.values()), {}
+        for svc in services:
+            svc.close()
 
     def wait(self, parent_pid: int | None = None, poll_s: float = 0.2) -> None:
         """Blocks until stop(), a signal (`signalled`) or, with parent_pid, until that process is gone."""
@@ -124,22 +141,20 @@ class Worker:
                 self.busy.pop(index, None)
 
     def run_one(self, job: dict, index: int = 0) -> None:
-        from kernelgym_gap.engine import pipeline as engine
         sid = job["id"]
         try:
             task = self.registry.get(job["task_id"])
-            config = self.config
-            if job["backend"] == "cuda":
-                config = dataclasses.replace(config, gpu_index=index % self.gpu_count)
+            service = self.service(job["backend"])
             source = bytes(job["content"])
-            key = cache_key_for(task, source, job["dsl"], job["backend"], config)
+            # the queue's own cache: a hit finishes this queued submission (store.finish), no new row
+            key = cache_key_for(task, source, job["dsl"], service.backend, service.placed(0))
             owner = job.get("lease_owner") or self.owner
             hit = None if job["remeasure"] else self.store.lookup(key)
             if hit is not None:
                 if self.store.finish(sid, evaluation_id=hit[0], owner=owner):
                     log.info("submission %d: served from the cache (evaluation %d)", sid, hit[0])
                 return
-            record = engine.evaluate(task, source, job["dsl"], job["backend"], config)
+            record = service.submit_task(task, source, job["dsl"]).result()
             if self.store.finish(sid, record=record, key=key, owner=owner):
                 log.info("submission %d: %s, reward %.4f", sid, record.status.value, record.reward)
             else:
