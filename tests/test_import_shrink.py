@@ -194,3 +194,10 @@ def test_imported_tasks_list_their_dsls():
     from kernelgym_gap.core.task import DSLS
     meta = _meta("19_ReLU", KB)
     assert meta["dsls"] and set(meta["dsls"]) == set(DSLS)
+
+
+def test_state_the_sizes_cannot_reach_imports_as_cpu_heavy_and_says_so():
+    sizes, _, _, cpu, _, heavy = plan(SHRINK / "fixed_wide_state.py")
+    assert heavy is not None and "cpu shape over the interpreter's budget" in heavy and "meant for cuda" in heavy
+    facts = analysis.meta_facts(SHRINK / "fixed_wide_state.py", cpu)
+    assert facts["elements"] > CPU_ELEMENTS and cpu["batch_size"] <= sizes["batch_size"]

@@ -32,7 +32,7 @@ _KEPT = re.compile(r"kernel|stride|padding|pad$|dilation|groups|output_padding|w
 # meet the budget above. It is still imported when its smallest shape is under this one: the task then says
 # its cpu shape is over the interpreter's budget (slow on the cpu backend; meant for cuda).
 HEAVY_ELEMENTS = 1 << 25
-HEAVY_FLOPS = 1 << 32
+HEAVY_FLOPS = 1 << 30         # ~1 s of float64 reference on 2 cores: the analysis runs it tens of times
 
 
 def _within(facts: dict, budget: tuple[int, int]) -> bool:
@@ -108,10 +108,11 @@ def plan(path: Path):
         cpu_sizes, steps = shrink_for_cpu(path, sizes, batch)
         return sizes, own, batch, cpu_sizes, steps, None
     except ImportRefused as light:
-        try:                            # its smallest shape, if the analysis and the interpreter can hold it
+        try:                            # a larger shape, if the analysis and the interpreter can hold it
             cpu_sizes, steps = shrink_for_cpu(path, sizes, batch, (HEAVY_ELEMENTS, HEAVY_FLOPS))
         except ImportRefused:
-            raise light from None
+            raise ImportRefused(f"{light}; nor under the {HEAVY_ELEMENTS} elements and {HEAVY_FLOPS} flops a "
+                                f"cpu-heavy task may have") from None
     facts = analysis.meta_facts(path, cpu_sizes)
     heavy = (f"cpu shape over the interpreter's budget ({facts['elements']} elements, {facts['flops']} flops; "
              f"{CPU_ELEMENTS} and {CPU_FLOPS} are the budget): slow on the cpu backend, meant for cuda")
