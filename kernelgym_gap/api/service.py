@@ -332,6 +332,25 @@ class EvalService:
                 f"lane_dir={self.lane_dir!r}, cache={self.cache is not None})")
 
 
+def place_copies(n: int, config: EvalConfig, gpus: Sequence[int] | None = None) -> tuple[list[EvalConfig], str | None]:
+    """Placement for `n` copies that each hold a one-slot service in a process of their own (the vector
+    env's copies): copy i on GPU gpus[i % len(gpus)] (default every visible GPU); copies that share a GPU
+    share its lane, in a directory made here. Returns the copies' configs and that directory (None when no
+    GPU is shared), which the caller removes when the copies are gone."""
+    from kernelgym_gap.api.lanes import visible_gpus
+    host = list(gpus) if gpus is not None else visible_gpus()
+    if not host:
+        raise HarnessError("the cuda backend was asked for but no GPU is visible")
+    lane_dir = tempfile.mkdtemp(prefix="kgg-lanes-", dir=config.scratch_root) if n > len(host) else None
+    out = []
+    for i in range(n):
+        where = Placement.of(config).replace(gpu_index=host[i % len(host)])
+        if lane_dir is not None and config.sandbox.lane_dir in (None, "auto"):
+            where = where.replace(lane_dir=lane_dir)
+        out.append(where.apply(config))
+    return out, lane_dir
+
+
 def _identity(r: EvalRequest, task: TaskSpec, default: EvalConfig) -> tuple:
     raw = r.source.encode("utf-8", "surrogatepass") if isinstance(r.source, str) else r.source
     return (task.id, hashlib.sha256(raw).hexdigest(), r.dsl, r.config or default)

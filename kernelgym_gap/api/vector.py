@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import functools
 import shutil
-import tempfile
 import weakref
 from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
 
-from kernelgym_gap.api.lanes import visible_gpus, with_lane
+from kernelgym_gap.api.service import place_copies
 from kernelgym_gap.core.config import EvalConfig
 
 class InfoMapping(Mapping):
@@ -100,13 +99,14 @@ def make_vector_env(n: int, task_id: str | None = None, *, asynchronous: bool = 
         address = driver_address(ray)
         context = context or "spawn"
     base = env_kwargs.get("config") or EvalConfig()
-    host = (list(gpus) if gpus is not None else visible_gpus()) if backend == "cuda" and ray is None else []
-    lane_dir = tempfile.mkdtemp(prefix="kgg-lanes-", dir=base.scratch_root) if host and n > len(host) else None
+    # each copy's KernelEnv holds a one-slot api/service.EvalService; their GPUs and shared lanes are placed
+    # by the service module
+    placed, lane_dir = place_copies(n, base, gpus) if backend == "cuda" and ray is None else (None, None)
     fns = []
     for i in range(n):
         kw = dict(env_kwargs)
-        if host:
-            kw["config"] = with_lane(base.replace(gpu_index=host[i % len(host)]), lane_dir)
+        if placed is not None:
+            kw["config"] = placed[i]
         if ray is not None:
             kw["evaluator"] = RayEvaluator(address, backend)
         fns.append(functools.partial(_make_env, kw))
