@@ -359,3 +359,54 @@ def test_grouped_gemm_counts_only_the_weights_of_experts_with_tokens(registry):
         x, w, offsets = gg.make_inputs((8, 150, 40, 96), "float32", torch.Generator().manual_seed(4), dist, "cpu")
         sizes = torch.diff(offsets.long(), prepend=torch.zeros(1, dtype=torch.long))
         assert int(offsets[-1]) == 150 and int((sizes == 0).sum()) == 1
+
+
+def _cache_baselines(config, task, shape, dtype, compile_ms=None, alternatives=None):
+    from kernelgym_gap.judge.baselines import case_key
+    key = case_key(CAL.device_key, task.id, shape, dtype, task.timed_distribution)
+    with open(config.baselines_path, "w") as f:
+        json.dump({key: {"compile_ms": compile_ms, "eager_ms": 1.0, "compile_spread": 0.01, "compile_s": 3.0,
+                         "alternatives_ms": alternatives or {}}}, f)
+
+
+def test_the_reward_takes_e_against_the_library_the_task_declares(registry, config):
+    """Issue 34: where eager is an unfused chain, the task declares what a user would pick instead, and the
+    reward's E is taken against it (by default: RewardConfig.baseline "task"); E itself still means eager."""
+    task = dataclasses.replace(registry.get("LayerNorm"), e_baseline="torch.compile")
+    fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
+    _cache_baselines(config, task, (8192, 4096), "float16", compile_ms=1.5 * fl)
+    rep = report(timing((8192, 4096), "float16", 2 * fl, 6 * fl))        # eager 3x slower than the kernel
+    _, msg, terms, _ = performance_terms(task, rep, config)
+    assert terms["reward_baseline"] == "torch.compile" and terms["E_reward"] == pytest.approx(0.75)
+    assert terms["E"] == pytest.approx(3.0)
+    eager = performance_terms(task, rep, config.replace(reward=RewardConfig(baseline="eager")))[2]
+    assert eager["reward_baseline"] == "torch" and eager["performance"] > terms["performance"]
+
+
+def test_a_named_alternative_is_the_reward_baseline_when_declared(registry, config):
+    task = dataclasses.replace(registry.get("LayerNorm"), e_baseline="fused_lib",
+                               alternatives={"fused_lib": lambda x, w, b: x})
+    assert not any("e_baseline" in p or "alternative" in p for p in task.validate())
+    fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
+    _cache_baselines(config, task, (8192, 4096), "float16", compile_ms=1.5 * fl, alternatives={"fused_lib": 2.2 * fl})
+    _, _, terms, _ = performance_terms(task, report(timing((8192, 4096), "float16", 2 * fl, 6 * fl)), config)
+    (p,) = terms["per_shape"]
+    assert p["E_alt"] == {"fused_lib": pytest.approx(1.1)}
+    assert terms["reward_baseline"] == "fused_lib" and terms["E_reward"] == pytest.approx(1.1)
+
+
+def test_a_declared_baseline_not_measured_falls_back_to_eager_and_says_so(registry, config):
+    """On a cpu run, or where the cache lacks it, the reward uses eager and the record's flags say why; a
+    cache entry made before the task declared an alternative does not count as having it."""
+    task = dataclasses.replace(registry.get("LayerNorm"), e_baseline="fused_lib",
+                               alternatives={"fused_lib": lambda x, w, b: x})
+    fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
+    _cache_baselines(config, task, (8192, 4096), "float16", compile_ms=1.5 * fl)     # no alternative in it
+    _, msg, terms, _ = performance_terms(task, report(timing((8192, 4096), "float16", 2 * fl, 6 * fl)), config)
+    assert terms["reward_baseline"] == "torch" and terms["E_reward"] == pytest.approx(3.0)
+    assert any("'fused_lib'" in f and "eager used" in f for f in terms["flags"]) and "fused_lib" in msg
+
+
+def test_a_task_declaring_an_unknown_e_baseline_is_a_contract_problem(registry):
+    task = dataclasses.replace(registry.get("LayerNorm"), e_baseline="flash")
+    assert any("e_baseline 'flash'" in p for p in task.validate())

@@ -44,21 +44,27 @@ def _save(path: Path, entries: dict) -> None:
     update_cache(path, lambda data: data.update(entries), read=_load)
 
 
+def _complete(entry: dict | None, task) -> bool:
+    """A cached case holds every baseline the task declares now (an alternative added since is missing)."""
+    return entry is not None and set(task.alternatives) <= set(entry.get("alternatives_ms") or {})
+
+
 def compile_times(task, cases: list[tuple], device_key: str, config: EvalConfig) -> dict[tuple, dict]:
-    """{(shape, dtype): {"compile_ms", "eager_ms", ...}} for the timed `cases` [(shape, dtype), ...]; missing
-    ones are measured now when config.compile_baseline == "measure". Empty when the mode is "off" or the
-    task does not list "torch.compile" among its baselines."""
-    if config.compile_baseline == "off" or "torch.compile" not in task.baselines:
+    """{(shape, dtype): {"compile_ms", "eager_ms", "alternatives_ms", ...}} for the timed `cases` [(shape,
+    dtype), ...]; missing ones are measured now when config.compile_baseline == "measure". Empty when the
+    mode is "off" or the task declares neither torch.compile nor an alternative. compile_ms is None for a
+    task without torch.compile, an alternative's time None where it raised."""
+    if config.compile_baseline == "off" or ("torch.compile" not in task.baselines and not task.alternatives):
         return {}
     path = Path(config.baselines_path) if config.baselines_path else default_cache_path()
     cached = _load(path)
     keys = {(tuple(s), d): case_key(device_key, task.id, s, d, task.timed_distribution) for s, d in cases}
-    missing = [c for c, k in keys.items() if k not in cached]
+    missing = [c for c, k in keys.items() if not _complete(cached.get(k), task)]
     if missing and config.compile_baseline == "measure":
         fresh = _measure(task, missing, config)
         _save(path, {keys[c]: v for c, v in fresh.items()})
         cached.update({keys[c]: v for c, v in fresh.items()})
-    return {c: cached[k] for c, k in keys.items() if k in cached}
+    return {c: cached[k] for c, k in keys.items() if _complete(cached.get(k), task)}
 
 
 def _measure(task, cases: list[tuple], config: EvalConfig) -> dict[tuple, dict]:
@@ -80,8 +86,9 @@ def _measure(task, cases: list[tuple], config: EvalConfig) -> dict[tuple, dict]:
             raise HarnessError(f"the torch.compile baseline of {task.id} failed: "
                                + proc.stderr.decode(errors="replace")[-1500:])
         rows = json.loads(out.read_text())["cases"]
-    return {(tuple(r["shape"]), r["dtype"]): {k: r[k] for k in ("compile_ms", "eager_ms", "compile_spread",
-                                                                 "compile_s")} for r in rows}
+    return {(tuple(r["shape"]), r["dtype"]): {k: r.get(k) for k in ("compile_ms", "eager_ms", "compile_spread",
+                                                                     "compile_s", "alternatives_ms",
+                                                                     "alternative_errors")} for r in rows}
 
 
 # ------------------------------------------------------------------------------------- the measuring process
@@ -103,16 +110,29 @@ def _run(spec_path: str, out_path: str) -> int:
         trial = Trial(index=k, shape=tuple(case["shape"]), dtype=case["dtype"], seed=1000 + k,
                       distribution=task.timed_distribution, split="public")
         ins = inputs.make_trial_inputs(task, trial, "cuda")
-        torch._dynamo.reset()
-        compiled = torch.compile(task.reference, dynamic=False)
-        t0 = time.perf_counter()
+        row = dict(case, compile_ms=None, compile_spread=None, compile_s=None, alternatives_ms={},
+                   alternative_errors={})
         with torch.no_grad():
-            compiled(*ins)
-            torch.cuda.synchronize()
-            compile_s = time.perf_counter() - t0
-            comp, eager = bench.measure_interleaved([lambda i: compiled(*ins), lambda i: task.reference(*ins)])
-        rows.append(dict(case, compile_ms=comp.median_ms, compile_spread=comp.spread, eager_ms=eager.median_ms,
-                         compile_s=compile_s))
+            if "torch.compile" in task.baselines:
+                torch._dynamo.reset()
+                compiled = torch.compile(task.reference, dynamic=False)
+                t0 = time.perf_counter()
+                compiled(*ins)
+                torch.cuda.synchronize()
+                row["compile_s"] = time.perf_counter() - t0
+                comp, eager = bench.measure_interleaved([lambda i: compiled(*ins), lambda i: task.reference(*ins)])
+                row.update(compile_ms=comp.median_ms, compile_spread=comp.spread, eager_ms=eager.median_ms)
+            for name, fn in task.alternatives.items():
+                try:        # its first call compiles (FlexAttention) or finds the op missing: not timed
+                    fn(*ins)
+                    torch.cuda.synchronize()
+                    alt, eager = bench.measure_interleaved([lambda i, fn=fn: fn(*ins), lambda i: task.reference(*ins)])
+                    row["alternatives_ms"][name] = alt.median_ms
+                    row.setdefault("eager_ms", eager.median_ms)
+                except Exception as e:  # noqa: BLE001 - a library that cannot run here is a missing baseline
+                    row["alternatives_ms"][name] = None
+                    row["alternative_errors"][name] = f"{type(e).__name__}: {str(e)[:300]}"
+        rows.append(row)
         del ins
         torch.cuda.empty_cache()
     Path(out_path).write_text(json.dumps({"cases": rows, "torch": torch.__version__}))

@@ -134,11 +134,35 @@ def _compile_terms(task: TaskSpec, report: ChildReport, cal: Calibration, per_sh
         log.warning("%s: torch.compile baseline unavailable: %s", task.id, e)
         return None, [f"torch.compile baseline unavailable: {str(e).splitlines()[0][:200]}"]
     for p in per_shape:
-        t = times.get((tuple(p["shape"]), p["dtype"]))
-        p["compile_ms"] = t["compile_ms"] if t else None
-        p["E_compile"] = t["compile_ms"] / p["kernel_ms"] if t else None
+        t = times.get((tuple(p["shape"]), p["dtype"])) or {}
+        p["compile_ms"] = t.get("compile_ms")
+        p["E_compile"] = t["compile_ms"] / p["kernel_ms"] if t.get("compile_ms") else None
+        if task.alternatives:
+            alts = t.get("alternatives_ms") or {}
+            p["E_alt"] = {name: (alts[name] / p["kernel_ms"] if alts.get(name) else None)
+                          for name in task.alternatives}
     values = [p["E_compile"] for p in per_shape]
     return (geomean(values) if values and all(v is not None for v in values) else None), []
+
+
+def _reward_baseline(task: TaskSpec, per_shape: list[dict], e_compile, config: EvalConfig):
+    """(the library the reward's E is taken against, its per-shape E, flags): RewardConfig.baseline, where
+    "task" is the task's own declaration (TaskSpec.e_baseline). A baseline that was not measured falls back
+    to eager, saying so: the reward never silently changes its reference."""
+    wanted = config.reward.baseline
+    name = {"eager": "torch", "compile": "torch.compile"}.get(wanted, task.e_baseline)
+    if name == "torch":
+        return "torch", [p["E"] for p in per_shape], []
+    if name == "torch.compile":
+        values = [p["E_compile"] for p in per_shape] if e_compile else None
+    else:
+        values = [(p.get("E_alt") or {}).get(name) for p in per_shape]
+        values = values if values and all(v is not None for v in values) else None
+    if values is None:
+        return "torch", [p["E"] for p in per_shape], [
+            f"reward baseline {name!r} ({'the task declares it' if wanted == 'task' else 'asked for'}) has no "
+            "measured time here: E against torch eager used"]
+    return name, values, []
 
 
 def _shape_row(task: TaskSpec, t, cal: Calibration) -> dict:
@@ -182,13 +206,13 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
         return Status.PROTOCOL_ERROR, "the child reported no timings", {}, None
     e_compile, compile_flags = _compile_terms(task, report, cal, per_shape, config)
     flags += compile_flags
-    reward_E = ([p["E_compile"] for p in per_shape] if config.reward.baseline == "compile" and e_compile
-                else [p["E"] for p in per_shape])
-    if config.reward.baseline == "compile" and not e_compile:
-        flags.append("reward baseline 'compile' asked for but no torch.compile time: E against eager used")
+    reward_baseline, reward_E, baseline_flags = _reward_baseline(task, per_shape, e_compile, config)
+    flags += baseline_flags
     agg = performance(reward_E, [p["U"] for p in per_shape], config.reward)
     agg["E"] = geomean([p["E"] for p in per_shape])          # E always means eager; E_compile beside it
     agg["E_compile"] = e_compile
+    agg["reward_baseline"] = reward_baseline                  # what the reward's E was taken against
+    agg["E_reward"] = geomean(reward_E)
     library_U = geomean([p["library_U"] for p in per_shape])
     biggest = max(per_shape, key=lambda p: p["floor_ms"])
     evidence = causes(source, {t.dtype for t in report.timings}, biggest["programs"],

@@ -32,7 +32,9 @@ def make_inputs(shape, dtype, gen, distribution, device):
 
 TASK = TaskSpec(
     name="RotaryEmbedding",
-    version=0,
+    version=1,
+    e_baseline="torch.compile",   # eager is an unfused chain of ops (TaskSpec.e_baseline)
+    changelog=("v1: the reward's E is taken against torch.compile of the reference (e_baseline): eager runs it as an unfused chain of ops that a fused kernel beats 10x, where E sat at the reward's ceiling (issue 34)",),
     category="elementwise",
     statement=("Apply rotary position embeddings (the Llama / GPT-NeoX 'rotate_half' layout, not the interleaved "
                "GPT-J one) to q of shape [T, H, D] (tokens, heads, head_dim; D even), with per-token tables "
