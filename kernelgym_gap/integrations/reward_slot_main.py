@@ -55,15 +55,13 @@ def main() -> int:
         _end()
     from kernelgym_gap.core.registry import task_source
     registry = task_source(settings["tasks_dir"])     # the server's task source (None: the built-in tasks)
-    evaluator = settings["evaluator"]
-    if evaluator is None:
-        from kernelgym_gap.engine.pipeline import evaluate as evaluator
     backend, config, gpu = settings["backend"], settings["config"], settings["gpu"]
-    extra = {}
+    # this slot's one-slot evaluation service (api/service.py): its GPU, its warm pool when asked for
+    from kernelgym_gap.api.service import EvalService
+    service = EvalService(backend, config, slots=[gpu or 0] if backend == "cuda" else 1,
+                          warm=bool(settings["warm"]), evaluator=settings["evaluator"], registry=registry)
     if settings["warm"]:
-        from kernelgym_gap.api.warm import WarmPool
-        pool = WarmPool(device=backend, gpu_index=gpu or 0, scratch_root=config.scratch_root)
-        extra = {"checker": pool.checker, "children": pool.children}
+        service.warm_parts(0)                    # started now: its imports overlap the server's start
     out.write(pickle.dumps(("ready", None)))
     out.flush()
     while True:
@@ -72,7 +70,7 @@ def main() -> int:
         except EOFError:
             return 0
         try:
-            record = evaluator(registry.get(task_id), source, dsl, backend, config, **extra)
+            record = service.submit_task(registry.get(task_id), source, dsl).result()
             answer = ("ok", record.to_dict())
         except Exception as e:  # noqa: BLE001 - a harness error goes back as this item's failure
             answer = ("error", f"{type(e).__name__}: {e}")
