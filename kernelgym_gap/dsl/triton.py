@@ -12,7 +12,8 @@ from kernelgym_gap.dsl.watch import WATCH, dsl_region, user_callback
 from kernelgym_gap.dsl.base import DSLAdapter, DSLCompileError, LaunchLog, StreamWatch, check_args, tensor_bytes
 
 _TORCH_TO_TRITON = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
-                    "int32": "i32", "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
+                    "int32": "i32", "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1",
+                    "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}      # issue 34's low-bit tasks
 
 
 def compile_error_summary(e: BaseException) -> str:
