@@ -94,25 +94,31 @@ def _interpreted(code: str) -> str:
     return done.stdout.strip()
 
 
-def test_the_interpreter_runs_float8_but_rounds_ties_away_from_zero():
-    """What the cpu backend can do with float8 (Triton 3.7's interpreter): loads, stores, casts and tl.dot
-    on float8 tensors run; the float32 -> e4m3 cast rounds a tie away from zero where the GPU (cvt.rn) and
-    torch round it to even. That is one step at an exact midpoint, which the one-step tolerance of the
-    quantization tasks admits (judge/lowbit.py)."""
+def test_what_the_interpreter_does_with_float8_and_bfloat16():
+    """What the cpu backend can do (Triton 3.7's interpreter), measured, so that a Triton upgrade that changes
+    it shows here: float8 loads, stores and tl.dot run, and a float32 -> e4m3 cast of an exactly representable
+    value is exact; but the cast rounds a tie away from zero (the GPU's cvt.rn and torch round to even), drops
+    the carry when a round-up crosses a power of two (127.9 -> 64, 1.99 -> 1) and mis-rounds subnormals; and a
+    float32 -> bfloat16 cast truncates. The float8 reference solutions therefore round to e4m3 in float32
+    first, and bfloat16-output tasks allow one bfloat16 ulp."""
     out = _interpreted("""
         import torch, triton, triton.language as tl
         @triton.jit
-        def k(x_ptr, y_ptr, a_ptr, c_ptr, N: tl.constexpr):
+        def k(x_ptr, y_ptr, z_ptr, a_ptr, c_ptr, N: tl.constexpr):
             o = tl.arange(0, N)
-            tl.store(y_ptr + o, tl.load(x_ptr + o).to(tl.float8e4nv))
+            x = tl.load(x_ptr + o)
+            tl.store(y_ptr + o, x.to(tl.float8e4nv))
+            tl.store(z_ptr + o, x.to(tl.bfloat16))
             a = tl.load(a_ptr + o[:, None] * N + o[None, :])
             tl.store(c_ptr + o[:, None] * N + o[None, :], tl.dot(a, a))
-        x = torch.tensor([1.0625, 17.0, 400.0, 1.03125] + [0.0] * 12)      # three ties, one below a midpoint
+        x = torch.tensor([1.0625, 17.0, 127.9, 1.99, 0.001, 1.125, 0.59624] + [0.0] * 9)
         y = torch.empty(16, dtype=torch.float8_e4m3fn)
+        z = torch.empty(16, dtype=torch.bfloat16)
         a = (torch.arange(256, dtype=torch.float32).reshape(16, 16) % 7 - 3).to(torch.float8_e4m3fn)
         c = torch.empty(16, 16)
-        k[(1,)](x, y, a, c, 16)
-        print(y.float()[:4].tolist(), x.to(torch.float8_e4m3fn).float()[:4].tolist(),
-              bool(torch.equal(c, a.float() @ a.float())))
+        k[(1,)](x, y, z, a, c, 16)
+        print(y.float()[:6].tolist(), x.to(torch.float8_e4m3fn).float()[:6].tolist(),
+              z[6].item(), x[6:7].to(torch.bfloat16).item(), bool(torch.equal(c, a.float() @ a.float())))
     """)
-    assert out == "[1.125, 18.0, 416.0, 1.0] [1.0, 16.0, 384.0, 1.0] True"
+    assert out == ("[1.125, 18.0, 64.0, 1.0, 0.0, 1.125] [1.0, 16.0, 128.0, 2.0, 0.001953125, 1.125] "
+                   "0.59375 0.59765625 True")

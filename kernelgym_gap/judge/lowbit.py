@@ -3,9 +3,9 @@
 An atol/rtol check does not fit a low-bit format. One float8 e4m3 step is 6-12% of the value (3 mantissa
 bits), e5m2's 12-25%, and int8's is one unit of a scale the kernel chose; a correct kernel rounds once, and
 where the exact value sits near a rounding midpoint, float32 arithmetic in another order (x * (448 / amax)
-against x / (amax / 448)), or another rounding mode at the tie (the GPU's cvt.rn rounds ties to even; the
-Triton interpreter's float8 cast rounds them away from zero, measured in tests/test_lowbit_dtypes.py),
-lands one step over. So the distance is counted in steps of the output format:
+against x / (amax / 448)), or another rounding mode at the tie (the GPU's cvt.rn rounds ties to even; a
+kernel that rounds by hand may round them up), lands one step over. (Triton 3.7's interpreter casts float32
+to float8 wrongly beyond ties, tests/test_lowbit_dtypes.py: the cpu-backend solutions round in float32 first.) So the distance is counted in steps of the output format:
 
 - int8: the reference rounded to the nearest integer (ties to even) and clamped to [-128, 127]; the distance
   is |out - ref| in integers.
