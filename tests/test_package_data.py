@@ -4,9 +4,10 @@ results/ path or climbs out of the package from its own __file__, and a non-edit
 from the package, installed into a fresh venv, run from a directory outside the checkout) runs `tasks`,
 `eval` and the Gymnasium env.
 
-The one place that still reads the checkout's layout is listed below (ALLOWED_OUTSIDE): the registry's
-PROJECT_ROOT, where the built-in tasks/ and agents/ folders sit beside the package. A non-editable install
-has neither; the install test asserts the error that says so and names --tasks-dir."""
+The built-in tasks and agents are package data too (setup.py maps the checkout's tasks/ and agents/ into the
+package; core/builtin.py reads them through importlib.resources): the installed package runs its own
+built-in tasks and agents with no --tasks-dir. The one place that names the folder holding the package is
+listed below (ALLOWED_OUTSIDE)."""
 from __future__ import annotations
 
 import ast
@@ -27,9 +28,10 @@ PKG = ROOT / "kernelgym_gap"
 # (module, line's text fragment) -> why it may reach outside the package. Keep this short: each is a gap
 # an installed package has.
 ALLOWED_OUTSIDE = {
-    ("kernelgym_gap/core/registry.py", "PROJECT_ROOT = Path(__file__).resolve().parents[2]"):
-        "the built-in tasks/ and agents/ sit beside the package in the checkout (not in a wheel); the sandbox "
-        "also puts this folder on the child's PYTHONPATH (site-packages when installed, which is right)",
+    ("kernelgym_gap/core/builtin.py", "PACKAGE_PARENT = Path(__file__).resolve().parents[2]"):
+        "the folder holding the package (site-packages when installed), which the sandbox binds and puts on the "
+        "child's PYTHONPATH; and the fallback of an editable install made before setup.py mapped tasks/ and "
+        "agents/ into the package (core/builtin.py says so)",
 }
 ALLOWED_RESULTS = {
     ("kernelgym_gap/cli/bench.py", "results/bench"):
@@ -180,9 +182,10 @@ def installed():
 def _install(base: Path) -> dict:
     src = base / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(PKG, src / "kernelgym_gap", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("kernelgym_gap", "tasks", "agents"):      # what setup.py builds the package from
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     build = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(src),
                   "-w", str(base / "wheel")], base, None, timeout=240)
     assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
@@ -222,14 +225,29 @@ def test_the_installed_package_is_its_own_copy_with_its_data(installed):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_installed_without_tasks_dir_says_where_the_tasks_are(installed):
-    """The built-in tasks are the checkout's tasks/ folder: a non-editable install does not carry them
-    (an open gap, issue 33). Until they ship, the error names the missing folder and --tasks-dir."""
-    proc = _run(["kernelgym-gap", "tasks"], installed["work"], installed["env"])
-    assert proc.returncode != 0
-    err = proc.stderr + proc.stdout
-    assert "built-in tasks directory" in err and "--tasks-dir" in err and "Traceback" not in err
-    assert str(installed["site"] / "tasks") in err
+def test_installed_carries_its_built_in_tasks_and_agents(installed):
+    """No --tasks-dir: the installed package lists and evaluates its own built-in tasks, read from inside
+    itself (kernelgym_gap/builtin_tasks), and finds its agents there too."""
+    env, work = installed["env"], installed["work"]
+    listed = _run(["kernelgym-gap", "tasks", "--json"], work, env)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    ids = {t["id"] for t in json.loads(listed.stdout)}
+    assert "kernelgym_gap/GELU-v1" in ids and "kernelgym_gap/LayerNorm-v1" in ids
+    shipped = installed["site"] / "kernelgym_gap" / "builtin_tasks"
+    assert len(ids) == len(list(shipped.glob("*/*/task.py"))) > 40      # every task folder shipped is listed
+    probe = ("import json\nfrom kernelgym_gap.core import registry\nfrom kernelgym_gap.api import agent\n"
+             "print(json.dumps([str(registry.DEFAULT_TASKS_DIR), str(agent.AGENTS_DIR), agent.available_agents()]))")
+    proc = _run([str(installed["python"]), "-c", probe], work, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tasks_dir, agents_dir, agents = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert Path(tasks_dir) == installed["site"] / "kernelgym_gap" / "builtin_tasks"
+    assert Path(agents_dir) == installed["site"] / "kernelgym_gap" / "builtin_agents"
+    assert agents == sorted(p.stem for p in (ROOT / "agents").glob("*.py") if not p.stem.startswith("_"))
+    ev = _run(["kernelgym-gap", "eval", "--task", "GELU", "--backend", "cpu", "--json", "gelu_blocked.py"],
+              work, env, timeout=300)
+    assert ev.returncode == 0, ev.stdout[-2000:] + ev.stderr[-3000:]
+    record = json.loads(ev.stdout)
+    assert record["task"] == "kernelgym_gap/GELU-v1" and record["status"] == "ok" and record["correct"] is True
 
 
 @pytest.mark.slow

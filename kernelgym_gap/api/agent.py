@@ -1,4 +1,5 @@
-"""The agent protocol, and loading agents from the project's agents/ folder by name."""
+"""The agent protocol, and loading the built-in agents (the checkout's agents/ folder, package data when
+installed: core/builtin.py) by name."""
 from __future__ import annotations
 
 import importlib.util
@@ -6,9 +7,9 @@ import sys
 from typing import Any, Protocol
 
 from kernelgym_gap.core.errors import UnknownChoiceError
-from kernelgym_gap.core.registry import PROJECT_ROOT
+from kernelgym_gap.core.builtin import agents_dir
 
-AGENTS_DIR = PROJECT_ROOT / "agents"
+AGENTS_DIR = agents_dir()      # package data (core/builtin.py): the checkout's agents/, shipped in the wheel
 
 
 class Agent(Protocol):
