@@ -22,7 +22,7 @@ def reference(x, weight):
 
 # 2 sqrt(K) units of float32 rounding (2^-24) per unit of sum_k |x_k w_k|: the probabilistic bound of a
 # float32 dot product of length K (Higham and Mary), doubled. Measured on the H200 (2026-12-04,
-# scripts/swiglu_probe.py) at K = 4096 on 'large' inputs: the kernel's wgmma accumulators reach 8.0e-7 of
+# scripts/probes/swiglu_probe.py) at K = 4096 on 'large' inputs: the kernel's wgmma accumulators reach 8.0e-7 of
 # sum |x w|, against 2 sqrt(4096) 2^-24 = 7.6e-6 here. A bfloat16 or float16 accumulator errs by ~2^-9 or
 # 2^-11 of it per step, hundreds of times more, and still fails.
 _F32_DOT = 2.0 * 2.0 ** -24
@@ -114,7 +114,7 @@ TASK = TaskSpec(
                       "the H200 (2026-12-03, -04) v0 failed one bfloat16 'large' trial (4 of 58.7M elements, each "
                       "|h| < 0.09 with gate 47-93 and up ~1e-3 by cancellation); torch's cuBLAS path failed the "
                       "same trial at 6. float32's own error, not the kernel's: v1's error_bound "
-                      "(scripts/swiglu_probe.py)"),
+                      "(scripts/probes/swiglu_probe.py)"),
         Solution("triton_row_dot.py", "triton", "slow", defect="no_tiling",
                  note="one program per (row of x, 64 outputs): broadcast-multiply and tl.sum over K instead "
                       "of tl.dot, so no tensor cores and the weight is re-read once per row (M times)"),

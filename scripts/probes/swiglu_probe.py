@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 TRIAL = dict(shape=(4096, 14336, 4096), dtype="bfloat16", seed=1923281528, distribution="large")
