@@ -31,7 +31,7 @@ import torch
 
 from kernelgym_gap.core.errors import KernelGymError
 from kernelgym_gap.core.task import DSLS
-from kernelgym_gap.importers import analysis, modelnew, sandboxed, tolerance
+from kernelgym_gap.importers import analysis, modelnew, sandboxed, soundness
 from kernelgym_gap.importers.analysis import ImportRefused
 from kernelgym_gap.importers.problem import DISTRIBUTIONS, Problem, load_module
 from kernelgym_gap.importers.runtime import FORMAT, shape_key
@@ -359,4 +359,4 @@ def build_meta(path: Path, name: str) -> dict:
     used = set(meta["workloads"]["cuda"]["dtypes"]) | set(meta["workloads"]["cpu"]["dtypes"])
     meta["tolerances"] = {d: v for d, v in meta["tolerances"].items() if d in used}
     meta["signature"], meta["statement"] = analysis.describe(name, path, meta, run)
-    return tolerance.finish(path, meta)    # per-shape tolerance, degenerate refusals, the input audit (issue 36)
+    return soundness.finish(path, meta)    # per-shape tolerance, degenerate refusals, the input audit (issue 36)
