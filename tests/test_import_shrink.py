@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelgym_gap.core.config import EvalConfig, SandboxConfig
 from kernelgym_gap.importers import analysis, kernelbench
@@ -201,3 +202,15 @@ def test_state_the_sizes_cannot_reach_imports_as_cpu_heavy_and_says_so():
     assert heavy is not None and "cpu shape over the interpreter's budget" in heavy and "meant for cuda" in heavy
     facts = analysis.meta_facts(SHRINK / "fixed_wide_state.py", cpu)
     assert facts["elements"] > CPU_ELEMENTS and cpu["batch_size"] <= sizes["batch_size"]
+
+
+def test_a_model_whose_forward_closes_over_its_own_layers_runs_in_float64():
+    # a deep copy converted to float64 kept calling the original float32 layers through the lambda
+    from kernelgym_gap.core.inputs import generator
+    from kernelgym_gap.importers.problem import Problem
+    meta = _meta("lambda_over_submodules")
+    problem = Problem(SHRINK / "lambda_over_submodules.py", meta)
+    shape = meta["workloads"]["cpu"]["public"][0]
+    ins = problem.make_inputs(shape, "float32", generator(1, "cpu"), "as_given", "cpu")
+    out = problem.reference(*(t.double() if t.is_floating_point() else t for t in ins))
+    assert out.dtype == torch.float64 and out.shape == ins[0].shape

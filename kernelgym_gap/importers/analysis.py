@@ -3,7 +3,6 @@ device (flops, elements, bytes, the input signature), one real run at the cpu sh
 category, and the text an agent sees."""
 from __future__ import annotations
 
-import copy
 import functools
 from pathlib import Path
 
@@ -204,7 +203,7 @@ def real_run(path: Path, sizes: dict[str, int]) -> dict:
     out_dtype = str(out.dtype).removeprefix("torch.")
     rms = 1.0
     if out.is_floating_point() and float_dtype is not None:
-        m64 = copy.deepcopy(model).double()
+        m64 = build_model(module).double()      # afresh: a deep copy can keep calling float32 layers
         with torch.no_grad(), seeded(1, "cpu"):
             o64 = m64(*[t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in ins])
         rms = float(o64.double().pow(2).mean().sqrt()) if o64.numel() else 1.0

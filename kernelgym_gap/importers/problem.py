@@ -19,7 +19,6 @@ them. The file's code runs wherever this module runs: at import only inside the 
 from __future__ import annotations
 
 import contextlib
-import copy
 import types
 from pathlib import Path
 
@@ -167,7 +166,11 @@ class Problem:
     def model_for(self, shape, dtype: torch.dtype, device: str):
         key = (tuple(int(s) for s in shape), dtype, str(device))
         if key not in self._models:
-            self._models[key] = copy.deepcopy(self.base_model(shape)).to(device=device, dtype=dtype)
+            # built afresh, not deep-copied: a model holding a lambda over its own submodules (level3
+            # 44_MiniGPTBlock's `mlpf`) keeps calling the original's float32 layers from a copy (issue 36);
+            # the values are the same (MODEL_SEED) and the trial's state is bound over them anyway
+            self.base_model(shape)
+            self._models[key] = build_model(self.module(shape)).to(device=device, dtype=dtype)
         return self._models[key]
 
     def make_inputs(self, shape, dtype: str, gen, distribution: str, device: str) -> tuple:
