@@ -214,3 +214,8 @@ def test_a_model_whose_forward_closes_over_its_own_layers_runs_in_float64():
     ins = problem.make_inputs(shape, "float32", generator(1, "cpu"), "as_given", "cpu")
     out = problem.reference(*(t.double() if t.is_floating_point() else t for t in ins))
     assert out.dtype == torch.float64 and out.shape == ins[0].shape
+
+
+def test_sizes_the_op_ties_are_halved_together():
+    cpu, facts, _, _ = _plan("tied_by_the_op")
+    assert cpu["features"] == 2 * cpu["width"] < 4096 and _within(facts)

@@ -15,6 +15,7 @@ The rule, and why each part (issue 36 found the old rule, "halve the largest int
 """
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -72,14 +73,21 @@ def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
                 return sizes, steps
             movable = [n for n in free if sizes[n] > floor(n, second)
                        and (not second or n == batch or original[n] > MIN_HALVED)]
-            for group in _groups(original, sizes, movable):
-                trial = dict(sizes, **{n: max(1, sizes[n] // 2) for n in group})
+            groups = _groups(original, sizes, movable)
+            # one group at a time; else two together, else all: sizes tied by the op rather than by equal
+            # values (34_ConvTranspose3d_LayerNorm: LayerNorm(out_channels) over the last dim, 2 * W) move only
+            # together
+            tries = ([g] for g in groups)
+            pairs = ([a, b] for i, a in enumerate(groups) for b in groups[i + 1:])
+            for combo in itertools.chain(tries, pairs, [groups] if len(groups) > 2 else []):
+                names = [n for g in combo for n in g]
+                trial = dict(sizes, **{n: max(1, sizes[n] // 2) for n in names})
                 try:
                     analysis.meta_facts(path, trial)
-                except Exception:  # noqa: BLE001 - that halving breaks the problem: try the next group
+                except Exception:  # noqa: BLE001 - that halving breaks the problem: try the next
                     continue
                 sizes = trial
-                steps.append("=".join(group) + "/2")
+                steps.append("+".join("=".join(g) for g in combo) + "/2")
                 break
             else:
                 break
