@@ -80,5 +80,8 @@ TASK = TaskSpec(
         Solution("triton_scalar_loop.py", "triton", "slow", defect="scalar_loop",
                  note="one program per row; the row sum and the dx pass walk the row one scalar element at a "
                       "time"),
+        Solution("tilelang_fragment.py", "tilelang", "optimized", cpu_status="unverified",
+                 note="one 256-thread block per row, y and dy in float32 register fragments, c by a block-wide "
+                      "T.reduce_sum, dx stored once; rows padded to the fragment with guarded loads"),
     ),
 )
