@@ -94,6 +94,9 @@ TASK = TaskSpec(
     min_bytes=lambda s, d: ((s[0] - ignored_tokens(s[0])) * s[1] * itemsize(d) + 12 * s[0]
                             + s[0] * s[1] * itemsize(d)),
     written_bytes=lambda s, d: s[0] * s[1] * itemsize(d),
+    # E against torch.compile of the reference: eager runs softmax, one_hot, subtract and scale as separate
+    # kernels over the [T, V] logits, which no user would ship
+    e_baseline="torch.compile",
     level=2,
     tags=("cross-entropy", "backward", "training", "softmax", "online-softmax", "logits"),
     motivation=("Every LLM training step backpropagates its loss through the largest activation it has, the "

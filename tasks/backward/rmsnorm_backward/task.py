@@ -89,6 +89,9 @@ TASK = TaskSpec(
     # x, dy read once, weight read once; dx and dweight written once
     min_bytes=lambda s, d: (3 * s[0] * s[1] + 2 * s[1]) * itemsize(d),
     written_bytes=lambda s, d: (s[0] * s[1] + s[1]) * itemsize(d),
+    # E against torch.compile of the reference: eager runs the written-out backward as ~10 separate kernels,
+    # which no user would ship
+    e_baseline="torch.compile",
     level=3,
     tags=("rmsnorm", "backward", "training", "two-stage-reduction", "column-reduction"),
     motivation=("Every RMSNorm of LLaMA-style training runs this once per step and layer; dweight is a "

@@ -76,6 +76,9 @@ TASK = TaskSpec(
     # every expert row read once, row_map (int32) and weights (float32) read, y written once
     min_bytes=lambda s, d: s[0] * s[3] * s[1] * itemsize(d) + 8 * s[0] * s[3] + s[0] * s[1] * itemsize(d),
     written_bytes=lambda s, d: s[0] * s[1] * itemsize(d),
+    # E against torch.compile of the reference: eager materializes the gathered [T, K, H] rows before the
+    # weighted sum, which no user would ship
+    e_baseline="torch.compile",
     level=2,
     tags=("moe", "unpermute", "gather", "weighted-sum", "memory-bound"),
     motivation=("Every MoE layer ends by gathering each token's K expert outputs back into token order and "

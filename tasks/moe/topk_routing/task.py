@@ -91,6 +91,9 @@ TASK = TaskSpec(
     flops=lambda s: s[0] * s[1] * top_k(s[1]) + 4 * s[0] * top_k(s[1]),
     min_bytes=lambda s, d: s[0] * s[1] * itemsize(d) + s[0] * s[1] * 4,    # logits read, float32 map written
     written_bytes=lambda s, d: s[0] * s[1] * 4,
+    # E against torch.compile of the reference: eager runs topk, softmax and scatter as separate kernels,
+    # which no user would ship
+    e_baseline="torch.compile",
     level=2,
     tags=("moe", "routing", "top-k", "softmax", "memory-bound"),
     motivation=("Every MoE layer (Mixtral, DeepSeek-V3, Qwen3-MoE) starts with this router; it runs on every "
