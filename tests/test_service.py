@@ -282,3 +282,22 @@ def test_nothing_outside_the_service_builds_a_pool_a_lane_or_slots():
     assert not offenders, "outside api/service.py:\n" + "\n".join(offenders)
     for rel in PENDING:
         assert BUILDERS.search((PKG / rel).read_text()), f"{rel} no longer builds one: drop it from PENDING"
+
+
+@pytest.mark.gpu
+def test_gpu_service_two_slots_share_one_gpus_lane_and_keep_statuses():
+    """On a GPU: two slots on GPU 0 (one lane directory of the service's, timings one at a time), warm by the
+    service's rule; the reference solutions come back with the statuses a cold evaluate gives them."""
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.engine.pipeline import evaluate
+    task = default_registry().get("GELU")
+    sources = [task.solution_path(s).read_text() for s in task.solutions if s.dsl == "triton"]
+    config = EvalConfig(trial_seed=0)
+    with EvalService("cuda", config, gpus=[0], per_gpu=2) as svc:
+        assert svc.warm is True and svc.lane_dir is not None
+        lane_dir = svc.lane_dir
+        recs = svc.map([EvalRequest(task.id, s, backend="cuda") for s in sources])
+    assert not os.path.exists(lane_dir)
+    cold = [evaluate(task, s, "triton", "cuda", config) for s in sources]
+    assert [r.status for r in recs] == [r.status for r in cold]
+    assert all(r.device["gpu_index"] == 0 and r.latency["service_total"] > 0 for r in recs)
