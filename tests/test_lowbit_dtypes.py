@@ -122,3 +122,55 @@ def test_what_the_interpreter_does_with_float8_and_bfloat16():
     """)
     assert out == ("[1.125, 18.0, 64.0, 1.0, 0.0, 1.125] [1.0, 16.0, 128.0, 2.0, 0.001953125, 1.125] "
                    "0.59375 0.59765625 True")
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "lowbit")
+
+
+@pytest.mark.parametrize("task_name,fixture,words", [
+    ("Fp8TokenQuant", "fp8_token_quant_per_tensor_scale.py", "representable float8_e4m3fn step"),
+    ("TopK", "top_k_repeats_the_max.py", "appears twice"),
+])
+def test_a_wrong_lowbit_or_index_kernel_is_a_mismatch(task_name, fixture, words):
+    """Through the real environment on the cpu backend: a per-tensor scale where the task asks for a per-row
+    one is rejected in e4m3 steps, and top-k indices that repeat the argmax are rejected by the view's
+    validity check (their gathered values would match on tied rows)."""
+    from kernelgym_gap.api.env import KernelEnv
+    from kernelgym_gap.core.config import EvalConfig
+    env = KernelEnv(task_id=task_name, dsl="triton", backend="cpu", max_steps=1,
+                    config=EvalConfig(trial_seed=20261202))
+    env.reset(seed=0)
+    with open(os.path.join(FIXTURES, fixture)) as f:
+        _, reward, _, _, info = env.step(f.read())
+    assert info["status"] == "mismatch" and reward == 0.0, info["message"]
+    assert words in info["message"]
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_float8_cast_rounds_ties_to_even_and_the_library_paths_agree():
+    """On the GPU (run by the lead on the H200): Triton's float32 -> e4m3 cast rounds to nearest even, as the
+    one-step tolerance assumes; and ScaledGemm's library paths (torch._scaled_mm for float8, torch._int_mm for
+    int8, both with B given as B^T of a row-major [N, K]) agree with its float64 math within the task's
+    tolerance plus error bound, on a cuda-workload-like shape with N and K multiples of 16."""
+    import triton
+    import triton.language as tl
+    from kernelgym_gap.core.registry import get_task
+    from kernelgym_gap.judge.checker import _float64
+
+    @triton.jit
+    def cast(x_ptr, y_ptr, N: tl.constexpr):
+        o = tl.arange(0, N)
+        tl.store(y_ptr + o, tl.load(x_ptr + o).to(tl.float8e4nv))
+
+    x = torch.tensor([1.0625, 17.0, 400.0, 127.9, 1.99, 0.001] + [0.0] * 10, device="cuda")
+    y = torch.empty(16, dtype=torch.float8_e4m3fn, device="cuda")
+    cast[(1,)](x, y, 16)
+    assert torch.equal(y.float(), x.to(torch.float8_e4m3fn).float())
+    task = get_task("ScaledGemm")
+    for dtype in ("float8_e4m3fn", "int8"):
+        ins = task.make_inputs((256, 512, 1024), dtype, inputs_mod.generator(5, "cuda"), "normal", "cuda")
+        lib = task.reference(*ins).double()
+        exact = task.reference(*_float64(ins))
+        tol = task.tolerances[dtype]
+        allowed = tol.atol + tol.rtol * exact.abs() + task.error_bound(_float64(ins), dtype)
+        assert bool(((lib - exact).abs() <= allowed).all()), dtype
