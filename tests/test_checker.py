@@ -97,7 +97,13 @@ def test_a_low_precision_accumulator_is_not_admitted(swiglu, tmp_path):
 # the tasks whose statement allows a rounding of an intermediate and declare its error bound: LinearSwiGLU (the
 # GEMM's output in the input dtype), Attention and DecodeAttention (the softmax weights in the input dtype,
 # issue 31's tolerance derivation)
-BOUNDED = {"LinearSwiGLU", "Attention", "DecodeAttention"}
+# Tasks whose float32 arithmetic cannot meet the dtype tolerance on some inputs declare an error bound; each
+# one is listed here on purpose (a new bound is a reviewed decision, not a way to loosen a check).
+BOUNDED = {"LinearSwiGLU", "Attention", "DecodeAttention",
+           # issue 34: sums over many terms (backward passes, scatter-add in any order, routing weights,
+           # paged attention, a low-bit GEMM whose products are rounded to float8 / int8 steps)
+           "AttentionBackward", "CrossEntropyBackward", "IndexAdd", "MoeTokenUnpermute", "MoeTopkRouting",
+           "PagedDecodeAttention", "RMSNormBackward", "ScaledGemm", "SoftmaxBackward"}
 
 
 def test_tasks_without_a_bound_compare_by_the_tolerance_alone():
