@@ -85,14 +85,16 @@ def _meta_facts(path: str, sizes: tuple) -> dict:
         # the sizes are checked on metadata before anything is allocated: 100_HingeLoss allocated 8.6 GB
         # of inputs here before this guard refused them (issue 36)
         try:
-            meta_model = build_model(module, "meta")
             with torch.device("meta"), cuda_calls_to("meta"):
                 meta_ins = list(module.get_inputs())
         except Exception:  # noqa: BLE001 - then nothing says how large they are: not run for real
             raise _refused(f"cannot count sizes {dict(sizes)} on the meta device ({type(meta_error).__name__})"
                            f" nor size its inputs from metadata") from None
-        need = (sum(t.numel() for t in meta_ins if isinstance(t, torch.Tensor))
-                + sum(t.numel() for _, t in state_tensors(meta_model)))
+        try:                # a model whose __init__ indexes data (Swin's position tables) builds only for real
+            state = sum(t.numel() for _, t in state_tensors(build_model(module, "meta")))
+        except Exception:  # noqa: BLE001
+            state = 0
+        need = sum(t.numel() for t in meta_ins if isinstance(t, torch.Tensor)) + state
         if need > META_FALLBACK_ELEMENTS:
             raise _refused(f"cannot count sizes {dict(sizes)} on the meta device ({type(meta_error).__name__}: "
                            f"{str(meta_error)[:120]}) and they are too large to run for real ({need} elements "
