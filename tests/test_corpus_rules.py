@@ -58,3 +58,31 @@ def test_the_floor_rule_catches_a_short_case():
     """The rule is live: the pre-issue-34 LayerNorm public shape 4096x1024 is under it."""
     layernorm = next(t for t in TASKS if t.name == "LayerNorm")
     assert floor_ms(layernorm, (4096, 1024), "float16", H200)[0] < MIN_FLOOR_MS
+
+
+# The level definition (core/task.py LEVELS): 1 one memory-bound op; 2 a fused op or a reduction with a
+# numerical trap; 3 compute-bound or multi-stage (tiling, pipelining, online algorithms). Tags name the
+# traits that decide it, so the rule is checked from them (issue 34 found RowArgmax, DecodeAttention and the
+# level-1 fusions applied against the definition).
+NOT_ONE_OP = {"fusion", "epilogue", "gated-mlp", "tie-break", "fused-activation", "residual"}
+MULTI_STAGE = {"tensor-cores", "online-softmax", "split-k", "flash-attention", "compute-bound",
+               "two-stage-reduction"}
+
+
+@pytest.mark.parametrize("task", list(default_registry()), ids=lambda t: t.name)
+def test_levels_follow_their_definition(task):
+    tags = set(task.tags)
+    if task.level == 1:
+        assert "memory-bound" in tags and not tags & NOT_ONE_OP | MULTI_STAGE & tags, (
+            f"{task.name} is level 1 (one memory-bound op) but tagged {sorted(tags & (NOT_ONE_OP | MULTI_STAGE))}")
+        assert task.e_baseline == "torch", f"{task.name}: level 1 yet its eager reference is an unfused chain"
+    if tags & MULTI_STAGE:
+        assert task.level == 3, f"{task.name} is tagged {sorted(tags & MULTI_STAGE)} (multi-stage) but level {task.level}"
+
+
+def test_the_level_rule_catches_a_fusion_at_level_1():
+    import dataclasses
+    add_relu = default_registry().get("AddReLU")
+    wrong = dataclasses.replace(add_relu, level=1)
+    with pytest.raises(AssertionError, match="level 1"):
+        test_levels_follow_their_definition(wrong)

@@ -87,7 +87,7 @@ TASK = TaskSpec(
     flops=lambda s: 4 * s[0] * s[1] * s[2] * s[3],                      # q.k and p*v over L keys, D wide
     # q read once, the K and V caches read once, o written once
     min_bytes=lambda s, d: (2 * s[0] * s[1] * s[3] + 2 * s[0] * s[1] * s[2] * s[3]) * itemsize(d),
-    level=2,
+    level=3,   # multi-stage: split-K partial softmaxes combined online (core/task.py LEVELS; re-applied in issue 34)
     tags=("attention", "decode", "kv-cache", "memory-bound", "split-k"),
     motivation=("Every generated token of an LLM runs this against the whole KV cache: it is memory-bound "
                 "(about one flop per byte) and dominates decode latency at long contexts, where "

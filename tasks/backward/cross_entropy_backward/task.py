@@ -97,7 +97,7 @@ TASK = TaskSpec(
     # E against torch.compile of the reference: eager runs softmax, one_hot, subtract and scale as separate
     # kernels over the [T, V] logits, which no user would ship
     e_baseline="torch.compile",
-    level=2,
+    level=3,   # an online algorithm (chunked online softmax per row) (core/task.py LEVELS; re-applied in issue 34)
     tags=("cross-entropy", "backward", "training", "softmax", "online-softmax", "logits"),
     motivation=("Every LLM training step backpropagates its loss through the largest activation it has, the "
                 "[tokens, vocab] logits; fused kernels (Liger's, Unsloth's, torch.compile's) compute the "

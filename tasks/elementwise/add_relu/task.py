@@ -18,7 +18,7 @@ def make_inputs(shape, dtype, gen, distribution, device):
 TASK = TaskSpec(
     name="AddReLU",
     version=0,
-    level=1,
+    level=2,   # a fused op (add, then relu, in one pass) (core/task.py LEVELS; re-applied in issue 34)
     tags=('memory-bound', 'fusion', 'activation'),
     motivation=('A residual add fused with ReLU: the pattern of every residual block in CNNs and MLPs, where an unfused add then ReLU reads the data twice.'),
     category="elementwise",

@@ -66,7 +66,7 @@ TASK = TaskSpec(
     flops=lambda s: FLOPS_PER_ELEMENT * s[0] * s[1],
     # x read once, bias read once, the output written once.
     min_bytes=lambda s, d: (2 * s[0] * s[1] + s[1]) * itemsize(d),
-    level=1,
+    level=2,   # a fused op (bias add, then GELU) (core/task.py LEVELS; re-applied in issue 34)
     tags=("activation", "gelu", "bias", "epilogue", "memory-bound"),
     motivation=("GPT-2/GPT-J/Falcon-style MLPs and BERT run GELU(x + b) after their first linear layer on every "
                 "token; Megatron-LM fuses the bias add into the activation (bias_gelu) because unfused it "

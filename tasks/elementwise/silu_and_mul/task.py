@@ -64,7 +64,7 @@ TASK = TaskSpec(
     flops=lambda s: FLOPS_PER_ELEMENT * s[0] * s[1],
     # x read once (2 * M * D elements), the output written once (M * D).
     min_bytes=lambda s, d: 3 * s[0] * s[1] * itemsize(d),
-    level=1,
+    level=2,   # a fused op (silu of one half times the other) (core/task.py LEVELS; re-applied in issue 34)
     tags=("activation", "gated-mlp", "swiglu", "memory-bound"),
     motivation=("The SwiGLU MLP of Llama, Mistral, Qwen and most current LLMs runs silu(gate) * up between its "
                 "two GEMMs on every token of every layer; unfused it costs three passes over a [tokens, 2D] "

@@ -60,7 +60,7 @@ TASK = TaskSpec(
                 "bfloat16": Tolerance(8e-3, 1.6e-2)},
     flops=lambda s: 2 * s[0] * s[1] * s[2],
     min_bytes=lambda s, d: (s[0] * s[2] + s[1] * s[2] + s[0] * s[1]) * itemsize(d),
-    level=2,
+    level=3,   # multi-stage: split-K partial products reduced in a second pass (core/task.py LEVELS; re-applied in issue 34)
     tags=("gemm", "skinny", "split-k", "memory-bound", "decode"),
     motivation=("Decoding with a small batch (or speculative decoding's few draft tokens) runs every linear "
                 "layer with M = 1-64 rows: the weight read dominates, and a GEMM tiled for large M launches "

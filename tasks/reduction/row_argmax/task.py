@@ -57,7 +57,7 @@ TASK = TaskSpec(
     min_bytes=lambda s, d: s[0] * s[1] * itemsize(d) + s[0] * 8,  # x read once, [M] int64 written once
     output_dtype=lambda dtype: "int64",
     reference_in_float64=False,
-    level=1,
+    level=2,   # a reduction with a numerical trap (ties broken to the first index, NaN rows) (core/task.py LEVELS; re-applied in issue 34)
     tags=("argmax", "logits", "greedy-decoding", "tie-break"),
     motivation=("Greedy decoding and speculative-decoding verification take the argmax of every token's "
                 "logits over a 32k-152k vocabulary; at these widths it is a pure bandwidth-bound pass over "
