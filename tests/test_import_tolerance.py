@@ -10,6 +10,7 @@ import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -179,3 +180,18 @@ def test_the_input_guard_narrows_a_trial_until_no_constant_passes(tmp_path):
         status, message = _judge(guarded, out, ins, dist, tmp_path)
         assert status is Status.MISMATCH and "narrowed" in message, message
     assert _judge(guarded, honest, ins, dist, tmp_path)[0] is Status.OK
+
+
+def test_a_scalar_output_keeps_its_allowance_under_the_input_guard():
+    """A one-element output is its own mean: the guard must not take it as a constant a cheat could write
+    (it narrowed every scalar loss's allowance to 0, refusing KernelBench level1's losses); zero still counts."""
+    r = torch.tensor(0.1667, dtype=torch.float64)
+    finite = torch.isfinite(r)
+    allowed = torch.tensor(1e-3, dtype=torch.float64)
+    assert scaled_tolerance.constant_miss(r, finite, allowed)[1] == 0.0
+    task = SimpleNamespace(input_guard=2.0)
+    narrowed, _ = scaled_tolerance.allowance(task, Tolerance(1e-3, 0.0), r, finite, allowed, "")
+    assert float(narrowed) == pytest.approx(1e-3)
+    tiny = torch.tensor(1e-4, dtype=torch.float64)          # under the allowance: zero would pass, so it narrows
+    narrowed, limit = scaled_tolerance.allowance(task, Tolerance(1e-3, 0.0), tiny, torch.isfinite(tiny), allowed, "")
+    assert float(narrowed) < 1e-4 / 2 + 1e-12 and "narrowed" in limit
