@@ -195,3 +195,22 @@ def test_a_scalar_output_keeps_its_allowance_under_the_input_guard():
     tiny = torch.tensor(1e-4, dtype=torch.float64)          # under the allowance: zero would pass, so it narrows
     narrowed, limit = scaled_tolerance.allowance(task, Tolerance(1e-3, 0.0), tiny, torch.isfinite(tiny), allowed, "")
     assert float(narrowed) < 1e-4 / 2 + 1e-12 and "narrowed" in limit
+
+
+def test_a_problem_whose_own_values_make_it_the_identity_is_kept_and_caught_by_the_others():
+    """KernelBench level1's ReLU-family problems on torch.rand inputs: the input itself passes on the
+    problem's own values. That is no reason to refuse the problem when the other distributions catch it (it
+    refused ReLU, LeakyReLU, ELU and HardTanh); the task file says so, and the copying kernel is a mismatch."""
+    out = Path(tempfile.mkdtemp(prefix="kgg-kb-own-"))
+    out.chmod(0o755)
+    try:
+        (result,) = import_paths([SOUND / "20_LeakyReLU_rand_inputs.py"], out, trust=True)
+        assert result.ok, result.message
+        task = TaskRegistry(out).get("20_LeakyReLU_rand_inputs")
+        text = (task.directory / "task.py").read_text()
+        assert "passes_on_own_values" in text and "caught_by" in text and "input" in text
+        cheat = (SOLUTIONS / "20_LeakyReLU_passthrough_modelnew.py").read_text()
+        rec = evaluate(task, cheat, "triton", "cpu", CFG)
+        assert rec.status is Status.MISMATCH and rec.reward == 0, (rec.status, rec.message)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

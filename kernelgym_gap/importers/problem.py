@@ -36,6 +36,10 @@ TRANSFORMS = {
     "small": ("scale", 1e-2),             # underflow, epsilon handling
     "offset": ("shift", 4.0),             # a large mean: one-pass variance, a missing max subtraction
     "sparse": ("sparse", 0.1),            # mostly zeros
+    # each element's sign flipped at random: get_inputs() often draws torch.rand (all in [0, 1)), on which
+    # ReLU, LeakyReLU, ELU and HardTanh are the identity and a kernel copying its input passes; the importer
+    # drops it where the problem is not well-conditioned on negative inputs (a log, a sqrt, probabilities)
+    "signed": ("signs", 0.5),
 }
 DISTRIBUTIONS = tuple(TRANSFORMS)
 
@@ -114,7 +118,10 @@ def transform(x: torch.Tensor, distribution: str, seed: int) -> torch.Tensor:
         return x + value
     g = torch.Generator(device=x.device)
     g.manual_seed(int(seed) ^ 0x5EED)
-    return x * (torch.rand(x.shape, generator=g, device=x.device) < value)
+    keep = torch.rand(x.shape, generator=g, device=x.device) < value
+    if op == "signs":
+        return torch.where(keep, -x, x)
+    return x * keep
 
 
 def bind(model, names: list[str], tensors, _bound={}) -> None:   # noqa: B006 - the cache is the point
