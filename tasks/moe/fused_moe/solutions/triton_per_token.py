@@ -65,7 +65,7 @@ def fused_moe(hidden, topk_ids, topk_weights, w1, w2):
     if t * k == 0:
         return y.zero_()
     act = torch.empty((t * k, f), device=hidden.device, dtype=torch.float32)
-    bf, bd = (64, 64) if hidden.is_cuda else (16, 32)
+    bf, bd = (64, 64) if hidden.is_cuda else (32, 32)
     _act[(t * k,)](hidden, ids, w1, act, d, f, k, BLOCK_F=bf, BLOCK_D=bd)
     _out[(t,)](act, ids, wts, w2, y, d, f, k, BLOCK_D=bd, BLOCK_F=bf)
     return y

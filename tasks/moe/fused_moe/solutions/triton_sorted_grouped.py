@@ -1,10 +1,11 @@
 # Fused MoE as vLLM / SGLang run it: sort the routed (token, slot) pairs by expert, then grouped GEMMs.
 # 1. A parallel counting sort of the N = T * K pairs by expert (as tasks/moe/token_permute): per-block
 #    one-hot histograms, a scan per expert over the blocks and one over the experts, then each block ranks
-#    its pairs (stable) and writes pair_of_row[dest] = pair. The group ends stay on the device: no host sync.
+#    its pairs (stable) and writes pair_of_row[dest] = pair. The group sizes stay on the device: no host sync.
 # 2. _gate_up: a grouped GEMM over the sorted rows. Its grid is an upper bound on the row tiles
-#    (cdiv(N, BLOCK_M) + E); each program walks the E group ends to find its expert and rows (programs past
-#    the last tile, and empty experts, do nothing). The A tile is gathered straight from hidden through
+#    (cdiv(N, BLOCK_M) + E); each program finds its expert and rows from a running sum of the E groups'
+#    tile counts, one vector op (_tile_owner), not a walk of E dependent loads; programs past the last tile,
+#    and empty experts, do nothing. The A tile is gathered straight from hidden through
 #    pair_of_row (no permuted copy of the tokens); the gate and up column tiles of the same F columns are two
 #    tl.dot accumulators, so silu(g) * u is formed in registers and only the activation [N, F] is stored.
 # 3. _down: the same schedule over act @ w2[e]^T; the epilogue scales each row by its routing weight and
@@ -39,12 +40,10 @@ def _scan_blocks(counts_ptr, offs_ptr, total_ptr, NB, E, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def _scan_experts(total_ptr, start_ptr, ends_ptr, E, E_P2: tl.constexpr):
+def _scan_experts(total_ptr, start_ptr, E, E_P2: tl.constexpr):
     ex = tl.arange(0, E_P2)
     c = tl.load(total_ptr + ex, mask=ex < E, other=0)
-    inc = tl.cumsum(c, 0)
-    tl.store(start_ptr + ex, inc - c, mask=ex < E)
-    tl.store(ends_ptr + ex, inc, mask=ex < E)
+    tl.store(start_ptr + ex, tl.cumsum(c, 0) - c, mask=ex < E)
 
 
 @triton.jit
@@ -61,23 +60,21 @@ def _place(ids_ptr, offs_ptr, start_ptr, pair_of_row_ptr, N, E, BLOCK: tl.conste
 
 
 @triton.jit
-def _tile_owner(ends_ptr, E, pid_m, BLOCK_M: tl.constexpr):
-    """The expert owning sorted row tile pid_m, its first row, the group's end, and whether it exists."""
-    tiles_before = 0
-    start = 0
-    expert = 0
-    row_lo = 0
-    row_hi = 0
-    for g in range(0, E):
-        end = tl.load(ends_ptr + g)
-        nt = tl.cdiv(end - start, BLOCK_M)
-        hit = (pid_m >= tiles_before) & (pid_m < tiles_before + nt)
-        expert = tl.where(hit, g, expert)
-        row_lo = tl.where(hit, start + (pid_m - tiles_before) * BLOCK_M, row_lo)
-        row_hi = tl.where(hit, end, row_hi)
-        tiles_before += nt
-        start = end
-    return expert, row_lo, row_hi, pid_m < tiles_before
+def _tile_owner(start_ptr, total_ptr, E, pid_m, BLOCK_M: tl.constexpr, E_P2: tl.constexpr):
+    """The expert owning sorted row tile pid_m, its first row, the group's end, and whether it exists: the
+    experts' tile counts (cdiv(rows, BLOCK_M), 0 for an empty one) and their running sum as one vector, the
+    owner being the number of experts whose tiles all come before pid_m."""
+    ex = tl.arange(0, E_P2)
+    rows = tl.load(total_ptr + ex, mask=ex < E, other=0)
+    first = tl.load(start_ptr + ex, mask=ex < E, other=0)
+    nt = (rows + BLOCK_M - 1) // BLOCK_M
+    cum = tl.cumsum(nt, 0)
+    expert = tl.minimum(tl.sum((cum <= pid_m).to(tl.int32), 0), E - 1)
+    mine = ex == expert
+    tiles_before = tl.sum(tl.where(mine, cum - nt, 0), 0)
+    group_lo = tl.sum(tl.where(mine, first, 0), 0)
+    row_hi = group_lo + tl.sum(tl.where(mine, rows, 0), 0)
+    return expert, group_lo + (pid_m - tiles_before) * BLOCK_M, row_hi, pid_m < tl.sum(nt, 0)
 
 
 @triton.jit
@@ -90,11 +87,11 @@ def _swizzle(num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _gate_up(h_ptr, w1_ptr, act_ptr, pair_of_row_ptr, ends_ptr, E, D, F, K, num_pid_m,
+def _gate_up(h_ptr, w1_ptr, act_ptr, pair_of_row_ptr, start_ptr, total_ptr, E, D, F, K, num_pid_m,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-             PREC: tl.constexpr):
+             E_P2: tl.constexpr, PREC: tl.constexpr):
     pid_m, pid_n = _swizzle(num_pid_m, tl.cdiv(F, BLOCK_N), GROUP_M)
-    expert, row_lo, row_hi, real = _tile_owner(ends_ptr, E, pid_m, BLOCK_M)
+    expert, row_lo, row_hi, real = _tile_owner(start_ptr, total_ptr, E, pid_m, BLOCK_M, E_P2)
     if real:
         offs_m = row_lo + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -125,11 +122,11 @@ def _gate_up(h_ptr, w1_ptr, act_ptr, pair_of_row_ptr, ends_ptr, E, D, F, K, num_
 
 
 @triton.jit
-def _down(act_ptr, w2_ptr, wt_ptr, buf_ptr, pair_of_row_ptr, ends_ptr, E, D, F, num_pid_m,
+def _down(act_ptr, w2_ptr, wt_ptr, buf_ptr, pair_of_row_ptr, start_ptr, total_ptr, E, D, F, num_pid_m,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-          PREC: tl.constexpr):
+          E_P2: tl.constexpr, PREC: tl.constexpr):
     pid_m, pid_n = _swizzle(num_pid_m, tl.cdiv(D, BLOCK_N), GROUP_M)
-    expert, row_lo, row_hi, real = _tile_owner(ends_ptr, E, pid_m, BLOCK_M)
+    expert, row_lo, row_hi, real = _tile_owner(start_ptr, total_ptr, E, pid_m, BLOCK_M, E_P2)
     if real:
         offs_m = row_lo + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -177,17 +174,16 @@ def fused_moe(hidden, topk_ids, topk_weights, w1, w2):
         return y.zero_()
     e_p2 = max(2, triton.next_power_of_2(e))
     cuda = hidden.is_cuda
-    block = max(16, min(128, 8192 // e_p2)) if cuda else 8
+    block = max(16, min(128, 8192 // e_p2)) if cuda else 16   # cpu: still 2 blocks
     nb = triton.cdiv(n, block)
     counts = torch.empty((nb, e), device=dev, dtype=torch.int32)
     offs = torch.empty((nb, e), device=dev, dtype=torch.int32)
     total = torch.empty((e,), device=dev, dtype=torch.int32)
     start = torch.empty((e,), device=dev, dtype=torch.int32)
-    ends = torch.empty((e,), device=dev, dtype=torch.int32)
     pair_of_row = torch.empty((n,), device=dev, dtype=torch.int32)
     _histogram[(nb,)](ids, counts, n, e, BLOCK=block, E_P2=e_p2)
     _scan_blocks[(e,)](counts, offs, total, nb, e, CHUNK=256 if cuda else 4)
-    _scan_experts[(1,)](total, start, ends, e, E_P2=e_p2)
+    _scan_experts[(1,)](total, start, e, E_P2=e_p2)
     _place[(nb,)](ids, offs, start, pair_of_row, n, e, BLOCK=block, E_P2=e_p2)
 
     prec = "ieee" if hidden.dtype == torch.float32 else "tf32"   # float32 inputs get exact float32 products
@@ -197,16 +193,17 @@ def fused_moe(hidden, topk_ids, topk_weights, w1, w2):
         block_m, warps, stages = (128, 8, 3) if big else (64, 4, 4)
         block_n, block_k, group_m = 128, 64, 8
     else:
-        block_m, warps, stages, block_n, block_k, group_m = 16, 4, 1, 16, 16, 2
+        # the interpreter: few programs (its cost is per program), still several row tiles and K steps
+        block_m, warps, stages, block_n, block_k, group_m = 16, 4, 1, 32, 32, 2
     num_pid_m = triton.cdiv(n, block_m) + e                    # an upper bound on the real row tiles
     act = torch.empty((n, f), device=dev, dtype=hidden.dtype)
     _gate_up[(num_pid_m * triton.cdiv(f, block_n),)](
-        hidden, w1, act, pair_of_row, ends, e, d, f, k, num_pid_m, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=block_k, GROUP_M=group_m, PREC=prec, num_warps=warps, num_stages=stages)
+        hidden, w1, act, pair_of_row, start, total, e, d, f, k, num_pid_m, BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_K=block_k, GROUP_M=group_m, E_P2=e_p2, PREC=prec, num_warps=warps, num_stages=stages)
     buf = torch.empty((n, d), device=dev, dtype=torch.float32)
     _down[(num_pid_m * triton.cdiv(d, block_n),)](
-        act, w2, wts, buf, pair_of_row, ends, e, d, f, num_pid_m, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=block_k, GROUP_M=group_m, PREC=prec, num_warps=warps, num_stages=stages)
-    block_d = 1024 if cuda else 16
+        act, w2, wts, buf, pair_of_row, start, total, e, d, f, num_pid_m, BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_K=block_k, GROUP_M=group_m, E_P2=e_p2, PREC=prec, num_warps=warps, num_stages=stages)
+    block_d = 1024 if cuda else 64
     _combine[(t, triton.cdiv(d, block_d))](buf, y, d, K=k, BLOCK_D=block_d)
     return y
