@@ -103,7 +103,10 @@ BOUNDED = {"LinearSwiGLU", "Attention", "DecodeAttention",
            # issue 34: sums over many terms (backward passes, scatter-add in any order, routing weights,
            # paged attention, a low-bit GEMM whose products are rounded to float8 / int8 steps)
            "AttentionBackward", "CrossEntropyBackward", "IndexAdd", "MoeTokenUnpermute", "MoeTopkRouting",
-           "PagedDecodeAttention", "RMSNormBackward", "ScaledGemm", "SoftmaxBackward"}
+           "PagedDecodeAttention", "RMSNormBackward", "ScaledGemm", "SoftmaxBackward",
+           # the SwiGLU activation may be rounded to the input dtype before the down projection (vLLM's
+           # fused_moe does): an output near zero by cancellation cannot absorb that in rtol |y|
+           "FusedMoe"}
 
 
 def test_tasks_without_a_bound_compare_by_the_tolerance_alone():
