@@ -455,4 +455,10 @@ def report(rows: list[dict], meta: dict, notes: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import time as _time
+    _started = _time.time()
+    _rc = main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from results_index import record_run
+    record_run("scripts/gap_study.py", ROOT / "results", _started)
+    sys.exit(_rc)

@@ -438,4 +438,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import time as _time
+    _started = _time.time()
+    _rc = main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from results_index import record_run
+    record_run("scripts/throughput.py", ROOT / "results", _started)
+    sys.exit(_rc)

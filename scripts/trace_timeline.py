@@ -62,4 +62,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import time as _time
+    _started = _time.time()
+    _rc = main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from results_index import record_run
+    record_run("scripts/trace_timeline.py", ROOT / "results" / "trace_timeline", _started)
+    sys.exit(_rc)
