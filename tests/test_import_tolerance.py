@@ -214,3 +214,15 @@ def test_a_problem_whose_own_values_make_it_the_identity_is_kept_and_caught_by_t
         assert rec.status is Status.MISMATCH and rec.reward == 0, (rec.status, rec.message)
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_the_audit_does_not_offer_a_scalar_its_own_value_as_a_constant():
+    """The audit's `mean` candidate on a one-element output is the reference itself: it 'passed' every scalar
+    loss (KernelBench level1 94-100 were refused for it). Larger outputs still get it."""
+    from kernelgym_gap.judge.input_audit import Cell, candidate_outputs
+    task = SimpleNamespace(output_dtype=lambda d: d)
+    cell = Cell((4, 4), "float32", "as_given", SEED)
+    scalar = torch.tensor(0.25, dtype=torch.float64)
+    assert "mean" not in candidate_outputs(task, cell, (), scalar, names=("mean",))
+    rows = torch.arange(4, dtype=torch.float64)
+    assert float(candidate_outputs(task, cell, (), rows, names=("mean",))["mean"][0]) == 1.5

@@ -3,7 +3,8 @@
 For a task and a backend, on every (shape, dtype, distribution) its checker uses, the candidate outputs a
 submission could write without computing anything are judged by the real checker (judge/checker.judge_output,
 on an output file written as a child writes it):
-- `mean`: a constant, the reference output's mean on this very trial (the best a constant can do, nearly);
+- `mean`: a constant, the reference output's mean on this very trial (the best a constant can do, nearly;
+  not tried on a one-element output, which is its own mean);
 - `mean_other_seed`: a constant a cheat could precompute: the mean at another seed;
 - `zeros`: all zeros;
 - `input`: the first input of the output's shape passed through (only where one has that shape);
@@ -113,7 +114,11 @@ def candidate_outputs(task: TaskSpec, cell: Cell, ins: tuple, ref: torch.Tensor,
     made: dict[str, torch.Tensor] = {}
     for name in names:
         if name == "mean":
-            made[name] = _constant(ref, _mean(ref), out_dtype)
+            # a one-element output (a scalar loss) is its own mean: that is this trial's answer, not a constant
+            # a cheat could write (the scalar losses were refused for it); mean_other_seed still asks whether
+            # the value depends on the input
+            if ref.numel() > 1:
+                made[name] = _constant(ref, _mean(ref), out_dtype)
         elif name == "mean_other_seed":
             made[name] = _constant(ref, _mean(other), out_dtype)
         elif name == "zeros":
