@@ -142,9 +142,10 @@ TASK = TaskSpec(
                "hidden's dtype: y[t] = sum_j topk_weights[t, j] * w2[e] @ (silu(g) * u) with e = "
                "topk_ids[t, j], g = w1[e, :F] @ hidden[t], u = w1[e, F:] @ hidden[t], every product summed "
                "in float32 (g, u and the activation silu(g) * u may each be rounded once to hidden's dtype, "
-               "as vLLM's fused_moe stores them), the sum over j rounded once at the end. hidden, w1, w2 are contiguous and of one dtype: float16 or bfloat16 (float32 and "
-               "float16 on the cpu backend). Some experts get no token. topk_ids stays on the device: "
-               "reading it on the host costs a synchronisation. The shape tuple is (T, D, F, E, K)."),
+               "as vLLM's fused_moe stores them), the sum over j rounded once at the end. hidden, w1, w2 are "
+               "contiguous and of one dtype: float16 or bfloat16 (float32 and float16 on the cpu backend). "
+               "Some experts get no token. topk_ids stays on the device: reading it on the host costs a "
+               "synchronisation. The shape tuple is (T, D, F, E, K)."),
     entry_point="fused_moe",
     signature=("fused_moe(hidden: Tensor[T, D], topk_ids: Tensor[T, K] (int32), topk_weights: Tensor[T, K] "
                "(float32), w1: Tensor[E, 2F, D], w2: Tensor[E, D, F]) -> Tensor[T, D]"),
