@@ -139,11 +139,12 @@ TASK = TaskSpec(
                 "kernels (FlashInfer's sorting-free sampling) find the nucleus by selection without sorting."),
     solutions=(
         Solution("triton_radix_select.py", "triton", "optimized",
-                 note="one program per row: an online max and sum pass, then two radix-16 searches over the "
-                      "logits' order-preserving int32 keys (each round one pass summing the mass above 15 "
-                      "candidate keys) for the nucleus boundary and the pick, then one pass for the tied id"),
+                 note="one program per row, 20 passes and no sort: an online max and sum, then two radix-16 "
+                      "searches over the logits' order-preserving int32 keys (each round one pass summing the "
+                      "mass above 15 candidate keys, then one for the mass above the key found and its ties) for "
+                      "the nucleus boundary and the pick, then one pass for the tied id"),
         Solution("triton_one_program.py", "triton", "slow", defect="too_few_programs",
-                 note="one program for the whole batch, rows one after another, each searched one bit per "
-                      "pass (32 passes per search)"),
+                 note="the optimized solution's per-row passes, but one program for the whole batch: rows one "
+                      "after another on one SM (200-1024x less parallelism at the cuda shapes)"),
     ),
 )
