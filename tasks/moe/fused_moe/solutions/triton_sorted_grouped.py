@@ -186,19 +186,24 @@ def fused_moe(hidden, topk_ids, topk_weights, w1, w2):
     _scan_experts[(1,)](total, start, e, E_P2=e_p2)
     _place[(nb,)](ids, offs, start, pair_of_row, n, e, BLOCK=block, E_P2=e_p2)
 
-    prec = "ieee" if hidden.dtype == torch.float32 else "tf32"   # float32 inputs get exact float32 products
+    # float32 inputs get exact float32 products; "tf32" is tl.dot's default, which 16-bit inputs ignore
+    prec = "ieee" if hidden.dtype == torch.float32 else "tf32"
     if cuda:
         # large groups (Mixtral: ~1000 rows an expert) get 128-row tiles, small ones 64 (less padding)
         big = n >= 512 * e
         block_m, warps, stages = (128, 8, 3) if big else (64, 4, 4)
         block_n, block_k, group_m = 128, 64, 8
+        # the gate/up kernel holds two accumulators: half-width column tiles keep its registers (and its
+        # shared memory per stage) those of one 128-wide tile
+        block_n_gu = block_n // 2
     else:
         # the interpreter: few programs (its cost is per program), still several row tiles and K steps
         block_m, warps, stages, block_n, block_k, group_m = 16, 4, 1, 32, 32, 2
+        block_n_gu = block_n
     num_pid_m = triton.cdiv(n, block_m) + e                    # an upper bound on the real row tiles
     act = torch.empty((n, f), device=dev, dtype=hidden.dtype)
-    _gate_up[(num_pid_m * triton.cdiv(f, block_n),)](
-        hidden, w1, act, pair_of_row, start, total, e, d, f, k, num_pid_m, BLOCK_M=block_m, BLOCK_N=block_n,
+    _gate_up[(num_pid_m * triton.cdiv(f, block_n_gu),)](
+        hidden, w1, act, pair_of_row, start, total, e, d, f, k, num_pid_m, BLOCK_M=block_m, BLOCK_N=block_n_gu,
         BLOCK_K=block_k, GROUP_M=group_m, E_P2=e_p2, PREC=prec, num_warps=warps, num_stages=stages)
     buf = torch.empty((n, d), device=dev, dtype=torch.float32)
     _down[(num_pid_m * triton.cdiv(d, block_n),)](
