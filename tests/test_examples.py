@@ -97,12 +97,22 @@ def test_grpo_example_on_cuda_moves_to_fast_variants(tmp_path):
 
 
 def test_examples_stay_out_of_the_package():
-    """examples/ is a folder of scripts beside the package: pyproject's package discovery (an explicit include)
-    must not pick it up, or a wheel would ship a top-level `examples` package (and setuptools' automatic
-    discovery would refuse a flat layout with two top-level folders)."""
-    import tomllib
-    from setuptools import find_packages
-    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    found = find_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ()))
+    """examples/ is a folder of scripts beside the package: the package list setup.py gives setuptools (an
+    explicit include, plus the built-in tasks and agents mapped under kernelgym_gap) must not pick it up, or a
+    wheel would ship a top-level `examples` package (and setuptools' automatic discovery would refuse a flat
+    layout with two top-level folders)."""
+    import os
+    import runpy
+    from unittest import mock
+    seen = {}
+    cwd = os.getcwd()
+    try:
+        os.chdir(ROOT)           # setup.py finds packages relative to the working directory
+        with mock.patch("setuptools.setup", lambda **kw: seen.update(kw)):
+            runpy.run_path(str(ROOT / "setup.py"), run_name="__main__")
+    finally:
+        os.chdir(cwd)
+    found = seen["packages"]
     assert found and all(p.split(".")[0] == "kernelgym_gap" for p in found), found
+    assert "kernelgym_gap.builtin_tasks" in found and not any(p.startswith("examples") for p in found)
     assert not (EXAMPLES / "__init__.py").exists()
