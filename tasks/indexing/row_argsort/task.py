@@ -79,7 +79,7 @@ TASK = TaskSpec(
         # 16k rows of 4096 scores (a sparse-attention indexer ranking 4096 key blocks per query, a beam or
         # speculative-decoding tree ranking a 4k candidate list); held out: Kimi-K2's 384 experts over 180k
         # tokens, and 24k rows of 3000 (not a power of two nor a multiple of 16: a masked tail in every
-        # row). 55-67M elements, 0.55-0.81 GB moved (x read, int64 written), floors ~130-190 us on the H200.
+        # row). 67-72M elements, 0.67-0.86 GB moved (x read, int64 written), floors 160-206 us on the H200.
         # Vocabulary-wide rows (128k-256k, top-p sampling) are left to TopK/TopPSample: a whole-row sort
         # there needs a multi-pass merge or radix sort, a different task.
         "cuda": Workload(public=((262144, 256), (16384, 4096)),
