@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The README's test command: the whole suite, in two halves side by side (CI's machine has 2 cores and the
+# suite is mostly one process waiting on another). The independent half is the files whose every test stands
+# alone (each evaluates its own case through the sandbox, as `run` does side by side on cpu, or computes in
+# torch only); every other test runs in order in the other half, as the suite always ran (timing-sensitive
+# tests, servers, the browser, Ray). Extra arguments go to both halves (e.g. -x, --deselect ...). For one file,
+# run pytest itself: `.venv/bin/python -m pytest -q tests/test_foo.py`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+INDEPENDENT=(tests/test_solutions.py tests/test_input_audit.py tests/test_tolerances.py tests/test_trials.py
+             tests/test_registry.py tests/test_corpus_rules.py)
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+"$PY" -m pytest -q -p no:cacheprovider "${INDEPENDENT[@]}" "$@" > "$logs/independent.txt" 2>&1 &
+pid=$!
+ignore=()
+for f in "${INDEPENDENT[@]}"; do ignore+=(--ignore="$f"); done
+"$PY" -m pytest -q "${ignore[@]}" "$@"
+rc_ordered=$?
+wait "$pid"
+rc_independent=$?
+echo "== the independent half (${INDEPENDENT[*]}), run beside the above:"
+cat "$logs/independent.txt"
+echo "== exit: ordered half $rc_ordered, independent half $rc_independent"
+# pytest's 5 is "no tests collected": a half that a -k or --deselect emptied is not a failure
+ok() { [ "$1" = 0 ] || [ "$1" = 5 ]; }
+ok "$rc_ordered" && ok "$rc_independent"
