@@ -42,10 +42,11 @@ def record(out_dir, started: float, tool: str, argv: list[str] | None = None, no
         data = {}
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     command = " ".join(shlex.quote(a) for a in ([tool] + list(sys.argv[1:] if argv is None else argv)))
-    for p, rel in _files(out):
-        if p.stat().st_mtime >= started - 1:
-            data[rel.as_posix()] = {"tool": tool, "command": command, "written": when, **({"note": note} if note else {})}
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    fresh = {rel.as_posix(): {"tool": tool, "command": command, "written": when, **({"note": note} if note else {})}
+             for p, rel in _files(out) if p.stat().st_mtime >= started - 1}
+    if fresh:                   # a run that wrote nothing (a table printed from records) leaves the index alone
+        data.update(fresh)
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data
 
 
