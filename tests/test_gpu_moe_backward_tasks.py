@@ -1,4 +1,4 @@
-"""Issue 34's MoE, backward and paged-attention tasks on a real GPU (skipped on a CPU machine): every shipped
+"""Issue 34's new MoE, backward, indexing and paged-attention tasks on a real GPU (skipped on a CPU machine): every shipped
 Triton solution correct on the cuda workload, and each slow solution proven slow against its optimized
 sibling and the library (E < 0.5 and at least 5x slower on every timed shape). The cpu side of the same
 solutions runs in tests/test_solutions.py."""
@@ -7,7 +7,8 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 TASKS = ("SoftmaxBackward", "RMSNormBackward", "CrossEntropyBackward", "LinearBackward", "AttentionBackward",
-         "MoeTopkRouting", "MoeTokenPermute", "MoeTokenUnpermute", "MoeAlignBlockSize", "PagedDecodeAttention")
+         "MoeTopkRouting", "MoeTokenPermute", "MoeTokenUnpermute", "MoeAlignBlockSize", "PagedDecodeAttention",
+         "FusedMoe", "RowArgsort", "TopPSample")
 
 
 @pytest.fixture(scope="module")

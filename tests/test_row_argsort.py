@@ -1,7 +1,7 @@
 """RowArgsort's check (tasks/indexing/row_argsort): the output view accepts every correct tie order and
 rejects what is not a permutation, and a naive rank sort whose tied values collide is a mismatch through the
 real environment. The solutions themselves run in tests/test_solutions.py; the cuda side in
-tests/test_gpu_row_argsort.py."""
+tests/test_gpu_moe_backward_tasks.py."""
 from pathlib import Path
 
 import pytest
