@@ -7,6 +7,8 @@
    is not a multiple of 16 (an odd or unaligned inner size, a masked tail), so a kernel tuned to the public
    shapes' alignment (ClampedSwiGLU's D = 2880 in all four shapes, Gemv's K = 4096 in every held-out shape)
    is tested where its masks and tails matter.
+3. The tasks issue 34 added (the quantization, indexing, MoE and backward categories, paged decode attention)
+   each ship an optimized TileLang solution, or say in `dsl_gaps` what TileLang lacks for the op.
 """
 import pytest
 
@@ -86,3 +88,20 @@ def test_the_level_rule_catches_a_fusion_at_level_1():
     wrong = dataclasses.replace(add_relu, level=1)
     with pytest.raises(AssertionError, match="level 1"):
         test_levels_follow_their_definition(wrong)
+
+
+V2_CATEGORIES = ("quantization", "indexing", "moe", "backward")
+
+
+@pytest.mark.parametrize("task", [t for t in TASKS if t.category in V2_CATEGORIES or t.name == "PagedDecodeAttention"],
+                         ids=lambda t: t.name)
+def test_the_v2_tasks_have_a_tilelang_solution_or_say_why_not(task):
+    has = any(s.dsl == "tilelang" and s.kind == "optimized" for s in task.solutions)
+    assert has or task.dsl_gaps.get("tilelang"), f"{task.name}: no TileLang solution and no dsl_gaps reason"
+
+
+def test_a_dsl_gap_is_checked_like_the_rest_of_the_task():
+    import dataclasses
+    top_k = default_registry().get("TopK")
+    assert any("dsl_gaps" in p for p in dataclasses.replace(top_k, dsl_gaps={"tilelang": ""}).validate())
+    assert any("dsl_gaps" in p for p in dataclasses.replace(top_k, dsl_gaps={"cuda-c": "why"}).validate())

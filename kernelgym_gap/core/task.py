@@ -91,6 +91,10 @@ class TaskSpec:
     flops: Callable[[Shape], int]
     min_bytes: Callable[[Shape, str], int]     # each input read once, each output written once
     solutions: tuple[Solution, ...] = ()
+    # A DSL the task ships no solution in, and why: what the DSL lacks for this op (TileLang 0.1.x has no
+    # sort primitive, for one), so a reader knows the gap is the DSL's and not an oversight. Shown in
+    # `tasks --json`; tests/test_corpus_rules.py requires a TileLang solution or a reason here.
+    dsl_gaps: dict = dataclasses.field(default_factory=dict)
     # "torch" (eager: the reference itself, timed beside the kernel) and "torch.compile" (judge/baselines.py);
     # a task whose reference torch.compile cannot take leaves the latter out.
     baselines: tuple[str, ...] = ("torch", "torch.compile")
@@ -230,6 +234,7 @@ class TaskSpec:
             "changelog": list(self.changelog),
             "solutions": [{"file": s.file, "dsl": s.dsl, "kind": s.kind, "defect": s.defect, "note": s.note,
                            "cpu_status": s.cpu_status} for s in self.solutions],
+            **({"dsl_gaps": dict(self.dsl_gaps)} if self.dsl_gaps else {}),
             "reference": self._reference_text(),
         }
 
@@ -288,6 +293,11 @@ class TaskSpec:
         if len(self.changelog) > self.version:
             problems.append(f"{len(self.changelog)} changelog lines for version {self.version} (one per "
                             "version after v0)")
+        for dsl, why in self.dsl_gaps.items():
+            if dsl not in DSLS or not isinstance(why, str) or not why.strip():
+                problems.append(f"dsl_gaps: {dsl!r} needs a DSL from {tuple(DSLS)} and a reason")
+            elif any(s.dsl == dsl for s in self.solutions):
+                problems.append(f"dsl_gaps names {dsl!r}, which has a solution")
         for sol in self.solutions:
             if sol.dsl not in DSLS:
                 problems.append(f"solution {sol.file}: dsl {sol.dsl!r}")
