@@ -223,6 +223,8 @@ def _conv_transpose2d(em, x, weight, bias=None, *args, **kw):
 
 
 def _sum(em, x, dim=None, keepdim=False, dtype=None):
+    if not x.is_floating_point():       # counting (a sum of bools or integers) is exact in any kernel
+        return x.sum() if dim is None else x.sum(dim, keepdim=keepdim)
     return em.seq_sum(x, dim, keepdim)
 
 
@@ -266,8 +268,9 @@ _METHODS = {"matmul": _matmul, "__matmul__": _matmul, "mm": _matmul, "bmm": _mat
 def _round_tree(out, r):
     if isinstance(out, torch.Tensor):
         return r(out)
-    if isinstance(out, tuple):
-        return tuple(_round_tree(o, r) for o in out)
+    if isinstance(out, tuple):      # torch.return_types (topk, sort, max with dim) keep their type
+        items = [_round_tree(o, r) for o in out]
+        return type(out)(items) if type(out).__module__ == "torch.return_types" else tuple(items)
     if isinstance(out, list):
         return [_round_tree(o, r) for o in out]
     return out

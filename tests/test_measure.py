@@ -344,7 +344,7 @@ def test_grouped_gemm_counts_only_the_weights_of_experts_with_tokens(registry):
 
     import torch
     gg = registry.get("GroupedGemm")
-    assert gg.version == 1 and len(gg.changelog) == 1
+    assert gg.version >= 1 and gg.changelog[0].startswith("v1: realistic routing")
     mod = sys.modules[gg.make_inputs.__module__]
     for shape in gg.workload("cpu").all_shapes() + gg.workload("cuda").all_shapes():
         g, t, n, k = shape

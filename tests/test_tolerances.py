@@ -21,7 +21,7 @@ from kernelgym_gap.core import tensor_file
 from kernelgym_gap.core.inputs import generator
 from kernelgym_gap.core.record import Trial
 from kernelgym_gap.core.registry import default_registry
-from kernelgym_gap.judge import checker
+from kernelgym_gap.judge import checker, lowbit
 
 import lowprec
 
@@ -87,7 +87,20 @@ def test_the_low_precision_shortcut_fails_and_honest_float32_passes(task, dtype,
                 caught.append((dist, shape))
             else:
                 passed.append((case, shortcut))
-    if not caught:
+    if not caught and lowbit.is_lowbit(getattr(torch, task.output_dtype(dtype))):
+        # an int8 or float8 output: its one-step tolerance exists because an honest float32 kernel lands one
+        # step over near a rounding midpoint (judge/lowbit.py); a 16-bit path moves the scaled value by a
+        # few 2^-9 relative, a fraction of an e4m3 step, so it is one step off at most, on 10-30% of the
+        # elements (Fp8TokenQuant and Fp8BlockQuant from float32 or bfloat16 inputs): per element no
+        # tolerance in the format's units tells it from float32. A known gap (docs/security.md): a rule on
+        # the fraction of one-step misses would catch it; it buys no speed in a memory-bound kernel. What is
+        # held: never two steps off.
+        for case, shortcut in passed:
+            fmt = case.out_dtype
+            apart = lowbit.steps_apart(lowbit.to_format(shortcut, fmt),
+                                       lowbit.to_format(case.emulate(torch.float32), fmt))
+            assert int(apart.max()) <= 1, f"{low} arithmetic is {int(apart.max())} steps off and passes"
+    elif not caught:
         # passing everywhere is only sound where the 16-bit path computes what float32 does (one rounding)
         for case, shortcut in passed:
             same = torch.equal(shortcut.to(case.out_dtype), case.emulate(torch.float32).to(case.out_dtype))
@@ -104,9 +117,17 @@ def test_no_constant_output_passes_any_distribution(task, dtype, tmp_path):
         assert case.verdict(torch.zeros_like(ref)) == "all_zero", dist
         # the checker's all_zero check catches exact zeros only: a tiny or a constant output is left to the
         # tolerance, which must reject it on every distribution
-        assert case.verdict(torch.full_like(ref, 2.0 ** -24)) == "mismatch", dist
+        # (2^-24, or the output format's smallest positive value where 2^-24 rounds to zero in it: float8)
+        tiny = 2.0 ** -24 if float(torch.tensor(2.0 ** -24).to(case.out_dtype)) else _smallest(case.out_dtype)
+        assert case.verdict(torch.full_like(ref, tiny)) == "mismatch", dist
         # (LayerNormBackward's rows sum to zero: its mean rounds to 0.0, which the all_zero check catches)
         assert case.verdict(torch.full_like(ref, float(ref.mean()))) in ("mismatch", "all_zero"), dist
+
+
+def _smallest(dtype: torch.dtype) -> float:
+    """The smallest positive value `dtype` holds (its least subnormal: the smallest normal over 2^mantissa)."""
+    fi = torch.finfo(dtype)
+    return fi.smallest_normal * fi.eps
 
 
 def test_known_gap_column_sum_small_inputs_at_its_smallest_cpu_shape(tmp_path):
@@ -127,13 +148,27 @@ def test_known_gap_column_sum_small_inputs_at_its_smallest_cpu_shape(tmp_path):
 # cuda S, on the first and last ROWS queries (the statistics do not depend on B and H; the full
 # tensor only has more elements, so this under-states how surely a constant fails).
 ROWS = 64
+def _keys(task, shape) -> int:
+    """How many keys a shape has: S, L, or (PagedDecodeAttention: (B, H, L, D, PAGE)) the longest length."""
+    return shape[2] if task.name == "PagedDecodeAttention" else shape[-2]
+
+
 def _longest(task):
     """The cuda shape with the most keys (the smallest outputs), reduced to one batch element and head."""
-    shape = max(task.workload("cuda").all_shapes(), key=lambda s: s[-2])
+    shape = max(task.workload("cuda").all_shapes(), key=lambda s: _keys(task, s))
     return (1, 1, 1) + shape[3:] if task.name == "GroupedQueryAttention" else (1, 1) + shape[2:]
 
 
 ATTENTION = [(t, _longest(t), d) for t in TASKS if t.category == "attention" for d in t.workload("cuda").dtypes]
+
+
+def _double(ins):
+    return tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in ins)
+
+
+def _abs_v(ins):
+    """The inputs with v (every attention task's third input: v, or the paged v_cache) made non-negative."""
+    return ins[:2] + (ins[2].abs(),) + ins[3:]
 
 
 def _rows_reference(task, q, k, v):
@@ -159,9 +194,14 @@ def test_a_constant_output_fails_attention_at_the_cuda_sequence_lengths(task, sh
     torch.set_num_threads(1)
     tol = task.tolerances[dtype]
     for dist in task.distributions:
-        q, k, v = task.make_inputs(shape, dtype, generator(SEED, "cpu"), dist, "cpu")
-        q = q.reshape(-1, q.shape[-1]) if task.name == "DecodeAttention" else q[0, 0]
-        ref, abs_v = _rows_reference(task, q, k[0, 0], v[0, 0])
+        ins = task.make_inputs(shape, dtype, generator(SEED, "cpu"), dist, "cpu")
+        if task.name == "PagedDecodeAttention":     # one sequence of L keys through its block table: all of it
+            ins = _double(ins)
+            ref, abs_v = task.reference(*ins), task.reference(*_abs_v(ins))
+        else:
+            q, k, v = ins
+            q = q.reshape(-1, q.shape[-1]) if task.name == "DecodeAttention" else q[0, 0]
+            ref, abs_v = _rows_reference(task, q, k[0, 0], v[0, 0])
         # the checker's rule (judge/checker.py _judge): |out - ref| > atol + rtol |ref| (+ the error bound)
         allowed = tol.atol + tol.rtol * ref.abs()
         if task.error_bound is not None:        # the tasks' bound, 2 u * attention(q, k, |v|): see below
@@ -175,6 +215,6 @@ def test_a_constant_output_fails_attention_at_the_cuda_sequence_lengths(task, sh
 def test_the_attention_error_bound_is_twice_u_times_the_attention_of_abs_v(task):
     shape = _shapes(task)[0]
     for dtype, u in (("float16", 2.0 ** -11), ("bfloat16", 2.0 ** -8), ("float32", 0.0)):
-        q, k, v = (x.double() for x in task.make_inputs(shape, dtype, generator(SEED, "cpu"), "normal", "cpu"))
-        expected = 2 * u * task.reference(q, k, v.abs())
-        assert torch.allclose(task.error_bound((q, k, v), dtype), expected, rtol=1e-12, atol=0)
+        ins = _double(task.make_inputs(shape, dtype, generator(SEED, "cpu"), "normal", "cpu"))
+        expected = 2 * u * task.reference(*_abs_v(ins))
+        assert torch.allclose(task.error_bound(ins, dtype), expected, rtol=1e-12, atol=0)

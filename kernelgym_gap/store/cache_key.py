@@ -3,7 +3,8 @@ dsl, backend, device, settings hash, software hash).
 
 The device is `cpu` on the cpu backend and the GPU's name on cuda (read with nvidia-smi: the parent never
 holds a CUDA context); the settings hash covers the EvalConfig whole once its placement (where it ran: GPU
-index, lane directory, scratch and cache paths, core/placement.py) is set to the defaults; the software
+index, lane directory, scratch and cache paths) and its scheduling (core/placement.py) are set to the
+defaults; the software
 hash covers the versions of python, torch, triton, tilelang and this package, and a fingerprint of the
 harness's own source, so an upgrade or an edit of the harness measures again. store/db.py keeps records under
 these keys and serves them back.
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from kernelgym_gap.core import dsls
-from kernelgym_gap.core.placement import CONFIG_FIELDS as SETTINGS_NOT_HASHED  # noqa: F401 - the placement fields
-from kernelgym_gap.core.placement import measured
+from kernelgym_gap.core.placement import CONFIG_FIELDS, SCHEDULING_FIELDS, measured
+
+SETTINGS_NOT_HASHED = CONFIG_FIELDS + SCHEDULING_FIELDS     # the placement and scheduling fields
 from kernelgym_gap.core.record import EvalRecord
 
 
