@@ -252,6 +252,21 @@ def test_the_web_worker_goes_through_the_service(spy, tmp_path, monkeypatch):
     assert store.submission(sid)["state"] == "done" and len(spy) == 1 and spy[0].evaluated == 1
 
 
+def test_the_leaderboards_submit_goes_through_the_service(spy, tmp_path, monkeypatch):
+    """api/cached.py (the leaderboard's `submit`, `caching_evaluator`): a miss through a one-slot service, a
+    hit from the store without one."""
+    from kernelgym_gap.api.cached import cached_evaluate_full
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.engine import pipeline
+    from kernelgym_gap.store.db import Store
+    monkeypatch.setattr(pipeline, "evaluate", Stub())
+    store, task = Store(tmp_path / "r.sqlite3"), default_registry().get("AddReLU")
+    first = cached_evaluate_full(store, task, "src", "triton", "cpu", EvalConfig(trial_seed=1), "x")
+    assert not first.cache_hit and len(spy) == 1 and spy[0].evaluated == 1 and spy[0]._closed
+    again = cached_evaluate_full(store, task, "src", "triton", "cpu", EvalConfig(trial_seed=1), "y")
+    assert again.cache_hit and len(spy) == 1
+
+
 # ---- nothing else builds the runtime -----------------------------------------------------------------
 
 # where a warm pool, a lane directory or a set of slots is built; only the service (and what it delegates to:

@@ -225,34 +225,41 @@ def test_writer_killed_mid_write_leaves_a_consistent_database(tmp_path, db):
     s.add_record(make_record(), "after the crash", "survivor")   # and it is still writable
 
 
-# ---- the cache in front of the engine ------------------------------------------------------------------
+# ---- the store in front of an evaluation (api/cached.py) ---------------------------------------------------
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")   # the probe thread's
 def test_repeated_submission_is_served_from_the_cache_without_a_child(db, registry, monkeypatch):
+    from kernelgym_gap.api import cached
     from kernelgym_gap.sandbox import child_io as child
     from kernelgym_gap.judge import trusted
     from kernelgym_gap.core.config import EvalConfig
     task, source, config = registry.get("GELU"), GELU_FAST.read_text(), EvalConfig()
     s = st.Store(db)
-    first = st.cached_evaluate_full(s, task, source, "triton", "cpu", config, "agent-a")
+    first = cached.cached_evaluate_full(s, task, source, "triton", "cpu", config, "agent-a")
     assert not first.cache_hit and first.record.status is Status.OK, first.record.message
 
+    started = []
+
     def no_child(*a, **kw):
+        started.append(a)
         raise AssertionError("the cache should have answered: a child process was started")
     monkeypatch.setattr(child, "run_sandboxed", no_child)
     monkeypatch.setattr(trusted.subprocess, "run", no_child)
     monkeypatch.setattr(trusted.subprocess, "Popen", no_child)
-    again = st.cached_evaluate_full(s, task, source, "triton", "cpu", config, "agent-b")
-    assert again.cache_hit and again.record == first.record
+    again = cached.cached_evaluate_full(s, task, source, "triton", "cpu", config, "agent-b")
+    assert again.cache_hit and again.record == first.record and started == []
     assert again.evaluation_id == s.submission(first.submission_id)["evaluation_id"]
-    assert st.cached_evaluate(s, task, source.encode(), "triton", "cpu", config, "agent-c") == first.record
+    assert cached.cached_evaluate(s, task, source.encode(), "triton", "cpu", config, "agent-c") == first.record
     assert s.count("evaluations") == 1 and s.count("submissions") == 3
     assert s.submission(again.submission_id)["cache_hit"] and s.submission(again.submission_id)["submitter"] == "agent-b"
-    # anything in the key that differs measures again (here: it would start a child)
-    for changed in (dict(source=source + "\n# changed\n"), dict(config=config.replace(trial_seed=7)),
-                    dict(remeasure=True)):
+    assert started == []
+    # anything in the key that differs measures again (here: it starts a child, which the patch refuses:
+    # the evaluation service turns that into the evaluation's failure record, stored as measured)
+    for n, changed in enumerate((dict(source=source + "\n# changed\n"), dict(config=config.replace(trial_seed=7)),
+                                 dict(remeasure=True)), 1):
         kw = dict(source=source, config=config, remeasure=False) | changed
-        with pytest.raises(AssertionError, match="child process was started"):
-            st.cached_evaluate(s, task, kw["source"], "triton", "cpu", kw["config"], "agent-d",
-                               remeasure=kw["remeasure"])
-    assert s.count("evaluations") == 1
+        rec = cached.cached_evaluate(s, task, kw["source"], "triton", "cpu", kw["config"], "agent-d",
+                                     remeasure=kw["remeasure"])
+        assert started and rec.status is not Status.OK, rec.status
+        started.clear()
+        assert s.count("submissions") == 3 + n

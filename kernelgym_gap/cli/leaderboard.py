@@ -98,7 +98,7 @@ def _store(args, evaluates: bool = False):
 
 def cmd_submit(args) -> int:
     from kernelgym_gap.cli.options import eval_config, read_source, task_registry
-    from kernelgym_gap.store.db import cached_evaluate_full
+    from kernelgym_gap.api.cached import cached_evaluate_full
     from kernelgym_gap.store.names import submitter_name
     name = submitter_name(args.name)             # the web's rule, checked before anything is evaluated
     source = read_source(args.file)

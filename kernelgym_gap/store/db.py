@@ -1,12 +1,12 @@
-"""Results that last: every evaluation record in one SQLite database, a cache in front of the engine, and
-the data the leaderboard shows. This module is the `Store` (connections and transactions) and the stable
+"""Results that last: every evaluation record in one SQLite database, the lookups a cache in front of the
+evaluation service needs, and the data the leaderboard shows (SQL only: the evaluation with the store in front
+is api/cached.py). This module is the `Store` (connections and transactions) and the stable
 import path; the store's concerns live beside it:
 
   schema.py       the database file, connections (WAL, busy timeout), tables and migrations, JSON helpers
   results.py      sources, evaluations, submissions of measured records, cache lookups, reads of one submission
   queue.py        the web submissions' queue (enqueue, claim, finish, fail, requeue)
   devcache.py     the generic (kind, key) cache: device calibrations and library baselines
-  cached.py       cached_evaluate: the store in front of engine.evaluate
   cache_key.py    the cache key of an evaluation
   leaderboard.py  the leaderboard's queries (rankings, submission lists, screening points)
   bench.py        benchmark runs by label: episodes and steps (`kernelgym-gap bench`)
@@ -31,8 +31,7 @@ Stable API for other modules (batch runs, agents, the environment), kept backwar
       without either it is stored for the leaderboard only
   cache_key_for(task, source, dsl, backend, config) -> CacheKey     (computed without starting anything)
   Store.lookup(key) -> (evaluation id, EvalRecord) | None
-  cached_evaluate(store, task, source, dsl, backend, config, submitter, remeasure=False) -> EvalRecord
-  caching_evaluator(store, submitter) -> an `evaluator=` for KernelEnv
+  (cached_evaluate and caching_evaluator moved to kernelgym_gap.api.cached in issue 33: they evaluate)
 """
 from __future__ import annotations
 
@@ -46,8 +45,6 @@ from kernelgym_gap.store.cache_key import (CPU_DEVICE, SETTINGS_NOT_HASHED, Cach
                                            cache_key_for, harness_fingerprint, key_from_record, settings_hash,
                                            software_hash, software_versions, source_bytes, source_sha256)
 from kernelgym_gap.store.cache_key import canonical as canonical_json  # noqa: F401
-from kernelgym_gap.store.cached import (CachedResult, cached_evaluate, cached_evaluate_full,  # noqa: F401
-                                       caching_evaluator)
 from kernelgym_gap.store.devcache import DeviceCacheMixin
 from kernelgym_gap.store.queue import LEASE_S, STATES, QueueMixin, new_owner  # noqa: F401
 from kernelgym_gap.store.results import NOT_CACHED_STATUSES, ResultsMixin  # noqa: F401
@@ -58,7 +55,7 @@ from kernelgym_gap.store.schema import (DEFAULT_DB_PATH, ENV_DB, MIGRATIONS, SCH
 
 __all__ = ["CPU_DEVICE", "SETTINGS_NOT_HASHED", "CacheKey", "cache_device_key", "cache_key_for", "harness_fingerprint",
            "key_from_record", "settings_hash", "software_hash", "software_versions", "source_bytes", "source_sha256",
-           "canonical_json", "CachedResult", "cached_evaluate", "cached_evaluate_full", "caching_evaluator",
+           "canonical_json",
            "LEASE_S", "STATES", "new_owner", "NOT_CACHED_STATUSES", "DEFAULT_DB_PATH", "ENV_DB", "MIGRATIONS",
            "SCHEMA_VERSION", "StoreError", "connect", "current_version", "default_db_path", "dumps", "is_busy",
            "migrate", "now_iso", "resolve_db_path", "Store", "dataclasses"]

@@ -1,5 +1,8 @@
-"""The cache in front of the engine: an evaluation whose key was measured before is answered from the store
-without starting a child; every call is stored as a submission."""
+"""The results store in front of one evaluation: an evaluation whose key was measured before is answered from
+the store without starting a child; every call is stored as a submission. For the leaderboard's `submit`
+and for `caching_evaluator` (an `evaluator=` for KernelEnv). A miss is evaluated through a one-slot
+api/service.EvalService, as every other front end evaluates (it lived in store/ before issue 33: store/ is SQL
+only)."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,22 +22,26 @@ class CachedResult:
 
 def cached_evaluate_full(store, task, source: str | bytes, dsl: str, backend: str, config,
                          submitter: str, remeasure: bool = False, origin: str = "cli") -> CachedResult:
-    from kernelgym_gap.engine import pipeline as engine
+    from kernelgym_gap.api.service import EvalService
+    from kernelgym_gap.core.backend import resolve_backend
     require_nonempty(submitter)            # refused before measuring: a result is never measured, then lost
-    backend = engine.resolve_backend(backend)
+    backend = resolve_backend(backend)
     key = cache_key_for(task, source, dsl, backend, config)
     if not remeasure:
         hit = store.lookup(key)
         if hit is not None:
             return CachedResult(hit[1], store.add_cache_hit(hit[0], submitter, origin), hit[0], True)
-    record = engine.evaluate(task, source, dsl, backend, config)
+    # one evaluation, one slot, no warm pool (nothing to keep warm for): the service's placement and
+    # failure handling, its own cache off (the store above is this call's cache)
+    with EvalService(backend, config, slots=1, warm=False) as service:
+        record = service.evaluate(task, source, dsl)
     sid = store.add_record(record, source, submitter, key=key, origin=origin)
     return CachedResult(record, sid, None, False)
 
 
 def cached_evaluate(store, task, source: str | bytes, dsl: str, backend: str, config, submitter: str,
                     remeasure: bool = False) -> EvalRecord:
-    """engine.evaluate with the store in front: a key measured before returns the stored record without
+    """An evaluation with the store in front: a key measured before returns the stored record without
     starting a child; every call is stored as a submission by `submitter`."""
     return cached_evaluate_full(store, task, source, dsl, backend, config, submitter, remeasure).record
 
