@@ -76,5 +76,9 @@ TASK = TaskSpec(
         Solution("triton_serial_amax.py", "triton", "slow", defect="sequential_reduction",
                  note="one program per row, the absmax accumulated one element at a time in a scalar loop "
                       "before a vectorized quantizing pass"),
+        Solution("tilelang_row_atomic.py", "tilelang", "optimized",
+                 note="one 256-thread block per row: per-thread running max of |x| over a strided walk, one "
+                      "atomic max per thread into the row's absmax, a barrier, then the row quantized from "
+                      "L1/L2; register variables and an atomic, so it also runs on the C target (cpu-verified)"),
     ),
 )
