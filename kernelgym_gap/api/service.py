@@ -90,7 +90,7 @@ class EvalService:
         if isinstance(slots, (int, type(None))):
             if slots is not None and slots < 1:
                 raise ValueError("slots must be at least 1")
-            self.slots: list[int | None] = worker_slots([self.backend], slots, gpus, per_gpu)[self.backend]
+            self.slots: list[int | None] = plan_slots(self.backend, slots, gpus, per_gpu)
         else:      # explicit GPU indices (a Ray actor's one GPU), or None per cpu slot
             self.slots = list(slots)
             if not self.slots:
@@ -330,6 +330,15 @@ class EvalService:
     def __repr__(self) -> str:
         return (f"EvalService(backend={self.backend!r}, slots={self.slots}, warm={bool(self.warm)}, "
                 f"lane_dir={self.lane_dir!r}, cache={self.cache is not None})")
+
+
+def plan_slots(backend: str, workers: int | None = None, gpus: Sequence[int] | None = None,
+               per_gpu: int = 1) -> list[int | None]:
+    """The slots of a service on this host: a GPU index per slot on cuda (`per_gpu` per GPU, `gpus` or every
+    visible one), None per slot on cpu (`workers`, default one per core). The one rule: EvalService lays out
+    its slots with it, and the reward server its slot processes, each of which then holds a one-slot
+    service on its GPU."""
+    return worker_slots([backend], workers, gpus, per_gpu)[backend]
 
 
 def place_copies(n: int, config: EvalConfig, gpus: Sequence[int] | None = None) -> tuple[list[EvalConfig], str | None]:

@@ -117,7 +117,8 @@ def _settle(future: concurrent.futures.Future, result=None, error: BaseException
 
 class SlotPool:
     def __init__(self, scorer, *, lock_wait_s: float = 2.0, cache_size: int = 4096):
-        from kernelgym_gap.api.lanes import worker_slots
+        from kernelgym_gap.api.result_cache import ResultCache
+        from kernelgym_gap.api.service import plan_slots
         self.backend, self.config, self.registry = scorer.backend, scorer.config, scorer.registry
         self.store = scorer.store.with_timeout(lock_wait_s) if scorer.store is not None else None
         self.submitter = scorer.submitter
@@ -126,9 +127,11 @@ class SlotPool:
         self._settings = {"backend": self.backend, "evaluator": scorer.evaluator, "warm": bool(scorer.warm),
                           "tasks_dir": source() if callable(source) else None, "server_pid": os.getpid()}
         per_gpu = 4 if self.backend == "cuda" else 1
-        self.slots = worker_slots([self.backend], scorer.workers, None, per_gpu)[self.backend]
-        self.cache_size = cache_size
-        self._cache: collections.OrderedDict = collections.OrderedDict()
+        # laid out by the evaluation service's rule; each slot process then holds a one-slot service on its
+        # GPU (reward_slot_main.py), which places the evaluation there, as a Ray actor's does
+        self.slots = plan_slots(self.backend, scorer.workers, per_gpu=per_gpu)
+        # the one cache front (api/result_cache.py): in memory, and the results database with `--db`
+        self.cache = ResultCache(cache_size, self.store, self.submitter, origin="trainer")
         self._queues: collections.OrderedDict[str, collections.deque] = collections.OrderedDict()
         self._cond = threading.Condition()
         self._closed = False
@@ -142,32 +145,12 @@ class SlotPool:
     # ---- the cache (called from a worker thread of the app, never the event loop) ----------------------
 
     def key(self, task_id: str, source: str, dsl: str):
-        from kernelgym_gap.store.cache_key import cache_key_for
-        return cache_key_for(self.registry.get(task_id), source, dsl, self.backend, self.config)
+        return self.cache.key(self.registry.get(task_id), source, dsl, self.backend, self.config)
 
     def cached(self, key) -> EvalRecord | None:
         """The record of an identical evaluation, or None. sqlite3.OperationalError: the database is locked."""
-        with self._cond:
-            rec = self._cache.get(key)
-            if rec is not None:
-                self._cache.move_to_end(key)
-                return rec
-        if self.store is not None:
-            hit = self.store.lookup(key)
-            if hit is not None:
-                self._remember(key, hit[1])
-                return hit[1]
-        return None
-
-    def _remember(self, key, record: EvalRecord) -> None:
-        from kernelgym_gap.store.results import NOT_CACHED_STATUSES
-        if record.status.value in NOT_CACHED_STATUSES or self.cache_size <= 0:
-            return
-        with self._cond:
-            self._cache[key] = record
-            self._cache.move_to_end(key)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        hit = self.cache.get(key)
+        return None if hit is None else hit[0]
 
     # ---- queues ----------------------------------------------------------------------------------------
 
@@ -224,8 +207,7 @@ class SlotPool:
                 self._cond.wait()
 
     def _slot(self, index: int, gpu: int | None) -> None:
-        settings = dict(self._settings, gpu=gpu,
-                        config=self.config if gpu is None else self.config.replace(gpu_index=gpu))
+        settings = dict(self._settings, gpu=gpu, config=self.config)     # the slot's service places it on `gpu`
         try:
             self._procs[index] = SlotProcess(settings)        # started now: the first batch does not wait for it
         except Exception as e:  # noqa: BLE001 - tried again with the first job, which then fails with the reason
@@ -254,13 +236,7 @@ class SlotPool:
                     self.running -= 1
 
     def _keep(self, job: Job, record: EvalRecord) -> None:
-        self._remember(job.key, record)
-        if self.store is None:
-            return
-        try:
-            self.store.add_record(record, job.source, self.submitter, key=job.key, origin="trainer")
-        except Exception as e:  # noqa: BLE001 - the reward still goes back; the store is a cache
-            log.warning("the record was not stored in %s: %s", self.store, e)
+        self.cache.put(job.key, record, job.source)     # a store that fails is logged: the reward still goes back
 
     def close(self) -> None:
         with self._cond:
