@@ -241,7 +241,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import gap_study
-    from kernelgym_gap.api.warm import WarmPool
+    from kernelgym_gap.api.service import EvalService
     from kernelgym_gap.core.config import EvalConfig
     from kernelgym_gap.core.registry import default_registry
     kinds = {k.strip() for k in args.kinds.split(",")}
@@ -266,7 +266,7 @@ def main(argv=None) -> int:
         study = gap_study.study_task(task, "cuda", args.workload)
         wanted = args.compile_for == "all" or task.name in args.compile_for.split(",")
         cfg = config if wanted else config.replace(compile_baseline="cached")
-        row = gap_study.evaluate_one(study, sol, "cuda", cfg, checker=pool.checker, children=pool.children)
+        row = gap_study.evaluate_one(study, sol, "cuda", cfg, **pool.warm_parts(0))
         rows.append(row)
         slowest = max((p["kernel_ms"] or 0 for p in row["per_shape"]), default=0)
         note = ""
@@ -284,7 +284,9 @@ def main(argv=None) -> int:
         print(f"[{i + 1}/{len(chosen)}] {task.name}/{sol.file}: {row['status']} E={gap_study.fmt(row['E'])} "
               f"{row['seconds']:.1f} s{note}", file=sys.stderr, flush=True)
 
-    run_jobs(todo, args.jobs, lambda: WarmPool(device="cuda", gpu_index=0), one)
+    # each worker a one-slot evaluation service on GPU 0 (its warm pool: a warm checker and pre-started
+    # children), the environment's own lanes between the workers
+    run_jobs(todo, args.jobs, lambda: EvalService("cuda", config, slots=[0], warm=True, lane_dir=lane_dir), one)
     order = {(t.id, Path(s.file).stem, s.dsl): i for i, t, s in todo}
     rows.sort(key=lambda r: order.get((r["task"], r["kernel"], r["dsl"]), -1))
     meta = gap_study.run_meta(rows, "cuda", args.workload, config)

@@ -145,10 +145,11 @@ def main() -> int:
     if "latency" in sections:
         # the per-step breakdown of LayerNorm's optimized Triton solution: two evaluations with a fresh trusted
         # checker process and a cold child each, then two through one warm pool (kernelgym_gap.api.warm.WarmPool:
-        # a warm checker, started and warmed up before the first of them, and pre-started children), steps
-        # `--think` seconds apart (the agent's turn, in which the next child does its imports)
+        # a warm checker, started and warmed up before the first of them, and pre-started children: a one-slot
+        # evaluation service's), steps `--think` seconds apart (the agent's turn, in which the next child does
+        # its imports)
+        from kernelgym_gap.api.service import EvalService
         from kernelgym_gap.sandbox.launch import child_spec
-        from kernelgym_gap.api.warm import WarmPool
         keys = ["gate", "child_preimport", "child_setup", "child_import", "child_correctness", "child_timing",
                 "child_total", "child", "check", "total"]
         cold = []
@@ -157,17 +158,18 @@ def main() -> int:
             cold.append(run("triton_rowwise.py"))
         t0 = time.perf_counter()
         full = cfg.replace(reward=RewardConfig(mode="full"))
-        with WarmPool(device="cuda", gpu_index=cfg.gpu_index) as pool:
-            chk = pool.checker
-            pool.children.refill(child_spec(task, "triton", "cuda", full))
+        with EvalService("cuda", full, slots=[cfg.gpu_index], warm=True) as svc:
+            pool = svc.warm_parts(0)
+            chk, children = pool["checker"], pool["children"]
+            children.refill(child_spec(task, "triton", "cuda", full))
             ready_s = chk.warm_up()
             start_s = time.perf_counter() - t0
             warm = []
             for _ in range(2):
                 time.sleep(args.think)
                 warm.append(evaluate(task, sols["triton_rowwise.py"], "triton", "cuda", full, checker=chk,
-                                     children=pool.children))
-            starts, prestarted = chk.starts, pool.children.served
+                                     children=children))
+            starts, prestarted = chk.starts, children.served
         out["latency"] = {"cold": [r.latency for r in cold], "warm": [r.latency for r in warm],
                           "warm_checker_start_s": start_s, "warm_checker_ready_wait_s": ready_s,
                           "warm_checker_processes": starts, "prestarted_children_served": prestarted,

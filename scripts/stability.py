@@ -37,21 +37,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import gap_study
-    from kernelgym_gap.api.warm import WarmPool
+    from kernelgym_gap.api.service import EvalService
     from kernelgym_gap.core.config import EvalConfig
     from kernelgym_gap.core.registry import default_registry
-    from kernelgym_gap.engine.pipeline import evaluate
     registry = default_registry()
     config = EvalConfig(compile_baseline="off")
     results = []
-    with WarmPool(device="cuda", gpu_index=0) as pool:
+    with EvalService("cuda", config, slots=[0], warm=True) as service:     # one slot, GPU 0, its warm pool
         for name in args.tasks.split(","):
             task = gap_study.study_task(registry.get(name), "cuda", args.workload)
             sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
             source = task.solution_path(sol).read_text()
             runs = []
             for k in range(args.runs):
-                rec = evaluate(task, source, "triton", "cuda", config, checker=pool.checker, children=pool.children)
+                rec = service.evaluate(task, source, "triton")
                 runs.append(rec)
                 print(f"{name} run {k + 1}: {rec.status.value} E={rec.terms.get('E')}", file=sys.stderr, flush=True)
             ok = [r for r in runs if r.ok]

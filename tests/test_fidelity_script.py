@@ -121,6 +121,11 @@ def test_main_with_jobs_evaluates_each_kernel_once_and_writes_rows_in_batch_orde
         def __exit__(self, *exc):
             pass
 
+        def close(self):        # the one-slot service stops its pool when it closes
+            closed.append(self)
+
+    closed = []
+
     def fake_evaluate(task, sol, backend, cfg, checker=None, children=None):
         with lock:
             calls.append(f"{task.name}/{sol.file}")
@@ -138,3 +143,4 @@ def test_main_with_jobs_evaluates_each_kernel_once_and_writes_rows_in_batch_orde
     out = json.loads(next(tmp_path.glob("fidelity_h200_*.json")).read_text())
     assert len(calls) == len(set(calls)) == len(out["rows"]) >= 7
     assert all(r["ratio"] == 1.0 and r["in_goal"] for r in out["rows"]) and out["skipped"] == []
+    assert 1 <= len(closed) <= 2     # a one-slot service per worker (its pool made on first use), each stopped
