@@ -1,7 +1,8 @@
 # TileLang per-token FP8 e4m3 quantization, one block of 256 threads per row. Each thread walks the row with a
 # stride of 256 (one coalesced load across the block per step) keeping its running max of |x| in a float32
-# register, then folds it into the row's absmax with one atomic max on a float32 scratch slot (zeroed by the
-# wrapper; 0 is the identity for |x|). After the block barrier every thread reads the absmax, floors it at
+# register, then folds it into the row's absmax with one atomic max on an int32 scratch slot holding the
+# float's bits (zeroed by the wrapper): |x| >= 0 orders like its bit pattern, so the GPU's native integer
+# atomicMax does it, where a float max would be a compare-and-swap loop. After the block barrier every thread reads the absmax, floors it at
 # 1e-12 (zero rows give zeros) and quantizes its elements again from L1/L2: x crosses HBM once, q is written
 # once. Register variables and an atomic (no fragment, no T.reduce_max) so that it also lowers to TileLang's
 # C target and is verified on the cpu backend.
@@ -24,7 +25,7 @@ def _build(dtype):
     n = T.symbolic("n")
 
     @T.prim_func
-    def fp8_quant_kernel(X: T.Tensor((m, n), dtype), A: T.Tensor((m,), "float32"),
+    def fp8_quant_kernel(X: T.Tensor((m, n), dtype), A: T.Tensor((m,), "int32"),
                          Q: T.Tensor((m, n), "uint8")):
         with T.Kernel(m, threads=THREADS) as row:
             for t in T.Parallel(THREADS):
@@ -35,10 +36,10 @@ def _build(dtype):
                     if col < n:
                         v = T.Cast("float32", X[row, col])
                         acc = T.max(acc, T.max(v, -v))
-                T.atomic_max(A[row], acc)
+                T.atomic_max(A[row], T.reinterpret("int32", acc))
             T.sync_threads()
             for t in T.Parallel(THREADS):
-                scale = T.float32(448.0) / T.max(A[row], T.float32(1e-12))
+                scale = T.float32(448.0) / T.max(T.reinterpret("float32", A[row]), T.float32(1e-12))
                 for c in T.serial(T.ceildiv(n, THREADS)):
                     col = c * THREADS + t
                     if col < n:
@@ -60,7 +61,7 @@ def fp8_token_quant(x):
     dtype = str(x.dtype).removeprefix("torch.")
     if dtype not in _kernels:
         _kernels[dtype] = _build(dtype)
-    amax = torch.zeros((m,), dtype=torch.float32, device=x.device)
+    amax = torch.zeros((m,), dtype=torch.int32, device=x.device)   # float32 bits
     q = torch.empty((m, n), dtype=torch.uint8, device=x.device)
     _kernels[dtype](x, amax, q)
     return q.view(torch.float8_e4m3fn)
