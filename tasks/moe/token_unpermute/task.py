@@ -93,5 +93,9 @@ TASK = TaskSpec(
         Solution("triton_scalar_loop.py", "triton", "slow", defect="scalar_loop",
                  note="one program per token, every output element a scalar loop over the K experts with "
                       "scalar loads"),
+        Solution("tilelang_gather_sum.py", "tilelang", "optimized",
+                 note="one block per (token, 256-wide chunk of H), one element per thread: the K row indices "
+                      "and weights read as broadcasts, each expert row's chunk gathered coalesced into a float32 "
+                      "register, one store; lowers to the C target, so it runs on the cpu backend"),
     ),
 )

@@ -107,5 +107,10 @@ TASK = TaskSpec(
         Solution("triton_scalar_loop.py", "triton", "slow", defect="scalar_loop",
                  note="one program per token; each of the k selections rescans the row one scalar at a time "
                       "(the next largest below the previous one), twice (weights, then stores)"),
+        Solution("tilelang_rows.py", "tilelang", "optimized",
+                 note="one thread per token row, 128 rows per block; k selection rounds over the row in float32 "
+                      "registers (the largest logit below the previous pick), the softmax of the k picks, then "
+                      "a zero pass and k weight stores; plain registers, so it lowers to the C target and runs "
+                      "on the cpu backend"),
     ),
 )
