@@ -78,5 +78,10 @@ TASK = TaskSpec(
         Solution("triton_serial_amax.py", "triton", "slow", defect="sequential_reduction",
                  note="one program per row; each group's absmax accumulated one element at a time in a scalar "
                       "loop, then the group scaled with one vector pass"),
+        Solution("tilelang_group_atomic.py", "tilelang", "optimized",
+                 note="one 128-thread block per (row, 8 groups), 16 threads per group: per-thread max of |x|, "
+                      "one native integer atomic max per thread on the group absmax's bits, a barrier, then "
+                      "the group quantized from L1 with e4m3's bits formed in integer arithmetic (the C target "
+                      "has no float8) and returned as a float8 view; runs on the C target (cpu-verified)"),
     ),
 )
