@@ -80,5 +80,10 @@ TASK = TaskSpec(
         Solution("triton_one_program.py", "triton", "slow", defect="too_few_programs",
                  note="the same counting sort run by one program: it walks all T * K entries twice and copies "
                       "every row itself, one SM for gigabytes"),
+        Solution("tilelang_counting_sort.py", "tilelang", "optimized",
+                 note="a counting sort over chunks of 1024 pairs: a histogram launch (a thread per expert), then "
+                      "one launch that ranks each chunk's pairs (totals and earlier-chunk counts per expert, a "
+                      "block barrier, a stable walk) and copies the chunk's rows coalesced; lowers to the C "
+                      "target, so it runs on the cpu backend"),
     ),
 )
