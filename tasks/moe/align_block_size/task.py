@@ -98,5 +98,10 @@ TASK = TaskSpec(
                       "and scatters their flat indices"),
         Solution("triton_one_program.py", "triton", "slow", defect="too_few_programs",
                  note="the same counting sort, fill and scatter run by a single program over all T * K pairs"),
+        Solution("tilelang_counting_sort.py", "tilelang", "optimized",
+                 note="a counting sort over chunks of 1024 pairs: a histogram launch (a thread per expert), then "
+                      "one launch that ranks each chunk's pairs into their padded runs (a block barrier, a "
+                      "stable walk); block 0 writes the offsets, the padding and the sentinel tail; lowers to "
+                      "the C target, so it runs on the cpu backend"),
     ),
 )
