@@ -106,5 +106,10 @@ TASK = TaskSpec(
         Solution("triton_scalar_loop.py", "triton", "slow", defect="scalar_loop",
                  note="one program per row for dx and one per column for dweight, every sum and every store "
                       "one scalar element at a time"),
+        Solution("tilelang_two_stage.py", "tilelang", "optimized",
+                 note="stage 1: ~4 blocks per SM, each walking a group of rows: per row the two float32 sums "
+                      "(x^2, dy * w * x) folded across the block by one atomic add per thread, a barrier, then dx "
+                      "written and dy * xhat added into the group's float32 dweight partial; stage 2: a column "
+                      "sum of the partials; lowers to the C target, so it runs on the cpu backend"),
     ),
 )
