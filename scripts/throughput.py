@@ -270,16 +270,18 @@ def table(rows) -> str:
     return "\n".join(out + ["  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in cells])
 
 
-# The fields a variant may set: EvalConfig's integers and switches, and TimingConfig's (issue 35's levers:
-# graph_replay, stop_rule), each with how its value is read
-SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay")
+# The fields a variant may set: EvalConfig's integers and switches, TimingConfig's (issue 35's levers:
+# graph_replay, stop_rule) and SandboxConfig's launch bound, each with how its value is read
+SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile")
 TIMING_FIELDS = ("graph_replay", "stop_rule")
+SANDBOX_FIELDS = ("launch_bound_after_compile",)
 CHOICES = {"stop_rule": ("spread", "interval")}
 VARIANT_FIELDS = ("held_output_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
-                  "graph_replay", "stop_rule")
+                  "graph_replay", "stop_rule", "launch_bound_after_compile")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
-          "compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1")
+          "launch_bound_after_compile=1",
+          "compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1")
 
 
 def parse_variant(text: str) -> dict:
@@ -329,12 +331,16 @@ def lever_gains(rows: list[dict]) -> list[dict]:
 
 
 def apply_variant(config, overrides: dict):
-    """`config` with a variant's overrides: TimingConfig's fields on config.timing, the rest on config."""
+    """`config` with a variant's overrides: TimingConfig's fields on config.timing, SandboxConfig's on
+    config.sandbox, the rest on config."""
     import dataclasses
     timing = {k: v for k, v in overrides.items() if k in TIMING_FIELDS}
-    rest = {k: v for k, v in overrides.items() if k not in TIMING_FIELDS}
+    sandbox = {k: v for k, v in overrides.items() if k in SANDBOX_FIELDS}
+    rest = {k: v for k, v in overrides.items() if k not in TIMING_FIELDS and k not in SANDBOX_FIELDS}
     if timing:
         rest["timing"] = dataclasses.replace(config.timing, **timing)
+    if sandbox:
+        rest["sandbox"] = dataclasses.replace(config.sandbox, **sandbox)
     return config.replace(**rest)
 
 

@@ -78,6 +78,23 @@ def test_probe_calls_are_compilations_and_the_deadlines_can_be_turned_off():
     assert call_bounds(_job(), SandboxConfig(compile_call_s=None)) == ()
 
 
+def test_a_first_calls_launch_bound_after_its_compiles_is_off_by_default_and_needs_the_librarys_time():
+    hint = (((128, 256), "float16", 0.05),)                                   # ms; (64, 64) unknown
+    assert all(b.launch_s is None for b in call_bounds(_job(library_hint=hint), SandboxConfig()))
+    on = SandboxConfig(launch_bound_after_compile=True, call_floor_s=2.0, call_factor=200.0, launch_calls=10)
+    bounds = call_bounds(_job(library_hint=hint), on)
+    assert bounds[0].bound_s == 60.0 and bounds[0].launch_s == pytest.approx(20.0)   # 10 x max(2 s, 10 us)
+    assert bounds[1].launch_s is None                                         # a later call compiles nothing
+    assert bounds[2].launch_s is None                                         # the library's time unknown
+    slow_library = (((128, 256), "float16", 100.0),)                          # 200 x 0.1 s x 10 > 60 s
+    assert call_bounds(_job(library_hint=slow_library), on)[0].launch_s == 60.0   # never past the compile bound
+    timing = TimingConfig(min_reps=20, warmup_ms=25.0, budget_ms=2000.0)
+    timed = (_trial(10_000, (128, 256)), _trial(10_001, (256, 256)))
+    t = call_bounds(_job(timing=timing, timing_trials=timed, library_hint=hint + (((256, 256), "float16", 0.05),)), on)
+    assert t[4].launch_s is None                                              # compiled by a correctness trial
+    assert t[5].launch_s == pytest.approx(t[5].bound_s - 60.0)                # its repetitions, without the compile
+
+
 # ------------------------------------------------------------------------- the parent's watch (no clock)
 
 def _watch(tmp_path, bounds=(2.0, 5.0, 5.0)):
@@ -112,6 +129,44 @@ def test_the_child_can_neither_lengthen_a_bound_nor_restart_or_reopen_a_call(tmp
         assert watch.overdue(6.0) == "call 1 (c1) ran past 5.0 s", junk
 
 
+def test_once_its_compiles_are_marked_done_a_call_has_only_its_launch_bound(tmp_path):
+    watch = CallWatch(tmp_path / CALL_MARKER, [CallBound("c0", 60.0, launch_s=5.0), CallBound("c1", 60.0)])
+    _mark(tmp_path, "call 0 60\n")
+    assert watch.overdue(0.0) is None
+    _mark(tmp_path, "compiling 0 1\n")
+    assert watch.overdue(20.0) is None                       # compiling: the compile bound from the call's start
+    _mark(tmp_path, "compiled 0 1\n")
+    assert watch.overdue(21.0) is None and watch.overdue(25.9) is None
+    _mark(tmp_path, "compiling 0 2\n")                       # an autotuner's next config: the launch clock stops
+    assert watch.overdue(40.0) is None
+    _mark(tmp_path, "compiled 0 2\n")
+    assert watch.overdue(41.0) is None
+    assert watch.overdue(46.5) == "call 0 (c0) ran past 5.0 s after its compiles"
+    assert watch.overrun == (0, 5.0, 5.5)
+
+
+def test_what_the_child_says_of_its_compiles_can_only_shorten_a_call(tmp_path):
+    watch = CallWatch(tmp_path / CALL_MARKER, [CallBound("c0", 60.0, launch_s=5.0), CallBound("c1", 8.0)])
+    _mark(tmp_path, "call 0 60\n")
+    watch.overdue(0.0)
+    for t in range(1, 60):                                   # "compiling" forever: the compile bound still holds
+        _mark(tmp_path, f"compiling 0 {t}\n")
+        assert watch.overdue(float(t)) is None
+    assert watch.overdue(60.5) == "call 0 (c0) ran past 60.0 s"
+    watch = CallWatch(tmp_path / CALL_MARKER, [CallBound("c0", 60.0, launch_s=5.0), CallBound("c1", 8.0)])
+    _mark(tmp_path, "call 0 60\n")
+    watch.overdue(0.0)
+    _mark(tmp_path, "compiled 0 7\n")
+    watch.overdue(1.0)
+    assert watch.overdue(5.9) is None and watch.overdue(6.1) is not None   # the same count again: no restart
+    _mark(tmp_path, "call 1 8\n")                            # a call with no launch part: its bound alone
+    watch.overdue(10.0)
+    _mark(tmp_path, "compiled 1 8\n")
+    assert watch.overdue(17.9) is None and watch.overdue(18.1) == "call 1 (c1) ran past 8.0 s"
+    _mark(tmp_path, "compiled 0 9\n")                        # about a call that does not run: ignored
+    assert watch.current[0] == 1
+
+
 def test_the_watch_reads_no_link_and_no_fifo(tmp_path):
     watch = _watch(tmp_path)
     (tmp_path / "elsewhere").write_text("call 0 2\n")
@@ -136,6 +191,27 @@ def test_the_childs_marks_are_what_the_watch_reads(tmp_path):
     assert (tmp_path / CALL_MARKER).read_text() == "done 1\n"
     CallMarks(tmp_path / "none", ()).begin(0)               # no call deadlines: no marker at all
     assert not (tmp_path / "none").exists()
+
+
+def test_the_childs_compile_marks_are_what_the_watch_reads(tmp_path):
+    from kernelgym_gap.child.marks import CallMarks
+    bounds = [CallBound("c0", 60.0, launch_s=2.0), CallBound("c1", 5.0)]
+    marks, watch = CallMarks(tmp_path, bounds), CallWatch(tmp_path / CALL_MARKER, bounds)
+    marker = tmp_path / CALL_MARKER
+    with marks.compiling():                                 # outside a call: nothing marked
+        assert not marker.exists()
+    marks.begin(0)
+    watch.overdue(0.0)
+    with marks.compiling():
+        assert marker.read_text() == "compiling 0 1\n"
+        with marks.compiling():                             # nested: marked once
+            assert marker.read_text() == "compiling 0 1\n"
+        assert watch.overdue(30.0) is None
+    assert marker.read_text() == "compiled 0 1\n"
+    assert watch.overdue(31.0) is None and watch.overdue(33.5) == "call 0 (c0) ran past 2.0 s after its compiles"
+    marks.begin(1)
+    with marks.compiling():                                 # a call without a launch part: left as it is
+        assert marker.read_text() == "call 1 5.000\n"
 
 
 # ------------------------------------------------------------------------------- end to end, cpu backend
@@ -230,3 +306,21 @@ def test_the_compile_probe_is_under_the_call_deadlines(task, tmp_path):
     assert probe.outcome.stage_timeout == "call" and time.monotonic() - start < 60
     assert probe.inconclusive == ("it was killed at a stage deadline: call 0 (probe of trial 0: public shape "
                                   "[16, 128], float32) ran past 4.0 s")
+
+
+@pytest.mark.gpu
+def test_gpu_a_first_launch_that_hangs_is_killed_soon_after_its_compile(registry, tmp_path):
+    """cuda, LayerNorm at its cuda shapes: an honest evaluation fills the library cache (the launch bound needs
+    the library's time), then a kernel whose first launch spins forever is killed at its compile plus
+    launch_calls x the later-call bound (10 x 2 s), not at compile_call_s (60 s); the next evaluation works."""
+    task = registry.get("kernelgym_gap/LayerNorm-v1")
+    honest = (task.directory / "solutions" / "triton_rowwise.py").read_text()
+    cfg = EvalConfig(trial_seed=20261205, library_cache_path=str(tmp_path / "lib.json"),
+                     sandbox=SandboxConfig(launch_bound_after_compile=True))
+    assert evaluate(task, honest, "triton", "cuda", cfg).ok
+    start = time.monotonic()
+    record = evaluate(task, (HOSTILE / "gpu_first_launch_hang.py").read_text(), "triton", "cuda", cfg)
+    elapsed = time.monotonic() - start
+    assert record.status in (Status.TIMEOUT, Status.TOO_SLOW), record.message
+    assert "after its compiles" in record.message and elapsed < 45, (elapsed, record.message)
+    assert evaluate(task, honest, "triton", "cuda", cfg).ok

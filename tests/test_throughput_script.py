@@ -103,10 +103,13 @@ def test_every_lever_of_issue_35_is_a_variant_and_lands_on_its_config_field():
         assert overrides
         applied = mod.apply_variant(config, overrides)
         for key, value in overrides.items():
-            assert getattr(applied.timing if key in mod.TIMING_FIELDS else applied, key) == value
+            where = (applied.timing if key in mod.TIMING_FIELDS else
+                     applied.sandbox if key in mod.SANDBOX_FIELDS else applied)
+            assert getattr(where, key) == value
     both = mod.apply_variant(config, mod.parse_variant(mod.LEVERS[-1]))
     assert both.compile_outside_lane and both.precompute_reference
     assert both.timing.graph_replay and both.timing.stop_rule == "interval"
+    assert both.sandbox.launch_bound_after_compile and both.sandbox.wall_s == config.sandbox.wall_s
     assert both.timing.min_reps == config.timing.min_reps            # the rest of the timing untouched
 
 

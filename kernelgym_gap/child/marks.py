@@ -6,7 +6,9 @@ here is trusted; a child without marks only has the wall deadline. What it write
 before the submission loads (the snapshots cover it, as every harness module)."""
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from kernelgym_gap.core.record import CALL_MARKER
@@ -23,6 +25,8 @@ class CallMarks:
         self.tmp = self.path + ".tmp"
         self.bounds = tuple(bounds)
         self.open: int | None = None        # the call marked running
+        self.compiles = 0                   # compilations marked so far (the parent restarts its launch clock per one)
+        self._depth = 0
 
     def _put(self, text: str) -> None:
         # written whole, then renamed over the marker: the parent never reads half a line
@@ -43,6 +47,26 @@ class CallMarks:
         if 0 <= i < len(self.bounds):
             self._put(f"call {i} {self.bounds[i].bound_s:.3f}\n")
             self.open = i
+
+    @contextlib.contextmanager
+    def compiling(self) -> Iterator[None]:
+        """Around one compilation inside the marked call (the dsl adapters' compile hook): `compiling i n` while
+        it runs, `compiled i n` after, so that a call whose bound has a launch part (CallBound.launch_s) is
+        held to it only once its compiles are done. Nested compiles are marked once."""
+        i = self.open
+        if i is None or self._depth or self.bounds[i].launch_s is None:
+            yield
+            return
+        self._depth += 1
+        self.compiles += 1
+        n = self.compiles
+        self._put(f"compiling {i} {n}\n")
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self.open == i:
+                self._put(f"compiled {i} {n}\n")
 
     def end(self) -> None:
         if self.open is not None:

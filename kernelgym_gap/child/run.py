@@ -9,6 +9,7 @@ This module, not runner.py, holds the work: a real child runs runner.py as __mai
 snapshots cover as `__main__`; this module, like every harness module, they cover by name."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import os
@@ -102,6 +103,13 @@ class ChildRun:
                 done = self.time_calls()
         return self.wrap_up() if done is None else done
 
+    @contextlib.contextmanager
+    def _compiling(self):
+        """Around each compilation of the DSL's: marked for the parent's call deadline (outside), and the lane
+        let go for it where the job allows (inside: taking the lane back counts as compiling)."""
+        with self.marks.compiling(), self.lane.let_go():
+            yield
+
     def setup(self) -> None:
         """The adapter installed, the guards on, the snapshots taken: all before the submission loads."""
         from kernelgym_gap.core.registry import find_task
@@ -113,7 +121,7 @@ class ChildRun:
         self.adapter.install()
         self.common = dict(versions=versions(self.adapter), device=device_info(job.backend))
         self.lane = ChildLane(*inherited(), self.phases)   # the GPU's lane the parent handed over (core/lane.py)
-        self.adapter.compile_hook = self.lane.let_go
+        self.adapter.compile_hook = self._compiling
         if job.backend == "cuda":
             torch.cuda.init()
             self.adapter.streams.expected = torch.cuda.current_stream().cuda_stream

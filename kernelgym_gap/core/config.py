@@ -32,6 +32,14 @@ class SandboxConfig:
     call_floor_s: float = 2.0
     call_factor: float = 200.0
     call_unknown_s: float = 60.0
+    # A first call's compile bound covers its compiles; once the child marks them done (child/marks.py) the
+    # call's launch may run only launch_calls x the later-call bound (autotuning benchmarks each config
+    # after compiling it: a few calls), never past the compile bound. A kernel that hangs on its first
+    # launch is then killed seconds after its compile, not at compile_call_s: on the H200's full mix two
+    # such calls held the shared lane for their whole 60 s (issue 35). Off until the H200 compares it
+    # (a false kill would be a false zero). Needs the library's time for the shape (Job.library_hint).
+    launch_bound_after_compile: bool = False
+    launch_calls: int = 10
     cpu_s: int = 600
     fsize_bytes: int = 1 << 30          # largest file the child may write
     nofile: int = 1024

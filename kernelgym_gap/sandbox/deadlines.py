@@ -24,7 +24,7 @@ from kernelgym_gap.core.record import CallBound, Job, Trial, first_of_their_shap
 # the per-call bound, plus the warm-up and budget time of the kernel and the library, interleaved.
 TIMING_EXTRA_CALLS = 10
 
-_LINE = re.compile(r"(call|done) (\d{1,6})(?: \S{1,32})?\n?")
+_LINE = re.compile(r"(call|done|compiling|compiled) (\d{1,6})(?: (\S{1,32}))?\n?")
 _MAX_READ = 64
 
 
@@ -51,21 +51,31 @@ def call_bounds(job: Job, sandbox: SandboxConfig) -> tuple[CallBound, ...]:
             return sandbox.call_unknown_s
         return max(sandbox.call_floor_s, sandbox.call_factor * ms / 1e3)
 
+    def launch_s(key, bound_s: float) -> float | None:
+        """A compiling call's bound once its compiles are done (None: off, or the library's time unknown)."""
+        if not sandbox.launch_bound_after_compile or key not in library_ms:
+            return None
+        return min(bound_s, later_call_s(key) * sandbox.launch_calls)
+
     firsts = first_of_their_shape(job.trials)
     seen = {(tuple(t.shape), t.dtype) for t in job.trials}
     bounds = []
     for trial in job.trials:
         key = (tuple(trial.shape), trial.dtype)
         first = trial.index in firsts
-        bounds.append(CallBound(f"trial {trial.index}{' (first call of its shape)' if first else ''}: "
-                                f"{_shape_text(trial)}", compile_s if first else later_call_s(key)))
+        what = f"trial {trial.index}{' (first call of its shape)' if first else ''}: {_shape_text(trial)}"
+        bounds.append(CallBound(what, compile_s, launch_s(key, compile_s)) if first
+                      else CallBound(what, later_call_s(key)))
     if job.timing is not None:
         t = job.timing
         for trial in job.timing_trials:
             key = (tuple(trial.shape), trial.dtype)
-            bound = (later_call_s(key) * (t.min_reps + TIMING_EXTRA_CALLS)
-                     + 2 * (t.budget_ms + t.warmup_ms) / 1e3 + (compile_s if key not in seen else 0.0))
-            bounds.append(CallBound(f"timing of {_shape_text(trial)}", bound))
+            runs = later_call_s(key) * (t.min_reps + TIMING_EXTRA_CALLS) + 2 * (t.budget_ms + t.warmup_ms) / 1e3
+            compiles = key not in seen
+            # once its compiles are done, a timed shape's call has its repetitions' worth left
+            after = runs if compiles and launch_s(key, runs) is not None else None
+            bounds.append(CallBound(f"timing of {_shape_text(trial)}", runs + (compile_s if compiles else 0.0),
+                                    after))
     return tuple(bounds)
 
 
@@ -95,6 +105,9 @@ class CallWatch:
         self.marker, self.bounds = Path(marker), tuple(bounds)
         self.current: tuple[int, float] | None = None     # (call, when the parent first saw it)
         self.last = -1                                     # the latest call started
+        # the current call's launch clock (CallBound.launch_s): (the child's compile count, when the parent
+        # first saw that compile marked done), or None while it compiles or before its first compile ends
+        self.launched: tuple[str, float] | None = None
         # the call that ran past its bound: (call, its bound, seconds it had run when seen), for the
         # verdict on a kernel correct where it finished (engine/stages.TooSlow)
         self.overrun: tuple[int, float, float] | None = None
@@ -106,9 +119,17 @@ class CallWatch:
             return
         kind, i = m.group(1), int(m.group(2))
         if kind == "call" and self.last < i < len(self.bounds):
-            self.current, self.last = (i, now), i
-        elif kind == "done" and self.current is not None and self.current[0] == i:
-            self.current = None
+            self.current, self.last, self.launched = (i, now), i, None
+        elif self.current is None or self.current[0] != i:
+            return                                      # about no call that runs: ignored
+        elif kind == "done":
+            self.current = self.launched = None
+        # what the child says of its compiles can only shorten a call: its compile bound from the call's start
+        # holds whatever it writes; "compiled" starts the shorter launch clock, "compiling" stops it again
+        elif kind == "compiling":
+            self.launched = None
+        elif kind == "compiled" and (self.launched is None or self.launched[0] != m.group(3)):
+            self.launched = (m.group(3), now)
 
     def overdue(self, now: float) -> str | None:
         """What ran past its bound ("call 3 (trial 3: ...) ran past 2.0 s"), or None."""
@@ -117,7 +138,10 @@ class CallWatch:
             return None
         i, since = self.current
         bound = self.bounds[i]
-        if now - since <= bound.bound_s:
-            return None
-        self.overrun = (i, bound.bound_s, now - since)
-        return f"call {i} ({bound.what}) ran past {bound.bound_s:.1f} s"
+        if now - since > bound.bound_s:
+            self.overrun = (i, bound.bound_s, now - since)
+            return f"call {i} ({bound.what}) ran past {bound.bound_s:.1f} s"
+        if bound.launch_s is not None and self.launched is not None and now - self.launched[1] > bound.launch_s:
+            self.overrun = (i, bound.launch_s, now - self.launched[1])
+            return f"call {i} ({bound.what}) ran past {bound.launch_s:.1f} s after its compiles"
+        return None

@@ -25,6 +25,10 @@ CI_REPS_FACTOR = 0.3     # repetitions a stopping rule on E's 95% interval (+-1%
 GRAPH_CAPTURE_S = 0.02   # per timed shape: capturing and instantiating the graph of its repetitions
 CLOCK_WARMUP_S = 0.3     # TimingConfig.clock_warmup_ms: stays in the exclusive stretch (it is why it is there)
 HUNG_LANE_S = 5.0        # a call past this keeps running, but with the lane let go (a design candidate)
+# SandboxConfig.launch_bound_after_compile (built): a call that hangs in its first launch is killed once its
+# compiles are done plus launch_calls (10) x the later-call bound (max(2 s, 200 x the library's time)): ~5 s of
+# compile (assumed) + 20 s for the corpus's sub-10 ms library times, instead of the 60 s compile bound
+LAUNCH_KILL_S = 25.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +112,7 @@ class Scenario:
 GRAPH, INTERVAL, PRECOMPUTE, COMPILE = ("graph_replay=1", "stop_rule=interval", "precompute_reference=1",
                                         "compile_outside_lane=1")
 ALL = ",".join((COMPILE, GRAPH, INTERVAL, PRECOMPUTE))
+LAUNCH = "launch_bound_after_compile=1"
 RULE_SLOTS = 6     # core/slots.slots_per_gpu(16 cores, 1 GPU): the H200 host's slots by the cores' rule (this
                   # package imports nothing of kernelgym_gap's; tests/test_slots.py checks the two agree)
 
@@ -154,6 +159,11 @@ def hung_lets_go(j: Job) -> Job:
     return dataclasses.replace(j, hang_lane_s=HUNG_LANE_S) if j.hang_s else j
 
 
+def hung_launch_killed(j: Job) -> Job:
+    """A call that hung (on the lane: in a call, not at the import) ends at LAUNCH_KILL_S, lane and all."""
+    return dataclasses.replace(j, hang_s=min(j.hang_s, LAUNCH_KILL_S)) if j.hang_s and j.hang_lane else j
+
+
 def scenarios(fit: TimingFit) -> list[Scenario]:
     """Each lever alone, then together, then the hosts and the cluster."""
     graph, ci = graph_timing(fit), ci_stop(fit)
@@ -175,6 +185,9 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
                  f"{REFERENCE_SHARE:.0%} of the check (assumed) runs from the child's start", PRECOMPUTE),
         Scenario("compiles outside the lane", compile_share, compile_out,
                  f"{COMPILE_SHARE:.0%} of the correctness calls (assumed) off the lane", COMPILE),
+        Scenario("hung first launches killed", hung_launch_killed, _same,
+                 f"a call hung in its launch ends {LAUNCH_KILL_S:g} s in (compile assumed 5 s + 10 x 2 s), not 60 s",
+                 LAUNCH),
         Scenario(f"{rule} slots per GPU (the cores' rule)", _same, lambda s: dataclasses.replace(s, slots_per_gpu=rule),
                  f"core/slots.slots_per_gpu(16 cores, 1 GPU) = {rule}; no GPU-sharing slowdown beyond the measured",
                  f"--per-gpu {rule}"),
@@ -188,6 +201,9 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
                  lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=6),
                  f"all levers, 6 slots; {max(0.0, fit.fixed - CLOCK_WARMUP_S):.2f} s of the timing's fixed part "
                  "(fit) moved to the shared stretch"),
+        Scenario("all levers + launch bound, 6 slots", lambda j: hung_launch_killed(both(j)),
+                 lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=6),
+                 "the five changes and the launch bound, 6 slots", f"{ALL},{LAUNCH} --per-gpu 6"),
         Scenario("+ hung calls let the lane go", lambda j: hung_lets_go(setup_before_lane(fit)(both(j))),
                  lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=6),
                  f"the above; a call past {HUNG_LANE_S:g} s runs on without the shared lane"),
