@@ -189,6 +189,9 @@ class CallBound:
     the parent (sandbox/deadlines.py), which enforces its own copy: the child's marker only says which call runs."""
     what: str                       # for the message: "trial 3: public shape [128, 256], float16"
     bound_s: float
+    # a call that compiles: how long it may run once the child marks its compiles done (from then, and never
+    # past bound_s); None: bound_s alone (SandboxConfig.launch_bound_after_compile)
+    launch_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
