@@ -82,5 +82,9 @@ TASK = TaskSpec(
         Solution("triton_column_serial.py", "triton", "slow", defect="too_few_programs",
                  note="one program per 256-column block walks all V rows (the copy) and then all T src rows "
                       "in sequence, read-modify-writing the destination: D / 256 programs in all"),
+        Solution("tilelang_atomic.py", "tilelang", "optimized",
+                 note="a coalesced tiled copy of x into out, then [4 src rows, 1024 columns] tiles over 256 "
+                      "threads, each element added into its destination with T.atomic_add (int64 offsets); "
+                      "runs on the C target (cpu-verified)"),
     ),
 )
