@@ -103,5 +103,10 @@ TASK = TaskSpec(
         Solution("triton_row_vector.py", "triton", "slow", defect="no_tiling",
                  note="one program per row of C and 64 columns: 64-wide K slices multiplied elementwise and "
                       "summed on the CUDA cores (no tl.dot, no tensor cores), B re-read by every row of C"),
+        Solution("tilelang_pipelined.py", "tilelang", "optimized", cpu_status="unverified",
+                 note="GPU-style: 128x128 tiles of C, 128-wide K tiles of A and B staged in shared memory by "
+                      "a 3-stage T.Pipelined loop (TMA on sm_90a), T.gemm (wgmma, B transposed) into a per-K-tile "
+                      "fragment promoted into a float32 (int32) accumulator, scales in the epilogue; does not "
+                      "lower to the C target, compiled for sm_90a only on the cpu backend"),
     ),
 )
