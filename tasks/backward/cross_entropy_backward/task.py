@@ -110,5 +110,10 @@ TASK = TaskSpec(
         Solution("triton_scalar_loop.py", "triton", "slow", defect="scalar_loop",
                  note="one program per token; the max, the sum and the gradient walk the row one scalar "
                       "element at a time"),
+        Solution("tilelang_two_pass.py", "tilelang", "optimized",
+                 note="one block per token; pass 1: per-thread online max and rescaled sum over strided "
+                      "(coalesced) elements, folded across the block by an atomic max, a barrier and an atomic "
+                      "add; pass 2 re-reads the row and writes (p - onehot) * dloss; ignored rows written as "
+                      "zeros unread; lowers to the C target, so it runs on the cpu backend"),
     ),
 )
