@@ -18,6 +18,7 @@ import time
 
 from kernelgym_gap.cli import options
 from kernelgym_gap.core.errors import HarnessError, KernelGymError
+from kernelgym_gap.core.terms import Headline
 
 ENV_DB = "KERNELGYM_GAP_DB"
 
@@ -185,9 +186,9 @@ def run_episode(env, agent, seed: int | None = None, progress: bool = False) -> 
                                                      else ""))
             t0 = time.perf_counter()
             obs, reward, terminated, truncated, info = env.step(source)
-            rec = info["record"]
+            rec, head = info["record"], Headline.of(info["terms"])
             step = {"step": i + 1, "status": info["status"], "correct": info["correct"], "reward": reward,
-                    "E": info["terms"].get("E"), "U": info["terms"].get("U"),
+                    "E": head.E, "U": head.U,
                     "verdict": (info["diagnosis"] or {}).get("verdict"),
                     "source_sha256": rec.get("source_sha256"),
                     "seconds": round(time.perf_counter() - t0, 3),

@@ -18,6 +18,7 @@ import sys
 from kernelgym_gap.cli.options import BACKEND_HELP, DSL_HELP, REWARD_MODE_HELP, SEED_HELP
 from kernelgym_gap.core import dsls
 from kernelgym_gap.core.terminal import for_terminal, one_line
+from kernelgym_gap.core.terms import Headline
 
 TOKEN_ENV = "KERNELGYM_GAP_TOKEN"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -116,9 +117,9 @@ def cmd_submit(args) -> int:
     print(f"status: {r.status.value}  correct: {r.correct}  reward: {r.reward:.4f}  ({r.reward_mode})")
     if r.message:                    # the submission's own text: escaped (core/terminal.py)
         print(for_terminal(r.message))
-    t = r.terms or {}
-    if t.get("E") is not None:
-        print(f"E={t['E']:.4g}  U={t['U']:.4g}  performance={t.get('performance') or 0:.4f}")
+    t = Headline.of(r.terms)
+    if t.E is not None:
+        print(f"E={t.E:.4g}  U={t.U:.4g}  performance={t.performance or 0:.4f}")
     if r.diagnosis:
         print(f"diagnosis: {r.diagnosis.get('verdict')}: {for_terminal(r.diagnosis.get('summary', ''))}")
     print(f"stored in {store.path}")

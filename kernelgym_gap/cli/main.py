@@ -21,6 +21,7 @@ from kernelgym_gap.cli import agents, bench, calibrate, importer, leaderboard, o
 from kernelgym_gap.cli.options import add_tasks_dir, eval_config, read_source, task_registry
 from kernelgym_gap.core.dsls import NAMES as DSL_NAMES
 from kernelgym_gap.core.errors import BackendUnavailableError, HarnessError, KernelGymError
+from kernelgym_gap.core.terms import Headline
 
 log = logging.getLogger("kernelgym_gap")
 
@@ -89,10 +90,10 @@ def cmd_eval(args) -> int:
         if record.failure and record.failure.reproduce and record.failure.reproduce not in record.message:
             print("inputs (a held-out case: shown to you, never in the agent's feedback): "
                   + for_terminal(record.failure.reproduce))
-        t = record.terms
-        if t.get("E") is not None:
-            compiled = f"  E_compile={t['E_compile']:.4g}" if t.get("E_compile") is not None else ""
-            print(f"E={t['E']:.4g}{compiled}  U={t['U']:.4g}  performance={t['performance']:.4f}")
+        t = Headline.of(record.terms)
+        if t.E is not None:
+            compiled = f"  E_compile={t.E_compile:.4g}" if t.E_compile is not None else ""
+            print(f"E={t.E:.4g}{compiled}  U={t.U:.4g}  performance={t.performance:.4f}")
         elif record.backend == "cpu":
             print(CPU_NOTE)
         if record.diagnosis:

@@ -366,6 +366,13 @@ class EvalRecord(_Record):
     def ok(self) -> bool:
         return self.status is Status.OK
 
+    @property
+    def typed_terms(self):
+        """`terms` parsed into core/terms.Terms (ProtocolError where they do not follow it); `terms` itself
+        stays the JSON object on the wire and in the store."""
+        from kernelgym_gap.core.terms import Terms
+        return Terms.from_dict(self.terms, "EvalRecord.terms")
+
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult(_Record):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import dataclasses
 import datetime as _dt
 import hashlib
 import logging
@@ -18,6 +17,7 @@ from kernelgym_gap.core.lane import held
 from kernelgym_gap.core.record import CheckResult, EvalRecord, Job, Trial
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
+from kernelgym_gap.core.terms import TERMS_VERSION, Terms
 from kernelgym_gap.engine.correctness_order import order_for_correctness
 from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
 from kernelgym_gap.sandbox.launch import ChildResult, Launcher, child_spec
@@ -111,22 +111,18 @@ class Evaluation:
     # ---- the end ------------------------------------------------------------------------------------
 
     def record(self, verdict) -> EvalRecord:
-        terms = {"correctness": 1.0 if verdict.correct else 0.0, "performance": None, "E": None, "U": None,
-                 "per_shape": None, "kernelbench_allclose": None, "flags": []}
-        terms.update(verdict.terms or {})
-        if self.flags:
-            terms["flags"] = list(terms["flags"] or []) + self.flags
-        message, failure = self._agent_safe(verdict, terms)
+        terms = record_terms(verdict.correct, verdict.terms, self.flags)
+        message, failure, terms = self._agent_safe(verdict, terms)
         return EvalRecord(
             task=self.task.id, task_version=self.task.version, dsl=self.dsl, backend=self.backend.name,
             status=verdict.status, stage=verdict.stage, correct=verdict.correct, reward=verdict.reward,
-            reward_mode=self.backend.reward_mode(self.config.reward.mode), terms=terms, message=message,
+            reward_mode=self.backend.reward_mode(self.config.reward.mode), terms=terms.to_dict(), message=message,
             failure=failure, diagnosis=verdict.diagnosis, trials_checked=verdict.trials_checked,
             device=self.device, versions=self.versions, sandbox_layers=self.layers, latency=self.latency,
             source_sha256=self.source_sha,
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
-    def _agent_safe(self, verdict, terms: dict):
+    def _agent_safe(self, verdict, terms: Terms):
         """The verdict's message with the held-out trials' shapes, seeds and sizes scrubbed (the agent's
         feedback: engine/feedback.py), the flags likewise; and its failure with `reproduce` filled in for
         people (the call that regenerates the failing trial's inputs). Text that can hold what the child
@@ -141,14 +137,13 @@ class Evaluation:
         child_text = verdict.stage not in ("gate", "trusted_check", "score")
         message = feedback.scrub_paths(feedback.scrub(verdict.message, secrets, dims=child_text),
                                        feedback.task_paths(self.task))
-        if terms.get("flags"):
-            terms["flags"] = [feedback.scrub(f, secrets, dims=child_text) if isinstance(f, str) else f
-                              for f in terms["flags"]]
+        terms = dataclasses.replace(terms, flags=tuple(feedback.scrub(f, secrets, dims=child_text)
+                                                       for f in terms.flags))
         failure = verdict.failure
         if failure is not None and failure.trial is not None and failure.reproduce is None:
             failure = dataclasses.replace(failure, reproduce=inputs_mod.reproduce_call(
                 self.task.id, failure.trial, self.backend.name, users_tasks_dir(self.task)))
-        return message, failure
+        return message, failure, terms
 
     def close(self) -> None:
         """Ends whatever still runs and removes the directories (unless config.keep_scratch)."""
@@ -158,6 +153,17 @@ class Evaluation:
             self._early.close()
         if self._private is not None and not self.config.keep_scratch:
             shutil.rmtree(self._private, ignore_errors=True)
+
+
+def record_terms(correct: bool | None, parts: dict | None, flags: list[str]) -> Terms:
+    """The record's terms (core/terms.Terms, as its JSON object): the base keys every record carries, what
+    the deciding stage wrote (`parts`: the score stage's or the too-slow verdict's groups, themselves built
+    from core/terms' classes) and the evaluation's own flags after the stage's. Checked against the typed
+    terms here, so that a producer cannot write a key or a type the readers do not know."""
+    typed = Terms.from_dict({"correctness": 1.0 if correct else 0.0, "performance": None, "E": None, "U": None,
+                             "per_shape": None, "kernelbench_allclose": None, "flags": [], **(parts or {})},
+                            "the evaluation's terms")
+    return dataclasses.replace(typed, flags=typed.flags + tuple(flags), terms_version=TERMS_VERSION)
 
 
 def checked_alone_if_failed(run: Callable[[], CheckResult], lane_dir: str | None, gpu_index: int,
@@ -208,8 +214,8 @@ def harness_failure_record(task: TaskSpec, source: str | bytes, dsl: str, backen
     return EvalRecord(
         task=task.id, task_version=task.version, dsl=dsl, backend=backend, status=Status.PROTOCOL_ERROR,
         stage="harness", correct=False, reward=0.0, reward_mode=mode,
-        terms={"correctness": 0.0, "performance": None, "E": None, "U": None, "per_shape": None,
-               "kernelbench_allclose": None, "flags": [f"harness_error: {type(exc).__name__}"]},
+        terms=Terms(correctness=0.0, performance=None, E=None, U=None, per_shape=None, kernelbench_allclose=None,
+                    flags=(f"harness_error: {type(exc).__name__}",)).to_dict(),
         message=f"the harness raised while evaluating this submission ({reason}); no verdict on the kernel",
         source_sha256=hashlib.sha256(raw).hexdigest(),
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))

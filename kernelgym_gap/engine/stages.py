@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import FailureDetail
 from kernelgym_gap.core.status import Status
+from kernelgym_gap.core.terms import ChildCounts
 from kernelgym_gap.engine import too_slow
 from kernelgym_gap.engine.gate import check_source
 from kernelgym_gap.sandbox.child_io import last_lines
@@ -229,9 +230,9 @@ class Score(Stage):
         from kernelgym_gap.judge.reward import reward_for
         report, result = ev.child.report, ev.check_result
         notes = report.message
-        terms = {"kernelbench_allclose": result.kernelbench_allclose,
-                 "launches_per_call": max((o.launches for o in report.trials), default=0),
-                 "programs": max((o.programs for o in report.trials), default=0)}
+        counts = ChildCounts(launches_per_call=max((o.launches for o in report.trials), default=0),
+                             programs=max((o.programs for o in report.trials), default=0))
+        terms = {"kernelbench_allclose": result.kernelbench_allclose, **counts.to_dict()}
         if not ev.backend.measures_time:
             # No CPU time is ever passed off as a GPU figure: the performance terms stay absent.
             return self.stop(Status.OK, notes or "correct on every trial (cpu backend: correctness only)",

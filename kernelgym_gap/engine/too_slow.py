@@ -122,10 +122,13 @@ def decide(ev) -> tuple[Status, str, dict] | None:
                 "full (the timing's early-exit rule)")
     message = (f"correct on the {len(done)} trial(s) it finished (the smallest shapes, every dtype), "
                f"then too slow: {how}; the larger shapes were not checked")
-    terms = dict(measured, trials_finished=len(done), killed_call=what, bound_s=bound_s, reached_s=reached_s,
-                 first_call=first,       # KernelBench-style allclose on the finished trials
-                 kernelbench_allclose=ev.check_result.kernelbench_allclose if ev.check_result else None)
-    terms.pop("diagnosis", None)
+    from kernelgym_gap.core.terms import TooSlowTerms
+    bound = TooSlowTerms(E_upper=measured["E_upper"], U_upper=measured["U_upper"],
+                         library_ms=measured["library_ms"], floor_ms=measured["floor_ms"],
+                         too_slow_by_rule=measured["too_slow_by_rule"], trials_finished=len(done),
+                         killed_call=what, bound_s=bound_s, reached_s=reached_s, first_call=first)
+    terms = {**bound.to_dict(),         # KernelBench-style allclose on the finished trials
+             "kernelbench_allclose": ev.check_result.kernelbench_allclose if ev.check_result else None}
     return (Status.TOO_SLOW, message,
             dict(correct=None, terms=terms, reward=too_slow_reward(ev.config.reward, ev.backend.measures_time),
                  diagnosis=measured.get("diagnosis"), trials_checked=checked))

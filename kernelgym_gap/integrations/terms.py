@@ -14,6 +14,7 @@ from typing import Any
 
 from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.core.status import Status
+from kernelgym_gap.core.terms import Headline, TrainerTerms
 
 
 def completion_text(completion: Any) -> str:
@@ -102,16 +103,15 @@ def record_terms(record: EvalRecord, failure_reward: float = 0.0) -> dict[str, A
     measured, e.g. on the cpu backend), `status`, `reward_mode` and `reason` (strings; reason: the message
     of a record that is not ok, "" when ok). The same keys every time. `score` is always a number (an
     unverified record: `failure_reward`, status `unverified`)."""
-    t = record.terms or {}
+    head = Headline.of(record.terms)      # a RejectedItem's terms are {}: every number None
 
-    def num(name):
-        v = t.get(name)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    def num(v):
+        return None if v is None else float(v)
     correct = 1.0 if record.correct else 0.0
-    return {"score": number_reward(record, failure_reward), "reward": float(record.reward), "acc": correct,
-            "correct": correct, "correctness": num("correctness"), "performance": num("performance"),
-            "E": num("E"), "U": num("U"), "status": record.status.value, "reward_mode": record.reward_mode,
-            "reason": "" if record.ok else str(record.message or record.status.value)}
+    return TrainerTerms(score=number_reward(record, failure_reward), reward=float(record.reward), acc=correct,
+                        correct=correct, correctness=num(head.correctness), performance=num(head.performance),
+                        E=num(head.E), U=num(head.U), status=record.status.value, reward_mode=record.reward_mode,
+                        reason="" if record.ok else str(record.message or record.status.value)).to_dict()
 
 
 def rejected_future(task: Any, dsl: Any, reason: str) -> concurrent.futures.Future:

@@ -20,6 +20,7 @@ from kernelgym_gap.core.record import ChildReport, ShapeTiming
 from kernelgym_gap.judge.reward import geomean, performance
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
+from kernelgym_gap.core.terms import CalibrationTerms, ScoreTerms, ShapeCompile, ShapeTerms
 from kernelgym_gap.core import timing_stats as stats
 
 log = logging.getLogger(__name__)
@@ -122,61 +123,62 @@ def best_known_efficiency(task_id: str, dsl: str, device_name: str) -> float | N
     return data.get(device_name, {}).get(task_id, {}).get(dsl)
 
 
-def _compile_terms(task: TaskSpec, report: ChildReport, cal: Calibration, per_shape: list[dict],
+def _compile_terms(task: TaskSpec, report: ChildReport, cal: Calibration, per_shape: list[ShapeTerms],
                    config: EvalConfig) -> tuple[float | None, list[str]]:
-    """Adds compile_ms and E_compile to each shape from the torch.compile baseline (judge/baselines.py);
-    returns their geometric mean (None where the baseline is off or missing) and any flag."""
+    """Gives each shape its compile_ms and E_compile (and E_alt) from the torch.compile baseline
+    (judge/baselines.py), in place in `per_shape`; returns their geometric mean (None where the baseline is
+    off or missing) and any flag."""
     from kernelgym_gap.judge.baselines import compile_times
-    cases = [(tuple(p["shape"]), p["dtype"]) for p in per_shape]
+    cases = [(p.shape, p.dtype) for p in per_shape]
     try:
         times = compile_times(task, cases, cal.device_key, config)
     except HarnessError as e:
         log.warning("%s: torch.compile baseline unavailable: %s", task.id, e)
         return None, [f"torch.compile baseline unavailable: {str(e).splitlines()[0][:200]}"]
-    for p in per_shape:
-        t = times.get((tuple(p["shape"]), p["dtype"])) or {}
-        p["compile_ms"] = t.get("compile_ms")
-        p["E_compile"] = t["compile_ms"] / p["kernel_ms"] if t.get("compile_ms") else None
-        if task.alternatives:
-            alts = t.get("alternatives_ms") or {}
-            p["E_alt"] = {name: (alts[name] / p["kernel_ms"] if alts.get(name) else None)
-                          for name in task.alternatives}
-    values = [p["E_compile"] for p in per_shape]
+    for i, p in enumerate(per_shape):
+        t = times.get((p.shape, p.dtype)) or {}
+        alts = t.get("alternatives_ms") or {}
+        e_alt = ({name: (alts[name] / p.kernel_ms if alts.get(name) else None) for name in task.alternatives}
+                 if task.alternatives else None)
+        per_shape[i] = dataclasses.replace(p, compile=ShapeCompile(
+            compile_ms=t.get("compile_ms"), E_compile=t["compile_ms"] / p.kernel_ms if t.get("compile_ms") else None,
+            E_alt=e_alt))
+    values = [p.compile.E_compile for p in per_shape]
     return (geomean(values) if values and all(v is not None for v in values) else None), []
 
 
-def _reward_baseline(task: TaskSpec, per_shape: list[dict], e_compile, config: EvalConfig):
+def _reward_baseline(task: TaskSpec, per_shape: list[ShapeTerms], e_compile, config: EvalConfig):
     """(the library the reward's E is taken against, its per-shape E, flags): RewardConfig.baseline, where
     "task" is the task's own declaration (TaskSpec.e_baseline). A baseline that was not measured falls back
     to eager, saying so: the reward never silently changes its reference."""
     wanted = config.reward.baseline
     name = {"eager": "torch", "compile": "torch.compile"}.get(wanted, task.e_baseline)
     if name == "torch":
-        return "torch", [p["E"] for p in per_shape], []
+        return "torch", [p.E for p in per_shape], []
     if name == "torch.compile":
-        values = [p["E_compile"] for p in per_shape] if e_compile else None
+        values = [p.compile.E_compile for p in per_shape] if e_compile else None
     else:
-        values = [(p.get("E_alt") or {}).get(name) for p in per_shape]
+        values = [((p.compile.E_alt if p.compile else None) or {}).get(name) for p in per_shape]
         values = values if values and all(v is not None for v in values) else None
     if values is None:
-        return "torch", [p["E"] for p in per_shape], [
+        return "torch", [p.E for p in per_shape], [
             f"reward baseline {name!r} ({'the task declares it' if wanted == 'task' else 'asked for'}) has no "
             "measured time here: E against torch eager used"]
     return name, values, []
 
 
-def _shape_row(task: TaskSpec, t, cal: Calibration) -> dict:
+def _shape_row(task: TaskSpec, t, cal: Calibration) -> ShapeTerms:
     """One shape's terms: its times (the library's as judge/library_cache.reconcile left it), floor, E, U."""
     fl, bound = floor_ms(task, t.shape, t.dtype, cal)
-    return {"shape": list(t.shape), "dtype": t.dtype, "split": t.split, "kernel_ms": t.kernel_ms,
-            "kernel_spread": t.kernel_spread, "kernel_reps": t.kernel_reps,
-            "library_ms": t.library_ms, "library_spread": t.library_spread, "floor_ms": fl,
-            "bound": bound, "E": t.library_ms / t.kernel_ms, "U": fl / t.kernel_ms, "library_U": fl / t.library_ms,
-            "launches_per_call": t.launches_per_call, "programs": t.programs,
-            "stream_ms": t.stream_ms, "device_ms": t.device_ms, "handed_bytes": t.handed_bytes,
-            "min_bytes": task.min_bytes(t.shape, t.dtype), "library_source": t.library_source,
-            "library_check_ms": t.library_check_ms, "library_hint_ms": t.library_hint_ms,
-            "early_exit": t.early_exit}
+    return ShapeTerms(shape=tuple(t.shape), dtype=t.dtype, split=t.split, kernel_ms=t.kernel_ms,
+                      kernel_spread=t.kernel_spread, kernel_reps=t.kernel_reps,
+                      library_ms=t.library_ms, library_spread=t.library_spread, floor_ms=fl,
+                      bound=bound, E=t.library_ms / t.kernel_ms, U=fl / t.kernel_ms, library_U=fl / t.library_ms,
+                      launches_per_call=t.launches_per_call, programs=t.programs,
+                      stream_ms=t.stream_ms, device_ms=t.device_ms, handed_bytes=t.handed_bytes,
+                      min_bytes=task.min_bytes(t.shape, t.dtype), library_source=t.library_source,
+                      library_check_ms=t.library_check_ms, library_hint_ms=t.library_hint_ms,
+                      early_exit=t.early_exit)
 
 
 def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, source: str = "",
@@ -186,7 +188,7 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
     per_shape, flags = [], []
     for t in report.timings:
         per_shape.append(_shape_row(task, t, cal))
-        fl, bound = per_shape[-1]["floor_ms"], per_shape[-1]["bound"]
+        fl, bound = per_shape[-1].floor_ms, per_shape[-1].bound
         if t.early_exit:
             flags.append(f"timing stopped early at {list(t.shape)} {t.dtype}: "
                          f">{config.timing.hopeless_factor:g}x slower than the library")
@@ -194,12 +196,12 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
             return (Status.INTEGRITY_VIOLATION,
                     f"shape {list(t.shape)} {t.dtype}: work finished after the current stream's end event "
                     f"(stream {t.stream_ms:.4g} ms vs device-wide {t.device_ms:.4g} ms): side-stream or "
-                    "deferred work", {"per_shape": per_shape}, None)
+                    "deferred work", {"per_shape": [p.to_dict() for p in per_shape]}, None)
         if t.kernel_ms < config.floor_tolerance * fl:
             return (Status.FASTER_THAN_FLOOR,
                     f"shape {list(t.shape)} {t.dtype}: measured {t.kernel_ms:.4g} ms, under "
                     f"{config.floor_tolerance} x the {bound} floor of {fl:.4g} ms: a measurement or integrity "
-                    "failure, not a speedup", {"per_shape": per_shape}, None)
+                    "failure, not a speedup", {"per_shape": [p.to_dict() for p in per_shape]}, None)
         if t.kernel_spread > MAX_SPREAD:
             flags.append(f"unstable timing at {list(t.shape)} {t.dtype} (spread {t.kernel_spread:.0%})")
     if not per_shape:
@@ -208,20 +210,23 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
     flags += compile_flags
     reward_baseline, reward_E, baseline_flags = _reward_baseline(task, per_shape, e_compile, config)
     flags += baseline_flags
-    agg = performance(reward_E, [p["U"] for p in per_shape], config.reward)
-    agg["E"] = geomean([p["E"] for p in per_shape])          # E always means eager; E_compile beside it
-    agg["E_compile"] = e_compile
-    agg["reward_baseline"] = reward_baseline                  # what the reward's E was taken against
-    agg["E_reward"] = geomean(reward_E)
-    library_U = geomean([p["library_U"] for p in per_shape])
-    biggest = max(per_shape, key=lambda p: p["floor_ms"])
-    evidence = causes(source, {t.dtype for t in report.timings}, biggest["programs"],
-                      biggest["launches_per_call"], report.device.get("sm_count"), biggest["handed_bytes"],
-                      biggest["min_bytes"], config.diagnosis)
-    diagnosis = diagnose(agg["E"], agg["U"], library_U, best_known_efficiency(task.id, dsl, cal.device_name),
+    agg = performance(reward_E, [p.U for p in per_shape], config.reward)
+    e_eager = geomean([p.E for p in per_shape])          # E always means eager; E_compile beside it
+    library_U = geomean([p.library_U for p in per_shape])
+    biggest = max(per_shape, key=lambda p: p.floor_ms)
+    evidence = causes(source, {t.dtype for t in report.timings}, biggest.programs,
+                      biggest.launches_per_call, report.device.get("sm_count"), biggest.handed_bytes,
+                      biggest.min_bytes, config.diagnosis)
+    diagnosis = diagnose(e_eager, agg["U"], library_U, best_known_efficiency(task.id, dsl, cal.device_name),
                          evidence, config.diagnosis)
-    terms = dict(agg, library_U=library_U, per_shape=per_shape, flags=flags,
-                 calibration={"source": cal.source, "copy_bytes_per_s": cal.copy_bytes_per_s,
-                              "read_bytes_per_s": cal.read_bytes_per_s, "write_bytes_per_s": cal.write_bytes_per_s,
-                              "matmul_flops_per_s": cal.matmul_flops_per_s, "device": cal.device_name})
+    score = ScoreTerms(f_E=agg["f_E"], g_U=agg["g_U"], E_compile=e_compile,
+                       reward_baseline=reward_baseline,       # what the reward's E was taken against
+                       E_reward=geomean(reward_E), library_U=library_U,
+                       calibration=CalibrationTerms(
+                           source=cal.source, copy_bytes_per_s=cal.copy_bytes_per_s,
+                           read_bytes_per_s=cal.read_bytes_per_s, write_bytes_per_s=cal.write_bytes_per_s,
+                           matmul_flops_per_s=cal.matmul_flops_per_s, device=cal.device_name))
+    # the record's base keys this stage measures (the rest of core.terms.Terms is engine/evaluation.py's)
+    terms = {"E": e_eager, "U": agg["U"], "performance": agg["performance"],
+             "per_shape": [p.to_dict() for p in per_shape], "flags": flags, **score.to_dict()}
     return Status.OK, "; ".join(flags), terms, diagnosis

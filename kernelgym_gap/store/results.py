@@ -11,6 +11,7 @@ import math
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.core.status import Status
+from kernelgym_gap.core.terms import Headline
 from kernelgym_gap.store.cache_key import CacheKey, key_from_record, source_bytes
 from kernelgym_gap.store.devcache import put_device_cache
 from kernelgym_gap.store.names import require_nonempty
@@ -25,14 +26,14 @@ MAX_ROWID = 2 ** 63 - 1          # SQLite's integers are 64-bit: a larger id nam
 
 
 def _row_values(record: EvalRecord) -> dict:
-    terms, diag = record.terms or {}, record.diagnosis or {}
+    head, diag = Headline.of(record.terms), record.diagnosis or {}
 
     def num(x):
         ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
         return float(x) if ok else None
     return {"status": record.status.value, "correct": None if record.correct is None else int(record.correct),
-            "reward": float(record.reward), "reward_mode": record.reward_mode, "e": num(terms.get("E")),
-            "u": num(terms.get("U")), "performance": num(terms.get("performance")),
+            "reward": float(record.reward), "reward_mode": record.reward_mode, "e": num(head.E),
+            "u": num(head.U), "performance": num(head.performance),
             "verdict": diag.get("verdict"), "diagnosis_summary": diag.get("summary"),
             "record_json": dumps(record.to_dict())}
 

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from kernelgym_gap.core import ids
+from kernelgym_gap.core.terms import shape_rows
 from kernelgym_gap.store import leaderboard as q
 from kernelgym_gap.store.db import Store
 from kernelgym_gap.store.results import MAX_ROWID
@@ -90,8 +91,7 @@ def submissions_list(store: Store, page: int = 1, per_page: int = 25, task_id: s
 
 def per_shape(record: dict | None) -> list[dict]:
     """The record's per-shape table (cuda), each row with shape, dtype, kernel_ms, library_ms, floor_ms, E, U."""
-    rows = ((record or {}).get("terms") or {}).get("per_shape") or []
-    return [r for r in rows if isinstance(r, dict)]
+    return shape_rows((record or {}).get("terms"))
 
 
 def submission_view(store: Store, submission_id: int) -> dict | None:
