@@ -99,6 +99,13 @@ TASK = TaskSpec(
                 "grouped routing), in samplers (sorted candidate lists for top-p/min-p and beam search) and in "
                 "sparse attention's block selection; at 256-4096 wide a row fits on chip, so a good kernel "
                 "sorts it in registers in one pass and runs near bandwidth."),
+    dsl_gaps={"tilelang": (
+        "TileLang 0.1.15 has no sort or argsort primitive (nothing like Triton's tl.sort or CUB's block radix "
+        "sort; its tile operators stop at reductions, cumsum and gemm), and a full-row argsort needs one: a "
+        "reduction or selection (as TopK and TopPSample use) yields k elements, not a permutation, and ranking "
+        "by counting is O(N^2) per row. The remaining route is a hand-written bitonic network (78 compare-exchange stages at N = 4096, "
+        "a block barrier after each) over a shared-memory key buffer, i.e. writing the missing primitive "
+        "itself; it would be GPU-only, since shared memory does not lower to the cpu backend's C target.")},
     solutions=(
         Solution("triton_register_sort.py", "triton", "optimized",
                  note="one program per block of rows: each value becomes an order-preserving integer packed "
