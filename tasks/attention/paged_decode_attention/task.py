@@ -136,5 +136,11 @@ TASK = TaskSpec(
         Solution("triton_scalar_loop.py", "triton", "slow", defect="scalar_loop",
                  note="one program per (b, h) walks its sequence one key at a time: a block-table load, a "
                       "D-wide key load, a scalar online-softmax update and a D-wide axpy per key"),
+        Solution("tilelang_split_kv.py", "tilelang", "optimized",
+                 note="flash-decoding over pages: a block per (256-key split, head, sequence); threads score "
+                      "strided keys through the block table into a float32 scratch, the split's max and sum "
+                      "folded by atomics across barriers, then a thread per head dimension accumulates p * v "
+                      "into a float32 partial; a combine launch rescales the partials; lowers to the C target, "
+                      "so it runs on the cpu backend"),
     ),
 )
