@@ -80,5 +80,10 @@ TASK = TaskSpec(
         Solution("triton_row_broadcast.py", "triton", "slow", defect="no_tiling",
                  note="one program per output row, each re-reading the whole second operand in small tiles "
                       "and reducing with broadcast multiply + tl.sum: no reuse across rows, no tensor cores"),
+        Solution("tilelang_pipelined.py", "tilelang", "optimized", cpu_status="unverified",
+                 note="two pipelined tensor-core GEMMs (128x128x32 tiles, 3 stages, T.gemm into a float32 "
+                      "fragment, swizzled block order), dX = dY W and dW = dY^T X with dY's tile read "
+                      "transposed by T.gemm, each stored into its rows of the output; GPU-style, so the cpu "
+                      "backend only compiles it (sm_90a)"),
     ),
 )
