@@ -86,5 +86,10 @@ TASK = TaskSpec(
         Solution("triton_k_passes.py", "triton", "slow", defect="sequential_reduction",
                  note="one program per row, k dependent passes over the whole row, each finding the largest "
                       "key below the previous one"),
+        Solution("tilelang_radix_select.py", "tilelang", "optimized",
+                 note="no sort (TileLang has none): one 128-thread block per row, a radix select of the k-th "
+                      "largest order-preserving key 4 bits a round (8 rounds for float32, 5 or 4 for 16-bit), "
+                      "per-thread local histograms folded with atomic adds, then one gathering pass with atomic "
+                      "tickets and a k^2 rank count for the order; runs on the C target (cpu-verified)"),
     ),
 )
