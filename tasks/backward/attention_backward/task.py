@@ -109,5 +109,11 @@ TASK = TaskSpec(
                  note="one program per (b, h) walks the S query rows one at a time (vector products, no "
                       "tl.dot), read-modify-writing float32 dK/dV accumulators it alone owns: B * H programs, "
                       "S^2 / BLOCK dependent steps each"),
+        Solution("tilelang_flash.py", "tilelang", "optimized", cpu_status="unverified",
+                 note="flash backward in three launches, 64x64 tiles: a forward per query block for the base-2 "
+                      "logsumexp and delta (T.gemm, T.reduce_max/sum); a dK/dV kernel per key block walking the "
+                      "query blocks (pipelined Q/dO copies, P^T and dS^T staged in shared memory in the input "
+                      "dtype for T.gemm); a dQ kernel per query block; GPU-style, so the cpu backend only "
+                      "compiles it (sm_90a)"),
     ),
 )
