@@ -199,5 +199,12 @@ TASK = TaskSpec(
                  note="one program per (token, slot) pair computes its activation as matrix-vector products, "
                       "then one per token its output: every expert weight is read once per routed token "
                       "instead of once per tile of tokens, and no tensor cores"),
+        Solution("tilelang_sorted_grouped.py", "tilelang", "optimized", cpu_status="unverified",
+                 note="a chunked counting sort of the pairs into expert runs padded to the 64-row block (plain "
+                      "registers, as MoeAlignBlockSize's), then two grouped T.gemm GEMMs whose row blocks each "
+                      "belong to one expert: gate and up side by side with the token rows gathered into shared "
+                      "memory and silu(g) * u stored, then the down projection scaled by the routing weight into "
+                      "a float32 per-pair buffer; a combine sums each token's K rows in slot order; GPU-style, "
+                      "so the cpu backend only compiles it (sm_90a)"),
     ),
 )
