@@ -146,5 +146,11 @@ TASK = TaskSpec(
         Solution("triton_one_program.py", "triton", "slow", defect="too_few_programs",
                  note="the optimized solution's per-row passes, but one program for the whole batch: rows one "
                       "after another on one SM (200-1024x less parallelism at the cuda shapes)"),
+        Solution("tilelang_radix_select.py", "tilelang", "optimized",
+                 note="the Triton reference's radix-select algorithm (no sort) with one 128-thread block per row "
+                      "sharing each of its ~21 passes: per-thread local bins folded with atomics (an integer "
+                      "atomic max for the max, float atomic adds for the masses), a barrier per round, and the "
+                      "tied id found from per-thread tie counts over contiguous slices; runs on the C target "
+                      "(cpu-verified; bfloat16 read as uint16 bits)"),
     ),
 )
