@@ -111,13 +111,12 @@ def _build(dtype):
                                 if key >= lo:
                                     dd = T.Cast("int32", T.min((key - lo) >> shift, T.int64(15)))
                                     hist[dd] += T.exp(f * inv_t - m)
-                        for j in T.serial(15):          # G(lo + d << shift) = sum of bins d..15, d = 1..15
-                            acc = T.alloc_var("float32")
-                            acc = T.float32(0)
-                            for jj in T.serial(15 - j):
-                                acc += hist[15 - jj]
+                        acc = T.alloc_var("float32")    # G(lo + d << shift) = sum of bins d..15, d = 1..15
+                        acc = T.float32(0)
+                        for e in T.serial(15):
+                            acc += hist[15 - e]
                             if acc > T.float32(0):
-                                T.atomic_add(F[row, j], acc)
+                                T.atomic_add(F[row, 14 - e], acc)
                     T.sync_threads()
                     nsat = T.alloc_var("int32")
                     nsat = 1
