@@ -8,7 +8,10 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 TASKS = ("MoeTopkRouting", "MoeTokenPermute", "MoeTokenUnpermute", "MoeAlignBlockSize", "FusedMoe",
-         "RMSNormBackward", "CrossEntropyBackward", "LinearBackward", "AttentionBackward", "PagedDecodeAttention")
+         "RMSNormBackward", "CrossEntropyBackward", "LinearBackward", "AttentionBackward", "PagedDecodeAttention",
+         # the quantization and indexing tasks (ScaledGemm's is GPU-style: its first correctness check is here)
+         "Int8TokenQuant", "Fp8TokenQuant", "Fp8BlockQuant", "GroupDequant", "ScaledGemm", "EmbeddingGather",
+         "IndexAdd", "TopK", "TopPSample")
 
 
 @pytest.fixture(scope="module")
