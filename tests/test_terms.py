@@ -21,7 +21,7 @@ from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.terms import (TERMS_VERSION, ChildCounts, ScoreTerms, ShapeTerms, Terms, TooSlowTerms,
                                       TrainerTerms)
-from kernelgym_gap.engine.evaluation import harness_failure_record, record_terms
+from kernelgym_gap.engine.evaluation import assemble_terms, harness_failure_record
 from kernelgym_gap.engine.pipeline import evaluate
 
 CPU = EvalConfig(trial_seed=1234, seeds_per_shape=1)
@@ -118,7 +118,7 @@ def test_cuda_performance_terms_round_trip_with_compile_and_alternatives(registr
     status, _, perf, _ = performance_terms(task, report(*timings), config)
     assert status is Status.OK
     parts = {"kernelbench_allclose": True, **ChildCounts(launches_per_call=1, programs=8192).to_dict(), **perf}
-    terms = record_terms(True, parts, ["a flag of the evaluation"]).to_dict()
+    terms = assemble_terms(True, parts, ["a flag of the evaluation"]).to_dict()
     typed = round_trips(terms)
     # the second shape has no cached baselines: the reward falls back to eager, saying so in the flags
     assert isinstance(typed.score, ScoreTerms) and typed.score.reward_baseline == "torch"
@@ -132,7 +132,7 @@ def test_cuda_performance_terms_round_trip_with_compile_and_alternatives(registr
     # the per-shape keys only some shapes carry stay absent where absent: no compile baseline cached
     _, _, plain, _ = performance_terms(registry.get("LayerNorm"), report(timings[1]),
                                        config.replace(compile_baseline="off"))
-    row = round_trips(record_terms(True, plain, []).to_dict()).per_shape[0]
+    row = round_trips(assemble_terms(True, plain, []).to_dict()).per_shape[0]
     assert row.compile is not None and row.compile.E_alt is None
     assert "E_alt" not in row.to_dict()
 
@@ -148,7 +148,7 @@ def test_cuda_failure_terms_round_trip(registry, tmp_path):
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
     status, _, perf, _ = performance_terms(task, report(timing((8192, 4096), "float16", 0.5 * fl, fl)), config)
     assert status is Status.FASTER_THAN_FLOOR
-    typed = round_trips(record_terms(False, {"kernelbench_allclose": True, **perf}, []).to_dict())
+    typed = round_trips(assemble_terms(False, {"kernelbench_allclose": True, **perf}, []).to_dict())
     assert typed.per_shape[0].compile is None and "compile_ms" not in typed.to_dict()["per_shape"][0]
 
 
@@ -165,7 +165,7 @@ def test_cuda_too_slow_terms_round_trip(registry, monkeypatch):
     ev.job = dataclasses.replace(ev.job, library_hint=((trials[2].shape, trials[2].dtype, 0.02),))
     status, _, fields = too_slow.decide(ev)
     assert status is Status.TOO_SLOW
-    typed = round_trips(record_terms(fields["correct"], fields["terms"], ev.flags).to_dict())
+    typed = round_trips(assemble_terms(fields["correct"], fields["terms"], ev.flags).to_dict())
     assert typed.too_slow.E_upper == pytest.approx(0.02 / 2.05e3) and typed.too_slow.too_slow_by_rule is True
     assert typed.correctness == 0.0
 
@@ -173,7 +173,7 @@ def test_cuda_too_slow_terms_round_trip(registry, monkeypatch):
 # ----------------------------------------------------------------------- what from_dict refuses
 
 def _cpu_terms() -> dict:
-    return record_terms(True, {"kernelbench_allclose": True, "launches_per_call": 1, "programs": 4}, []).to_dict()
+    return assemble_terms(True, {"kernelbench_allclose": True, "launches_per_call": 1, "programs": 4}, []).to_dict()
 
 
 @pytest.mark.parametrize("change", [

@@ -111,7 +111,7 @@ class Evaluation:
     # ---- the end ------------------------------------------------------------------------------------
 
     def record(self, verdict) -> EvalRecord:
-        terms = record_terms(verdict.correct, verdict.terms, self.flags)
+        terms = assemble_terms(verdict.correct, verdict.terms, self.flags)
         message, failure, terms = self._agent_safe(verdict, terms)
         return EvalRecord(
             task=self.task.id, task_version=self.task.version, dsl=self.dsl, backend=self.backend.name,
@@ -155,7 +155,7 @@ class Evaluation:
             shutil.rmtree(self._private, ignore_errors=True)
 
 
-def record_terms(correct: bool | None, parts: dict | None, flags: list[str]) -> Terms:
+def assemble_terms(correct: bool | None, parts: dict | None, flags: list[str]) -> Terms:
     """The record's terms (core/terms.Terms, as its JSON object): the base keys every record carries, what
     the deciding stage wrote (`parts`: the score stage's or the too-slow verdict's groups, themselves built
     from core/terms' classes) and the evaluation's own flags after the stage's. Checked against the typed
