@@ -301,3 +301,25 @@ def test_no_literal_key_access_to_the_terms_outside_core_terms():
     assert not new, f"literal-key access to the terms (read them through EvalRecord.typed_terms): {new}"
     done = sorted(set(PENDING) - set(found))
     assert not done, f"no literal-key access left in {done}: take them off PENDING"
+
+
+# ----------------------------------------------------------------------------- on a GPU (H200 later)
+
+@pytest.mark.gpu
+def test_cuda_records_round_trip(registry, tmp_path):
+    """Real cuda records: the optimized LayerNorm twice (the second with the library time cached, so that
+    library_source/library_hint_ms take their other values) and the scalar-loop one (slow: ok, or too_slow);
+    every key they carry is typed and round-trips."""
+    config = EvalConfig(calibration_path=str(tmp_path / "calibration.json"), trial_seed=7,
+                        library_cache_path=str(tmp_path / "library_times.json"))
+    task = registry.get("LayerNorm")
+    records = []
+    for file in ("triton_rowwise.py", "triton_rowwise.py", "triton_scalar_loop.py"):
+        sol = next(s for s in task.solutions if s.file == file)
+        records.append(evaluate(task, task.solution_path(sol).read_text(), sol.dsl, "cuda", config))
+    assert records[0].status is Status.OK, records[0].message
+    for record in records:
+        typed = round_trips(record.terms)
+        if record.status is Status.OK:
+            assert typed.score is not None and typed.score.calibration.device and typed.per_shape
+            assert typed.E == record.terms["E"] and all(s.kernel_ms > 0 for s in typed.per_shape)
