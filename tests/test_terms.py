@@ -234,10 +234,6 @@ def test_trainer_terms_round_trip(cpu_records):
 # Files under kernelgym_gap/ still reading or writing the terms by literal key, and why they are not
 # moved yet. An entry may only go: the test fails when a listed file no longer has such an access.
 PENDING = {
-    "kernelgym_gap/api/env.py": "feedback_text reads E and U for the agent's feedback; api/ is another "
-                                "engineer's (issue 33's service work), a two-line move to Headline",
-    "kernelgym_gap/api/suite.py": "run's summary rows read E and U from the env's info; api/ is another "
-                                  "engineer's, a move to Headline",
     "kernelgym_gap/engine/feedback.py": "public_view rewrites per_shape (held-out rows out) on a record's "
                                         "dict, synthetic ones included; needs a lenient typed rewrite",
     "kernelgym_gap/store/devcache.py": "put_device_cache reads calibration and the per-shape rows of cuda "

@@ -21,6 +21,7 @@ from kernelgym_gap.core.backend import resolve_backend
 from kernelgym_gap.core.errors import UnknownChoiceError
 from kernelgym_gap.core.ids import SUITE_ID
 from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.terms import Headline
 from kernelgym_gap.engine.feedback import public_view
 from kernelgym_gap.core.registry import TaskRegistry, default_registry, task_source
 from kernelgym_gap.core.task import DSLS, TaskSpec
@@ -61,9 +62,10 @@ def feedback_text(record: EvalRecord) -> str:
     lines = [f"status: {record.status.value}   correct: {record.correct}   reward: {record.reward:.4f}"]
     if record.message:
         lines.append(record.message[:4000])
-    t = record.terms
-    if t.get("E") is not None:
-        lines.append(f"E (library time / kernel time): {t['E']:.3g}   U (floor time / kernel time): {t['U']:.3g}")
+    h = Headline.of(record.terms)
+    if h.E is not None:
+        u = f"{h.U:.3g}" if h.U is not None else "-"
+        lines.append(f"E (library time / kernel time): {h.E:.3g}   U (floor time / kernel time): {u}")
     if record.diagnosis:
         lines.append(f"diagnosis: {record.diagnosis.get('verdict')}: {record.diagnosis.get('summary', '')}")
     return "\n".join(lines)

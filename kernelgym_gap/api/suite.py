@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from kernelgym_gap.core import ids
+from kernelgym_gap.core.terms import Headline
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.dsls import NAMES as DSL_NAMES
 from kernelgym_gap.core.registry import TaskRegistry, default_registry
@@ -124,10 +125,10 @@ def _episode(task, dsl, backend, config, registry, service, tick) -> list[SuiteR
             obs, reward, terminated, truncated, info = env.step(source)
             gpu = env.last_record.device.get("gpu_index") if backend == "cuda" else None
             tick(label + (f" (GPU {gpu})" if gpu is not None else ""), f"{info['status']} {reward:.3f}")
-            terms = info["terms"]
+            head = Headline.of(info["terms"])
             rows.append(SuiteRow(task=task.id, category=task.category, dsl=dsl, solution=sol.file, kind=sol.kind,
                                  defect=sol.defect, status=info["status"], correct=info["correct"],
-                                 reward=reward, E=terms.get("E"), U=terms.get("U"),
+                                 reward=reward, E=head.E, U=head.U,
                                  verdict=(info["diagnosis"] or {}).get("verdict"),
                                  seconds=time.perf_counter() - t0, record=info["record"], gpu=gpu))
             if terminated or truncated:
