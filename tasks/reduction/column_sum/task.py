@@ -69,6 +69,10 @@ TASK = TaskSpec(
         Solution("triton_column_walk.py", "triton", "slow", defect="uncoalesced_access",
                  note="one program per column, walking down it in BLOCK_M-row vectors: every lane of a load "
                       "touches a different row, N elements apart, so each 32-byte sector serves one element"),
+        Solution("tilelang_split_rows.py", "tilelang", "optimized",
+                 note="2-D grid of column blocks x row splits, one thread per column summing its split into a "
+                      "float32 partial (coalesced row loads), then one thread per column adding the partials; "
+                      "lowers to the C target"),
         Solution("tilelang_column_threads.py", "tilelang", "slow", defect="too_few_programs",
                  note="one thread per column (coalesced across the block's threads), each walking all M rows "
                       "with a serial float32 loop: only cdiv(N, 128) blocks (32 for N = 4096) on 132 SMs, the "
