@@ -51,11 +51,14 @@ def call_bounds(job: Job, sandbox: SandboxConfig) -> tuple[CallBound, ...]:
             return sandbox.call_unknown_s
         return max(sandbox.call_floor_s, sandbox.call_factor * ms / 1e3)
 
+    def has_launch_bound(key) -> bool:
+        """Whether a compiling call of `key` is held to less once its compiles are done (the switch is on and
+        the library's time for the shape is known)."""
+        return sandbox.launch_bound_after_compile and key in library_ms
+
     def launch_s(key, bound_s: float) -> float | None:
-        """A compiling call's bound once its compiles are done (None: off, or the library's time unknown)."""
-        if not sandbox.launch_bound_after_compile or key not in library_ms:
-            return None
-        return min(bound_s, later_call_s(key) * sandbox.launch_calls)
+        """A first call's bound once its compiles are done (None: no launch bound)."""
+        return min(bound_s, later_call_s(key) * sandbox.launch_calls) if has_launch_bound(key) else None
 
     firsts = first_of_their_shape(job.trials)
     seen = {(tuple(t.shape), t.dtype) for t in job.trials}
@@ -73,7 +76,7 @@ def call_bounds(job: Job, sandbox: SandboxConfig) -> tuple[CallBound, ...]:
             runs = later_call_s(key) * (t.min_reps + TIMING_EXTRA_CALLS) + 2 * (t.budget_ms + t.warmup_ms) / 1e3
             compiles = key not in seen
             # once its compiles are done, a timed shape's call has its repetitions' worth left
-            after = runs if compiles and launch_s(key, runs) is not None else None
+            after = runs if compiles and has_launch_bound(key) else None
             bounds.append(CallBound(f"timing of {_shape_text(trial)}", runs + (compile_s if compiles else 0.0),
                                     after))
     return tuple(bounds)
