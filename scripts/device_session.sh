@@ -5,7 +5,7 @@
 #
 #   call 1, carry [".whl1"]:  bash scripts/device_session.sh setup1
 #   call 2, carry [".whl2"]:  bash scripts/device_session.sh setup2 remeasure handoff
-#   then, one or two per call: replay (resumes), throughput, slow, throughput-full, gpu-tests
+#   then, one or two per call: replay (resumes), throughput, slow, throughput-full, gpu-tests, owed-tests
 #
 # Steps, with what each settles:
 #   setup1 / setup2   the wheels of ../shared/device/fetch_wheels.sh installed into /tmp/site
@@ -32,6 +32,8 @@
 #                     2026-12-05 reached 50 of 64 in its 500 s
 #   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines, and of issue 35's
 #                     timing levers (graph replay, the early check)
+#   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
+#                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
 #
 # Run here, not on the device, once a call's files came back:
 #   merge-remeasure   FILES=<that remeasure call's files_at>: its gap study rows merged into CORPUS (default
@@ -125,6 +127,17 @@ for step in "$@"; do
         -k "library_time or hopeless or tight_call or lanes or too_slow" 2>&1 | tail -15   # lanes: compile_outside_lane too; too_slow: issue 38
       # issue 35's levers: graph replay against the loop and its fallbacks, the early check on cuda
       timeout 200 python3 -m pytest -q -m gpu tests/test_timing_levers.py tests/test_early_check.py 2>&1 | tail -8 ;;
+    owed-tests)
+      # the cuda tests written since the last device run (docs/measurement.md "Still owed"), each file's
+      # verbose report under $OUT: the small ones first, then issue 34's MoE/backward tasks, then its TileLang
+      timeout 150 python3 -m pytest -v -rA -m gpu tests/test_deadlines.py tests/test_service.py \
+        tests/test_terms.py tests/test_lowbit_dtypes.py tests/test_gpu_fused_moe.py tests/test_gpu_top_p_sample.py \
+        tests/test_task_source.py tests/test_prestart.py tests/test_warm.py > "$OUT/owed_small.txt" 2>&1
+      tail -4 "$OUT/owed_small.txt"
+      timeout 150 python3 -m pytest -v -rA -m gpu tests/test_gpu_moe_backward_tasks.py > "$OUT/owed_moe.txt" 2>&1
+      tail -4 "$OUT/owed_moe.txt"
+      timeout 270 python3 -m pytest -v -rA -m gpu tests/test_gpu_tilelang_v2.py > "$OUT/owed_tilelang.txt" 2>&1
+      tail -4 "$OUT/owed_tilelang.txt" ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done
