@@ -233,13 +233,7 @@ def test_trainer_terms_round_trip(cpu_records):
 
 # Files under kernelgym_gap/ still reading or writing the terms by literal key, and why they are not
 # moved yet. An entry may only go: the test fails when a listed file no longer has such an access.
-PENDING = {
-    "kernelgym_gap/engine/feedback.py": "public_view rewrites per_shape (held-out rows out) on a record's "
-                                        "dict, synthetic ones included; needs a lenient typed rewrite",
-    "kernelgym_gap/store/devcache.py": "put_device_cache reads calibration and the per-shape rows of cuda "
-                                       "records; the store's tests feed partial synthetic terms that do not "
-                                       "parse as Terms",
-}
+PENDING: dict[str, str] = {}
 
 
 def _is_terms(node: ast.AST, aliases: set[str]) -> bool:

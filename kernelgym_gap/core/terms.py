@@ -304,3 +304,19 @@ def shape_rows(terms: Any) -> list[dict]:
     rows that are not objects left out."""
     rows = (terms if isinstance(terms, dict) else {}).get("per_shape") or []
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def calibration_of(terms: Any) -> dict | None:
+    """The device calibration a cuda record's terms carry (CalibrationTerms as stored), leniently: None where
+    there is none or it is not an object."""
+    cal = (terms if isinstance(terms, dict) else {}).get("calibration")
+    return cal if isinstance(cal, dict) else None
+
+
+def map_shape_rows(terms: Any, rewrite) -> Any:
+    """`terms` with each per-shape row object replaced by `rewrite(row)` (a new dict; `terms` is not changed);
+    terms that are not an object, or hold no list of rows, come back as they are. Rows that are not objects are
+    kept as they are: a lenient rewrite for records that may not parse (engine/feedback.public_view)."""
+    if not isinstance(terms, dict) or not isinstance(terms.get("per_shape"), list):
+        return terms
+    return {**terms, "per_shape": [rewrite(r) if isinstance(r, dict) else r for r in terms["per_shape"]]}

@@ -33,6 +33,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Iterable
+from kernelgym_gap.core.terms import map_shape_rows
 
 SHAPE = "<held-out shape>"
 SEED = "<held-out seed>"
@@ -142,11 +143,9 @@ def public_view(record: dict) -> dict:
                 failure[key] = scrub_paths(failure[key])
     if isinstance(out.get("message"), str):
         out["message"] = scrub_paths(out["message"])
-    terms = out.get("terms") or {}
-    rows = terms.get("per_shape") if isinstance(terms, dict) else None
-    if isinstance(rows, list):
-        terms["per_shape"] = [r if not isinstance(r, dict) or r.get("split") == "public"
-                              else {k: r.get(k) for k in _HELD_OUT_ROW} for r in rows]
+    if "terms" in out:
+        out["terms"] = map_shape_rows(out["terms"], lambda r: r if r.get("split") == "public"
+                                      else {k: r.get(k) for k in _HELD_OUT_ROW})
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.terms import calibration_of, shape_rows
 from kernelgym_gap.store.cache_key import CacheKey
 from kernelgym_gap.store.cache_key import canonical as canonical_json
 from kernelgym_gap.store.schema import dumps, now_iso
@@ -43,12 +44,12 @@ class DeviceCacheMixin:
 def put_device_cache(conn, record: EvalRecord, key: CacheKey) -> None:
     """The device ceilings and library timings a cuda record carries, kept per device and software."""
     terms, now = record.terms or {}, now_iso()
-    cal = terms.get("calibration")
-    if isinstance(cal, dict):
+    cal = calibration_of(terms)
+    if cal is not None:
         conn.execute("INSERT OR REPLACE INTO cache VALUES ('calibration', ?, ?, ?)",
                      (cache_row_key([key.device, key.software_hash]), dumps(cal), now))
-    for row in terms.get("per_shape") or []:
-        if not isinstance(row, dict) or not isinstance(row.get("library_ms"), (int, float)):
+    for row in shape_rows(terms):
+        if not isinstance(row.get("library_ms"), (int, float)):
             continue
         k = cache_row_key([key.task_id, key.task_version, row.get("shape"), row.get("dtype"), key.device,
                            key.software_hash])
