@@ -226,3 +226,91 @@ def test_the_audit_does_not_offer_a_scalar_its_own_value_as_a_constant():
     assert "mean" not in candidate_outputs(task, cell, (), scalar, names=("mean",))
     rows = torch.arange(4, dtype=torch.float64)
     assert float(candidate_outputs(task, cell, (), rows, names=("mean",))["mean"][0]) == 1.5
+
+
+# ---- a deep network's tolerance follows its own measured float32 error (importers/conditioning.py) ---------
+CONDITIONING = FIXTURES / "kernelbench" / "conditioning"
+
+
+@pytest.fixture(scope="module")
+def deep_meta():
+    """META of the deep BatchNorm MLP (10_ResNet101's pattern), analysed in this process: the file is ours."""
+    from kernelgym_gap.importers.kernelbench import build_meta
+    return build_meta(CONDITIONING / "deep_batchnorm_mlp.py", "deep_batchnorm_mlp")
+
+
+def _task_of(meta, path):
+    from kernelgym_gap.importers.runtime import build_task
+    return build_task(path, dict(meta, problem_file=Path(path).name, trusted=True))
+
+
+def test_a_deep_network_gets_a_tolerance_derived_from_its_own_float32_error(deep_meta):
+    from kernelgym_gap.importers import conditioning
+    from kernelgym_gap.importers.tolerance import RULE_DOT
+    cond = deep_meta["rules"]["conditioning"]
+    # recorded for a reader of the task file: what was measured, where, on which seeds, the factor
+    assert cond["dtype"] == "float32" and cond["seeds"] == list(conditioning.SEEDS)
+    assert cond["shapes"] == deep_meta["workloads"]["cpu"]["public"] + deep_meta["workloads"]["cpu"]["heldout"]
+    assert cond["factor"] == conditioning.FACTOR and cond["table_atol_per_rms"] == RULE_DOT["float32"][0]
+    assert 4e-4 < cond["measured_rms_error"] < conditioning.CAP / conditioning.FACTOR   # compounding, not chaos
+    assert cond["widened"] and cond["atol_per_rms"] == pytest.approx(conditioning.FACTOR * cond["measured_rms_error"],
+                                                                     rel=1e-2)
+    assert deep_meta["tolerances"]["float32"][2] == cond["atol_per_rms"]
+    task = _task_of(deep_meta, CONDITIONING / "deep_batchnorm_mlp.py")
+    assert task.tolerances["float32"].atol_per_rms == cond["atol_per_rms"]
+    # the import audit ran against it and kept the timed distribution
+    assert "as_given" in deep_meta["distributions"] and deep_meta["input_audit"]["candidates"] == list(CANDIDATES)
+
+
+def test_the_deep_network_was_refused_under_the_table_tolerance(monkeypatch):
+    """Before the derivation (the table alone: FACTOR 0) the problem's own float32 failed its check, as
+    10_ResNet101 did at 1.6x the allowance."""
+    from kernelgym_gap.importers import conditioning
+    from kernelgym_gap.importers.analysis import ImportRefused
+    from kernelgym_gap.importers.kernelbench import build_meta
+    monkeypatch.setattr(conditioning, "FACTOR", 0.0)
+    with pytest.raises(ImportRefused, match="float32 does not pass"):
+        build_meta(CONDITIONING / "deep_batchnorm_mlp.py", "deep_batchnorm_mlp")
+
+
+def test_a_chaotic_network_is_refused_as_ill_conditioned_with_its_measured_error():
+    """24_EfficientNetB2's pattern: BatchNorm over a handful of values per channel, deep enough that float32's
+    own result is off by most of the output's rms."""
+    from kernelgym_gap.importers.analysis import ImportRefused
+    from kernelgym_gap.importers.kernelbench import build_meta
+    with pytest.raises(ImportRefused) as caught:
+        build_meta(CONDITIONING / "chaotic_batchnorm_mlp.py", "chaotic_batchnorm_mlp")
+    message = str(caught.value)
+    assert message.startswith("ill-conditioned: float32 itself errs by ") and "of the output's rms" in message
+    assert "BatchNorm normalises over as few as" in message and "values per channel" in message
+
+
+def test_the_widened_tolerance_still_catches_every_input_ignoring_candidate(deep_meta):
+    """The audit against the widened tolerance, on every cpu shape and kept distribution: no constant, zero,
+    passthrough or other-seed reference passes, and torch's own float32 (the control) does."""
+    from kernelgym_gap.judge.input_audit import audit
+    report = audit(_task_of(deep_meta, CONDITIONING / "deep_batchnorm_mlp.py"), "cpu")
+    assert report.sound and not report.passed and not report.control_failed, report.summary()
+    assert {"mean", "zeros", "reference_other_seed"} <= set(report.tried)
+
+
+def test_no_tolerance_however_wide_lets_a_constant_pass(deep_meta):
+    """The input guard narrows any trial on which a constant would pass: at 100x the cap, the constants still
+    fail (another seed's reference may pass there: which is why the cap refuses such a problem)."""
+    from kernelgym_gap.judge.input_audit import audit
+    task = _task_of(deep_meta, CONDITIONING / "deep_batchnorm_mlp.py")
+    loose = dataclasses.replace(task, tolerances={"float32": Tolerance(0.0, 4e-3, atol_per_rms=2.0)})
+    report = audit(loose, "cpu", candidates=("mean", "mean_other_seed", "zeros"), control=False)
+    assert not report.passed, report.summary()
+
+
+def test_a_shallow_problem_keeps_the_table_tolerance():
+    """An ordinary problem's float32 errs far under the table: the derivation changes nothing there."""
+    from kernelgym_gap.importers.kernelbench import build_meta
+    from kernelgym_gap.importers.tolerance import RULE_POINTWISE, rule
+    meta = build_meta(FIXTURES / "kernelbench" / "19_ReLU.py", "19_ReLU")
+    cond = meta["rules"]["conditioning"]
+    assert not cond["widened"] and cond["measured_rms_error"] < 1e-6
+    assert meta["tolerances"]["float32"][2] == RULE_POINTWISE["float32"][0]
+    # a widening only ever raises the table's value
+    assert rule(("float32",), False, {"float32": 1e-9})["float32"][2] == RULE_POINTWISE["float32"][0]

@@ -31,7 +31,7 @@ import torch
 
 from kernelgym_gap.core.errors import KernelGymError
 from kernelgym_gap.core.task import DSLS
-from kernelgym_gap.importers import analysis, modelnew, sandboxed, soundness
+from kernelgym_gap.importers import analysis, conditioning, modelnew, sandboxed, soundness
 from kernelgym_gap.importers.analysis import ImportRefused
 from kernelgym_gap.importers.problem import DISTRIBUTIONS, Problem, load_module
 from kernelgym_gap.importers.runtime import FORMAT, shape_key
@@ -138,10 +138,13 @@ def _level(path: Path) -> int:
     return int(m.group(1)) if m else 1
 
 
-def _tolerances(dtypes, dot: bool, magnitude: float) -> dict:
+def _tolerances(dtypes, dot: bool, magnitude: float, per_rms: dict[str, float] | None = None) -> dict:
+    """`per_rms`: dtype -> the atol per unit of magnitude where the problem's measured error widens the
+    table's (importers/conditioning.py)."""
     table = _TOL_DOT if dot else _TOL_POINTWISE
     r = float(f"{max(1.0, magnitude):.2g}")
-    return {d: [float(f"{table[d][0] * r:.3g}"), table[d][1]] for d in dtypes}
+    per_rms = per_rms or {}
+    return {d: [float(f"{max(table[d][0], per_rms.get(d, 0.0)) * r:.3g}"), table[d][1]] for d in dtypes}
 
 
 def _growth(shapes: dict, cpu_key: str) -> float:
@@ -337,6 +340,14 @@ def build_meta(path: Path, name: str) -> dict:
     }
     problem = Problem(path, meta)
     cpu_shape = [cpu_sizes[n] for n in names]
+    if run["float_dtype"] is not None and run["output_float"]:
+        # the problem's own dtype errs as measured (a deep network: more than one op's rounding), or it is
+        # refused as ill-conditioned; the audit below and in soundness.finish then runs against that tolerance
+        cond = conditioning.derive(problem, [cpu_shape, meta["workloads"]["cpu"]["heldout"][0]], given,
+                                   (_TOL_DOT if dot else _TOL_POINTWISE)[given][0])
+        meta["rules"]["conditioning"] = cond
+        meta["tolerances"] = _tolerances(("float32", "float16", "bfloat16"), dot, magnitude,
+                                         {given: cond["atol_per_rms"]})
     if run["float_dtype"] is not None:
         base_tol = meta["tolerances"][given]
         bad = _fits(problem, cpu_shape, given, "as_given", base_tol)
