@@ -219,3 +219,18 @@ def test_a_model_whose_forward_closes_over_its_own_layers_runs_in_float64():
 def test_sizes_the_op_ties_are_halved_together():
     cpu, facts, _, _ = _plan("tied_by_the_op")
     assert cpu["features"] == 2 * cpu["width"] < 4096 and _within(facts)
+
+
+def test_a_heldout_shape_grows_the_batch_where_shrinking_it_starves_a_batchnorm():
+    """10_ResNet101's cpu held-out shape at 3/4 of batch 10 left its 1x1 BatchNorms 7 values per channel and
+    made float32 err by 4x more (refused as ill-conditioned): there the batch grows by 3/2 instead. A problem
+    without a training-mode BatchNorm keeps the 3/4 rule."""
+    from kernelgym_gap.importers.shrink import BATCHNORM_FEW, heldout_of
+    deep = KB / "conditioning" / "deep_batchnorm_mlp.py"
+    assert analysis.meta_facts(deep, {"batch_size": 12, "width": 16})["bn_fewest"] == 12 < BATCHNORM_FEW
+    assert heldout_of(deep, {"batch_size": 12, "width": 16}, "batch_size") == {"batch_size": 18, "width": 16}
+    relu = KB / "19_ReLU.py"
+    sizes = analysis.size_globals(relu)
+    batch = next(iter(sizes))
+    assert analysis.meta_facts(relu, sizes)["bn_fewest"] is None
+    assert heldout_of(relu, sizes, batch)[batch] == sizes[batch] * 3 // 4

@@ -74,11 +74,11 @@ def _meta_facts(path: str, sizes: tuple) -> dict:
         model = build_model(module, "meta")
         with torch.device("meta"), cuda_calls_to("meta"):
             ins = list(module.get_inputs())
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        with torch.no_grad(), FlopCounterMode(display=False) as fc, BatchNormCount() as bn:
             out = model(*ins)
         if not isinstance(out, torch.Tensor):
             raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor")
-        return _facts(model, ins, fc.get_total_flops(), out)
+        return dict(_facts(model, ins, fc.get_total_flops(), out), bn_fewest=bn.fewest)
     except Exception as meta_error:  # noqa: BLE001 - data-dependent ops cannot run on meta: run for real
         if isinstance(meta_error, ImportRefused):
             raise
@@ -101,11 +101,11 @@ def _meta_facts(path: str, sizes: tuple) -> dict:
                            f"of inputs and state, over {META_FALLBACK_ELEMENTS})") from None
         ins = raw_inputs(module, 1, "cpu")
         model = build_model(module)
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        with torch.no_grad(), FlopCounterMode(display=False) as fc, BatchNormCount() as bn:
             out = model(*ins)
         if not isinstance(out, torch.Tensor):
             raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor") from None
-        return _facts(model, ins, fc.get_total_flops(), out)
+        return dict(_facts(model, ins, fc.get_total_flops(), out), bn_fewest=bn.fewest)
 
 
 def meta_facts(path, sizes: dict[str, int]) -> dict:
@@ -143,6 +143,22 @@ class _FunctionLog(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name:
             self.names.add(name)
+        return func(*args, **(kwargs or {}))
+
+
+class BatchNormCount(TorchDispatchMode):
+    """The fewest values per channel a training-mode batch norm normalised over in one forward: the usual
+    reason a network's float32 result is chaotic at a small batch or spatial size."""
+
+    def __init__(self):
+        super().__init__()
+        self.fewest: int | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._overloadpacket.__name__ == "native_batch_norm" and len(args) > 5 and args[5] is True:
+            x = args[0]
+            n = x.numel() // max(1, x.shape[1]) if x.dim() > 1 else x.numel()
+            self.fewest = n if self.fewest is None else min(self.fewest, n)
         return func(*args, **(kwargs or {}))
 
 

@@ -27,9 +27,8 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelgym_gap.importers.analysis import ImportRefused
+from kernelgym_gap.importers.analysis import BatchNormCount, ImportRefused
 
 FACTOR = 10.0
 # atol_per_rms above this (float32 erring by over 0.2% of the output's rms): twice KernelBench's own allclose
@@ -39,29 +38,13 @@ CAP = 0.02
 SEEDS = (11, 12, 13, 14)
 
 
-class _BatchNormCount(TorchDispatchMode):
-    """The fewest values per channel a training-mode batch norm normalised over in one forward: the usual
-    reason a network's float32 result is chaotic at a small batch or spatial size."""
-
-    def __init__(self):
-        super().__init__()
-        self.fewest: int | None = None
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func._overloadpacket.__name__ == "native_batch_norm" and len(args) > 5 and args[5] is True:
-            x = args[0]
-            n = x.numel() // max(1, x.shape[1]) if x.dim() > 1 else x.numel()
-            self.fewest = n if self.fewest is None else min(self.fewest, n)
-        return func(*args, **(kwargs or {}))
-
-
 def measured_error(problem, shapes, dtype: str, seeds=SEEDS) -> tuple[float, list, int | None]:
     """(the largest rms-relative error of torch's own result in `dtype` against float64, the shape it was
     largest at, the fewest values a training-mode batch norm normalised over per channel or None), on
     get_inputs()'s own values. Non-float outputs and all-zero references count 0 (the degenerate check says
     why those are refused)."""
     from kernelgym_gap.core.inputs import generator
-    worst, at, bn = 0.0, list(shapes[0]), _BatchNormCount()
+    worst, at, bn = 0.0, list(shapes[0]), BatchNormCount()
     for shape in shapes:
         for seed in seeds:
             ins = problem.make_inputs(shape, dtype, generator(seed, "cpu"), "as_given", "cpu")

@@ -35,7 +35,7 @@ from kernelgym_gap.importers import analysis, conditioning, modelnew, sandboxed,
 from kernelgym_gap.importers.analysis import ImportRefused
 from kernelgym_gap.importers.problem import DISTRIBUTIONS, Problem, load_module
 from kernelgym_gap.importers.runtime import FORMAT, shape_key
-from kernelgym_gap.importers.shrink import CPU_ELEMENTS, CPU_FLOPS, heldout_of, plan
+from kernelgym_gap.importers.shrink import BATCHNORM_FEW, CPU_ELEMENTS, CPU_FLOPS, heldout_of, plan
 
 __all__ = ["ImportRefused", "ImportOutError", "ImportResult", "discover", "import_file", "import_paths",
            "iter_import", "build_meta", "CPU_ELEMENTS", "CPU_FLOPS"]
@@ -335,7 +335,8 @@ def build_meta(path: Path, name: str) -> dict:
         "cpu_over_budget": heavy,
         "rules": {"cpu": f"sizes halved (equal ones together, kernel-like ones kept; importers/shrink.py) to at "
                          f"most {CPU_ELEMENTS} elements and {CPU_FLOPS} counted flops: {', '.join(steps) or 'none'}",
-                  "heldout": f"{batch} scaled by 3/4 (doubled when that leaves it unchanged)",
+                  "heldout": f"{batch} scaled by 3/4 (doubled when that leaves it unchanged; by 3/2 where 3/4 "
+                             f"leaves a training-mode BatchNorm under {BATCHNORM_FEW} values per channel)",
                   "tolerance_magnitude": round(magnitude, 4), "counted_dot_flops": dot},
     }
     problem = Problem(path, meta)
