@@ -256,7 +256,8 @@ def main(argv=None) -> int:
         done |= done_
     t_start = time.monotonic()
     todo = [(i, t, s) for i, (t, s) in enumerate(chosen) if f"{t.name}/{s.file}" not in done]
-    lane_dir = config.sandbox.lane_dir     # the environment's own lanes ("auto"): the independent process's too
+    from kernelgym_gap.core.placement import Placement
+    lane_dir = Placement().lane_dir     # the environment's own lanes ("auto"): the independent process's too
 
     def one(item, pool) -> None:
         i, task, sol = item

@@ -158,7 +158,7 @@ def main() -> int:
             cold.append(run("triton_rowwise.py"))
         t0 = time.perf_counter()
         full = cfg.replace(reward=RewardConfig(mode="full"))
-        with EvalService("cuda", full, slots=[cfg.gpu_index], warm=True) as svc:
+        with EvalService("cuda", full, slots=[0], warm=True) as svc:     # GPU 0, as the default Placement
             pool = svc.warm_parts(0)
             chk, children = pool["checker"], pool["children"]
             children.refill(child_spec(task, "triton", "cuda", full))

@@ -88,10 +88,9 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm: bool, library_t
     # compile_baseline "cached": the torch.compile baseline is a once-per-device cost (seconds per shape, then
     # cached); it cost the first device run most of its serial budget (2026-12-04), so neither mode pays it
     config = EvalConfig(trial_seed=20261204, library_time=library_time, compile_baseline="cached")
-    if overrides:
-        config = apply_variant(config, overrides)
+    config, placement = apply_variant(config, overrides or {})
     print(f"{name}: {len(batch)} evaluations, per_gpu={per_gpu}, warm={warm}, library_time={library_time}, "
-          f"held_output_bytes={config.held_output_bytes}, timed_shapes={config.timed_shapes}",
+          f"held_output_bytes={placement.held_output_bytes}, timed_shapes={config.timed_shapes}",
           file=sys.stderr, flush=True)
     def progress(n, total, what):
         print(f"  {name} {n}/{total} {time.perf_counter() - t0:.0f}s {what}", file=sys.stderr, flush=True)
@@ -119,7 +118,7 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm: bool, library_t
     # the built-in evaluator behind a recorder, so warm is said outright ("auto" means cold for a custom one)
     with HostSampler(recorder.with_name("throughput_host.jsonl"), name, t0):
         records = evaluate_many([r for _, _, r in batch], config=config, progress=progress, evaluator=recording,
-                                warm=warm, **kw)
+                                warm=warm, placement=placement, **kw)
     seconds = time.perf_counter() - t0
     return records, seconds
 
@@ -275,6 +274,7 @@ def table(rows) -> str:
 SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile")
 TIMING_FIELDS = ("graph_replay", "stop_rule")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
+PLACEMENT_FIELDS = ("held_output_bytes",)       # scheduling: on the evaluations' Placement, not their config
 CHOICES = {"stop_rule": ("spread", "interval")}
 VARIANT_FIELDS = ("held_output_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
                   "graph_replay", "stop_rule", "launch_bound_after_compile")
@@ -330,18 +330,23 @@ def lever_gains(rows: list[dict]) -> list[dict]:
     return out
 
 
-def apply_variant(config, overrides: dict):
-    """`config` with a variant's overrides: TimingConfig's fields on config.timing, SandboxConfig's on
-    config.sandbox, the rest on config."""
+def apply_variant(config, overrides: dict, placement=None):
+    """(config, placement) with a variant's overrides: TimingConfig's fields on config.timing, SandboxConfig's
+    on config.sandbox, held_output_bytes on the placement (default Placement()), the rest on config."""
     import dataclasses
+
+    from kernelgym_gap.core.placement import Placement
+    placement = placement or Placement()
     timing = {k: v for k, v in overrides.items() if k in TIMING_FIELDS}
     sandbox = {k: v for k, v in overrides.items() if k in SANDBOX_FIELDS}
-    rest = {k: v for k, v in overrides.items() if k not in TIMING_FIELDS and k not in SANDBOX_FIELDS}
+    where = {k: v for k, v in overrides.items() if k in PLACEMENT_FIELDS}
+    rest = {k: v for k, v in overrides.items()
+            if k not in TIMING_FIELDS and k not in SANDBOX_FIELDS and k not in PLACEMENT_FIELDS}
     if timing:
         rest["timing"] = dataclasses.replace(config.timing, **timing)
     if sandbox:
         rest["sandbox"] = dataclasses.replace(config.sandbox, **sandbox)
-    return config.replace(**rest)
+    return config.replace(**rest), placement.replace(**where)
 
 
 def main(argv=None) -> int:
@@ -360,7 +365,7 @@ def main(argv=None) -> int:
                          "KernelEnv after the batch (the p50 env.step goal); default none")
     ap.add_argument("--think", type=float, default=3.0, help="seconds before each env.step (the agent's turn)")
     ap.add_argument("--variant", action="append", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
-                    help="the lanes mode once more with these EvalConfig fields (held_output_bytes, timed_shapes, "
+                    help="the lanes mode once more with these EvalConfig (or Placement: held_output_bytes) fields (held_output_bytes, timed_shapes, "
                          "compile_outside_lane=0/1, precompute_reference=0/1, graph_replay=0/1, "
                          "stop_rule=spread/interval; 'levers' for every lever of issue 35 alone and together; "
                          "'' for the defaults), side by side; repeatable. held_output_bytes=0 writes each output "

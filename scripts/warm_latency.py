@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kernelgym_gap.sandbox.child_io import backend_env  # noqa: E402
 from kernelgym_gap.core.config import EvalConfig  # noqa: E402
 from kernelgym_gap.core.errors import UnknownChoiceError  # noqa: E402
+from kernelgym_gap.core.placement import Placement  # noqa: E402
 from kernelgym_gap.engine.pipeline import evaluate  # noqa: E402
 from kernelgym_gap.sandbox.launch import child_spec  # noqa: E402
 from kernelgym_gap.core.registry import get_task  # noqa: E402
@@ -66,18 +67,19 @@ def main(argv=None) -> int:
     out: dict = {"task": task.id, "solution": args.solution, "cpus": os.cpu_count(),
                  "load_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory(prefix="kgg-warm-latency-") as root:
-        cfg = EvalConfig(trial_seed=0, scratch_root=root)
+        cfg = EvalConfig(trial_seed=0)
+        where = Placement(scratch_root=root)
 
         def steps(**warm):
             recs = []
             for i in range(args.n):
                 time.sleep(args.think)
-                recs.append(evaluate(task, source, dsl, "cpu", cfg, **warm))
+                recs.append(evaluate(task, source, dsl, "cpu", cfg, placement=where, **warm))
             return recs
         cold = steps()
         with WarmPool(device="cpu", scratch_root=root) as pool:
             pool.checker.warm_up()
-            pool.children.refill(child_spec(task, dsl, "cpu", cfg))
+            pool.children.refill(child_spec(task, dsl, "cpu", cfg, where))
             pooled = steps(checker=pool.checker, children=pool.children)
             n_served = pool.children.served
         t0 = time.perf_counter()
@@ -86,7 +88,7 @@ def main(argv=None) -> int:
             start_s = time.perf_counter() - t0
             warm = steps(checker=chk)
             # part 2: one kept check request (its outputs, job, report and spec), asked both ways
-            kept = evaluate(task, source, dsl, "cpu", cfg.replace(keep_scratch=True), checker=chk)
+            kept = evaluate(task, source, dsl, "cpu", cfg, placement=where.replace(keep_scratch=True), checker=chk)
             spec = next(Path(root).glob("kgg-check-*/check_spec.json"))
             result = spec.parent / "check.json"
             env = child_env(spec.parent, backend_env("cpu"))

@@ -13,6 +13,7 @@ from kernelgym_gap.api.lanes import visible_gpus
 from kernelgym_gap.api.vector import make_vector_env
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError, UnknownChoiceError, UnknownTaskError
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.core.status import Status
 
@@ -36,11 +37,11 @@ class Recorder:
         self.calls, self.lock, self.fail_on = [], threading.Lock(), fail_on
         self.active = self.peak = 0
 
-    def __call__(self, task, source, dsl, backend, config):
+    def __call__(self, task, source, dsl, backend, config, placement):
         with self.lock:
             self.active += 1
             self.peak = max(self.peak, self.active)
-            self.calls.append((source, backend, config.gpu_index, threading.current_thread().name))
+            self.calls.append((source, backend, placement.gpu_index, threading.current_thread().name))
         time.sleep(random.uniform(0.01, 0.05))
         with self.lock:
             self.active -= 1
@@ -150,21 +151,21 @@ class LaneRecorder:
     def __init__(self):
         self.sections, self.lock, self.lane_dirs, self.threads = [], threading.Lock(), set(), {}
 
-    def _inside(self, config, mode, seconds):
+    def _inside(self, where, mode, seconds):
         from kernelgym_gap.core.lane import held
-        with held(config.sandbox.lane_dir, config.gpu_index, mode):
+        with held(where.lane_dir, where.gpu_index, mode):
             t0 = time.monotonic()
             time.sleep(seconds)
             t1 = time.monotonic()
         with self.lock:
-            self.sections.append((config.gpu_index, mode, t0, t1))
+            self.sections.append((where.gpu_index, mode, t0, t1))
 
-    def __call__(self, task, source, dsl, backend, config):
+    def __call__(self, task, source, dsl, backend, config, placement):
         with self.lock:
-            self.lane_dirs.add(config.sandbox.lane_dir)
-            self.threads.setdefault(threading.current_thread().name, set()).add(config.gpu_index)
-        self._inside(config, "shared", 0.05)
-        self._inside(config, "exclusive", 0.02)
+            self.lane_dirs.add(placement.lane_dir)
+            self.threads.setdefault(threading.current_thread().name, set()).add(placement.gpu_index)
+        self._inside(placement, "shared", 0.05)
+        self._inside(placement, "exclusive", 0.02)
         return EvalRecord(task=task.id, task_version=task.version, dsl=dsl, backend=backend, status=Status.OK,
                           correct=True, reward=1.0, reward_mode="correctness", terms={}, message=source)
 
@@ -179,7 +180,7 @@ def test_cuda_per_gpu_slots_share_a_gpu_but_never_its_timing(monkeypatch, tmp_pa
     monkeypatch.setattr("kernelgym_gap.api.batch.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
     ev = LaneRecorder()
     reqs = [EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(18)]
-    recs = evaluate_many(reqs, gpus=[2, 5], per_gpu=3, evaluator=ev, config=EvalConfig(scratch_root=str(tmp_path)))
+    recs = evaluate_many(reqs, gpus=[2, 5], per_gpu=3, evaluator=ev, placement=Placement(scratch_root=str(tmp_path)))
     assert [r.message for r in recs] == [f"s{i}" for i in range(18)]
     assert len(ev.threads) == 6 and all(len(g) == 1 for g in ev.threads.values())
     assert sorted(g for gs in ev.threads.values() for g in gs) == [2, 2, 2, 5, 5, 5]
@@ -209,13 +210,12 @@ def test_per_gpu_one_is_one_evaluation_per_gpu_without_lanes(monkeypatch):
         worker_slots(["cuda"], None, [0], per_gpu=0)
 
 
-def test_a_request_keeps_its_own_lane_dir(monkeypatch, tmp_path):
-    from kernelgym_gap.core.config import SandboxConfig
+def test_a_placement_keeps_its_own_lane_dir(monkeypatch, tmp_path):
     monkeypatch.setattr("kernelgym_gap.api.batch.resolve_backend", lambda b: "cuda" if b in ("cuda", "auto") else b)
     ev = LaneRecorder()
-    own = EvalConfig(sandbox=SandboxConfig(lane_dir=str(tmp_path)))
-    evaluate_many([EvalRequest("AddReLU", f"s{i}", backend="cuda", config=own) for i in range(3)], gpus=[0],
-                  evaluator=ev)
+    own = Placement(lane_dir=str(tmp_path))
+    evaluate_many([EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(3)], gpus=[0],
+                  evaluator=ev, placement=own)
     assert ev.lane_dirs == {str(tmp_path)}
 
 

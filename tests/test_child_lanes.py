@@ -239,13 +239,15 @@ def test_a_checkpoint_that_fails_does_not_wait_to_take_the_lane_back(pair, tmp_p
 def test_a_cpu_childs_checkpoints_let_its_lane_go(registry, tmp_path):
     """A real child on cpu (a lane only with an explicit lane_dir) checkpoints between its correctness calls
     with the lane let go, takes it back without running out of its budget, and the evaluation is unchanged."""
-    from kernelgym_gap.core.config import EvalConfig, SandboxConfig
+    from kernelgym_gap.core.config import EvalConfig
     from kernelgym_gap.core.status import Status
     from kernelgym_gap.engine.pipeline import evaluate
     task = registry.get("AddReLU")
     sol = next(s for s in task.solutions if s.dsl == "triton" and s.cpu_status == "ok")
-    config = EvalConfig(trial_seed=0).replace(sandbox=SandboxConfig(lane_dir=str(tmp_path / "lanes")))
-    rec = evaluate(task, task.solution_path(sol).read_text(), "triton", "cpu", config)
+    from kernelgym_gap.core.placement import Placement
+    config = EvalConfig(trial_seed=0)
+    rec = evaluate(task, task.solution_path(sol).read_text(), "triton", "cpu", config,
+                   placement=Placement(lane_dir=str(tmp_path / "lanes")))
     assert rec.status is Status.OK, rec.message
     assert rec.latency["child_checkpoint_unlaned"] > 0, rec.latency
     assert rec.latency["child_checkpoint_write"] <= rec.latency["child_checkpoint_unlaned"], rec.latency
@@ -260,10 +262,11 @@ def test_a_child_killed_past_a_call_deadline_left_checkpoints_written_with_the_l
     from kernelgym_gap.core.config import EvalConfig, SandboxConfig
     from kernelgym_gap.core.status import Status
     from kernelgym_gap.engine.pipeline import evaluate
-    config = EvalConfig(trial_seed=0).replace(sandbox=SandboxConfig(
-        compile_call_s=8.0, call_unknown_s=8.0, lane_dir=str(tmp_path / "lanes")))
+    from kernelgym_gap.core.placement import Placement
+    config = EvalConfig(trial_seed=0).replace(sandbox=SandboxConfig(compile_call_s=8.0, call_unknown_s=8.0))
     source = (FIXTURES / "failures" / "too_slow_serial.py").read_text()
-    rec = evaluate(registry.get("LayerNorm"), source, "triton", "cpu", config)
+    rec = evaluate(registry.get("LayerNorm"), source, "triton", "cpu", config,
+                   placement=Placement(lane_dir=str(tmp_path / "lanes")))
     assert rec.status is Status.TOO_SLOW, rec.message
     assert rec.latency["child_checkpoint_unlaned"] > 0, rec.latency
     assert "child_lane_wait_after_checkpoint" in rec.latency
@@ -312,9 +315,10 @@ def test_a_real_tilelang_child_compiles_with_the_lane_let_go(registry, tmp_path)
     from kernelgym_gap.engine.pipeline import evaluate
     task = registry.get("AddReLU")
     sol = next(s for s in task.solutions if s.dsl == "tilelang" and s.cpu_status == "ok")
-    config = EvalConfig(trial_seed=0, compile_outside_lane=True).replace(
-        sandbox=SandboxConfig(lane_dir=str(tmp_path / "lanes")))
-    rec = evaluate(task, task.solution_path(sol).read_text(), "tilelang", "cpu", config)
+    from kernelgym_gap.core.placement import Placement
+    config = EvalConfig(trial_seed=0, compile_outside_lane=True)
+    rec = evaluate(task, task.solution_path(sol).read_text(), "tilelang", "cpu", config,
+                   placement=Placement(lane_dir=str(tmp_path / "lanes")))
     assert rec.status is Status.OK, rec.message
     assert rec.latency["child_compile_unlaned"] > 0.05, rec.latency
     assert "child_lane_wait_after_compile" in rec.latency

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelgym_gap.core.config import EvalConfig, SandboxConfig, TimingConfig
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import CALL_MARKER, CallBound, Job, KernelSpec, Trial
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import Workload
@@ -247,21 +248,21 @@ class _NoProbe:
 def _config(tmp_path, **sandbox) -> EvalConfig:
     limits = dict(wall_s=120.0, call_unknown_s=3.0, pids_max=64, memory_bytes=1 << 30, fsize_bytes=64 << 20)
     limits.update(sandbox)
-    return EvalConfig(trial_seed=20261204, sandbox=SandboxConfig(**limits), scratch_root=str(tmp_path))
+    return EvalConfig(trial_seed=20261204, sandbox=SandboxConfig(**limits))
 
 
 def test_a_kernel_that_hangs_in_a_later_call_is_killed_at_that_calls_deadline(task, registry, tmp_path,
                                                                               monkeypatch):
     """Pre-started and cold alike, well before wall_s; the next evaluation (pre-started) works normally."""
     monkeypatch.setattr(launch, "CompileProbe", _NoProbe)
-    cfg = _config(tmp_path)
+    cfg, where = _config(tmp_path), Placement(scratch_root=str(tmp_path))
     honest = (task.directory / "solutions" / "triton_rowwise.py").read_text()
     with ChildPool() as pool:
-        pool.refill(launch.child_spec(task, "triton", "cpu", cfg))
+        pool.refill(launch.child_spec(task, "triton", "cpu", cfg, where))
         for children in (pool, None):               # pre-started, then cold
             start = time.monotonic()
             record = evaluate(task, (HOSTILE / "call_hang_after_first.py").read_text(), "triton", "cpu", cfg,
-                              children=children)
+                              children=children, placement=where)
             elapsed = time.monotonic() - start
             # correct on its first call, killed on a later one: too_slow since issue 38 (engine/too_slow.py);
             # the smallest shape runs first, trial 3 is its second seed: a later call, no library time on cpu
@@ -271,7 +272,7 @@ def test_a_kernel_that_hangs_in_a_later_call_is_killed_at_that_calls_deadline(ta
             assert "float32) ran past 3.0 s, its stage deadline" in record.message, record.message
             assert elapsed < 60, elapsed
         assert pool.served == 1
-        after = evaluate(task, honest, "triton", "cpu", cfg, children=pool)
+        after = evaluate(task, honest, "triton", "cpu", cfg, children=pool, placement=where)
         assert after.ok and after.correct is True, after.message
         assert pool.served == 2
 
@@ -280,9 +281,10 @@ def test_a_child_that_forges_its_marker_is_still_killed_at_the_parents_bound(tas
     """The submission can reach the marker (its own uid, its own scratch; through libc, past the audit
     guard) and writes a huge bound for its call: the parent uses its own."""
     monkeypatch.setattr(launch, "CompileProbe", _NoProbe)
-    cfg = _config(tmp_path).replace(keep_scratch=True)
+    cfg = _config(tmp_path)
     start = time.monotonic()
-    record = evaluate(task, (HOSTILE / "call_marker_forge.py").read_text(), "triton", "cpu", cfg)
+    record = evaluate(task, (HOSTILE / "call_marker_forge.py").read_text(), "triton", "cpu", cfg,
+                      placement=Placement(scratch_root=str(tmp_path), keep_scratch=True))
     # correct on its first call: too_slow since issue 38, killed at the parent's bound all the same
     assert record.status is Status.TOO_SLOW and "call 1 " in record.message, record.message
     assert "ran past 3.0 s" in record.message and time.monotonic() - start < 60
@@ -315,12 +317,13 @@ def test_gpu_a_first_launch_that_hangs_is_killed_soon_after_its_compile(registry
     launch_calls x the later-call bound (10 x 2 s), not at compile_call_s (60 s); the next evaluation works."""
     task = registry.get("kernelgym_gap/LayerNorm-v1")
     honest = (task.directory / "solutions" / "triton_rowwise.py").read_text()
-    cfg = EvalConfig(trial_seed=20261205, library_cache_path=str(tmp_path / "lib.json"),
-                     sandbox=SandboxConfig(launch_bound_after_compile=True))
-    assert evaluate(task, honest, "triton", "cuda", cfg).ok
+    cfg = EvalConfig(trial_seed=20261205, sandbox=SandboxConfig(launch_bound_after_compile=True))
+    where = Placement(library_cache_path=str(tmp_path / "lib.json"))
+    assert evaluate(task, honest, "triton", "cuda", cfg, placement=where).ok
     start = time.monotonic()
-    record = evaluate(task, (HOSTILE / "gpu_first_launch_hang.py").read_text(), "triton", "cuda", cfg)
+    record = evaluate(task, (HOSTILE / "gpu_first_launch_hang.py").read_text(), "triton", "cuda", cfg,
+                      placement=where)
     elapsed = time.monotonic() - start
     assert record.status in (Status.TIMEOUT, Status.TOO_SLOW), record.message
     assert "after its compiles" in record.message and elapsed < 45, (elapsed, record.message)
-    assert evaluate(task, honest, "triton", "cuda", cfg).ok
+    assert evaluate(task, honest, "triton", "cuda", cfg, placement=where).ok

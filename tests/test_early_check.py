@@ -9,6 +9,7 @@ import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import ChildReport, Job, TrialOutcome
 from kernelgym_gap.core.registry import load_task_file
 from kernelgym_gap.core.status import Status
@@ -103,8 +104,8 @@ def test_the_early_checker_process_gives_the_ordinary_verdict(layernorm, tmp_pat
     """The cuda path's protocol (`python -m kernelgym_gap.judge.checker --early`), run on the cpu device: the
     process makes its references after the parent's start line, says so, and checks once the report is in."""
     job, report = honest_child(layernorm, tmp_path, corrupt=2)
-    config = CONFIG.replace(precompute_reference=True, scratch_root=str(tmp_path))
-    proc = early_check.Process(layernorm, job, "cpu", config)
+    config = CONFIG.replace(precompute_reference=True)
+    proc = early_check.Process(layernorm, job, "cpu", config, Placement(scratch_root=str(tmp_path)))
     try:
         assert proc.wait(timeout=120)
         assert b'"references"' in proc._line and proc.started <= proc.made
@@ -118,8 +119,8 @@ def test_the_early_checker_process_gives_the_ordinary_verdict(layernorm, tmp_pat
 
 def test_a_closed_early_process_is_gone_and_a_retry_checks_afresh(layernorm, tmp_path):
     job, report = honest_child(layernorm, tmp_path)
-    config = CONFIG.replace(precompute_reference=True, scratch_root=str(tmp_path))
-    proc = early_check.Process(layernorm, job, "cpu", config)
+    config = CONFIG.replace(precompute_reference=True)
+    proc = early_check.Process(layernorm, job, "cpu", config, Placement(scratch_root=str(tmp_path)))
     proc.close()
     assert proc.proc.poll() is not None and not proc.private.exists()
     proc.used = True       # a retry (checked_alone_if_failed) after the first check: the ordinary check

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.engine.pipeline import evaluate
 from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.sandbox.process import SandboxConfig
@@ -170,19 +171,19 @@ def test_honest_evaluation_after_crash_and_timeout(registry, tmp_path):
     evaluation scores exactly as one before it."""
     task = registry.get("LayerNorm")
     honest = task.solution_path(task.solutions[0]).read_text()
-    cfg = BASE.replace(scratch_root=str(tmp_path))
-    before = evaluate(task, honest, "triton", "cpu", cfg)
+    cfg, where = BASE, Placement(scratch_root=str(tmp_path))
+    before = evaluate(task, honest, "triton", "cpu", cfg, placement=where)
     assert before.status is Status.OK and before.correct is True and before.reward == 1.0
 
-    crash = evaluate(task, (FAILURE_DIR / "crash.py").read_bytes(), "triton", "cpu", cfg)
+    crash = evaluate(task, (FAILURE_DIR / "crash.py").read_bytes(), "triton", "cpu", cfg, placement=where)
     assert crash.status is Status.CRASH
     timeout = evaluate(task, (FAILURE_DIR / "timeout.py").read_bytes(), "triton", "cpu",
-                       cfg.replace(sandbox=SandboxConfig(wall_s=TIMEOUT_WALL_S)))
+                       cfg.replace(sandbox=SandboxConfig(wall_s=TIMEOUT_WALL_S)), placement=where)
     assert timeout.status is Status.TIMEOUT
     assert _processes_mentioning(str(tmp_path)) == [], "a child of a failed evaluation is still running"
     assert list(tmp_path.iterdir()) == [], "scratch directories were left behind"
 
-    after = evaluate(task, honest, "triton", "cpu", cfg)
+    after = evaluate(task, honest, "triton", "cpu", cfg, placement=where)
     assert after.status is Status.OK and after.correct is True and after.reward == 1.0
     assert after.trials_checked == before.trials_checked > 0
 

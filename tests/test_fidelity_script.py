@@ -85,7 +85,7 @@ def test_the_independent_process_is_told_the_environments_lane(monkeypatch):
     """Its do_bench runs hold the lane the environment's timings hold (so --jobs never lets a measurement share
     the GPU): the spec it reads names the resolved lane directory."""
     import subprocess
-    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.placement import Placement
     from kernelgym_gap.core.lane import resolve
     from kernelgym_gap.core.registry import default_registry
     mod = _script()
@@ -99,7 +99,7 @@ def test_the_independent_process_is_told_the_environments_lane(monkeypatch):
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(mod.subprocess, "run", fake_run)
-    assert mod.measure_independently(task, sol, [], 10, lane_dir=EvalConfig().sandbox.lane_dir) == []
+    assert mod.measure_independently(task, sol, [], 10, lane_dir=Placement().lane_dir) == []
     assert seen["lane_dir"] == resolve("auto") and seen["task"] == task.id
 
 

@@ -11,10 +11,17 @@ def cal_path(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cuda_config(cal_path, tmp_path_factory):
+def cuda_config():
     from kernelgym_gap.core.config import EvalConfig
-    return EvalConfig(calibration_path=cal_path, trial_seed=7,
-                      library_cache_path=str(tmp_path_factory.mktemp("lib") / "library_times.json"))
+    return EvalConfig(trial_seed=7)
+
+
+@pytest.fixture(scope="module")
+def cuda_where(cal_path, tmp_path_factory):
+    """Where these evaluations run: GPU 0, their calibration and library caches in temporary files."""
+    from kernelgym_gap.core.placement import Placement
+    return Placement(calibration_path=cal_path,
+                     library_cache_path=str(tmp_path_factory.mktemp("lib") / "library_times.json"))
 
 
 def test_calibration_measures_and_caches_per_device(cal_path):
@@ -39,18 +46,18 @@ def test_l2_flush_buffer_is_at_least_twice_l2():
     assert bench.flush.numel() >= 2 * l2
 
 
-def _eval(registry, file, config, mode="full"):
+def _eval(registry, file, config, mode="full", where=None):
     from kernelgym_gap.engine.pipeline import evaluate
     from kernelgym_gap.judge.reward import RewardConfig
     task = registry.get("LayerNorm")
     sol = next(s for s in task.solutions if s.file == file)
     return evaluate(task, task.solution_path(sol).read_text(), sol.dsl, "cuda",
-                    config.replace(reward=RewardConfig(mode=mode)))
+                    config.replace(reward=RewardConfig(mode=mode)), placement=where)
 
 
-def test_optimized_layernorm_is_measured_and_efficient(registry, cuda_config):
+def test_optimized_layernorm_is_measured_and_efficient(registry, cuda_config, cuda_where):
     from kernelgym_gap.judge.measure import MAX_SPREAD
-    r = _eval(registry, "triton_rowwise.py", cuda_config)
+    r = _eval(registry, "triton_rowwise.py", cuda_config, where=cuda_where)
     assert r.status.value == "ok", r.message
     t = r.terms
     for p in t["per_shape"]:       # shown with -s (scripts/gpu_check.py quotes it)
@@ -71,18 +78,18 @@ def test_optimized_layernorm_is_measured_and_efficient(registry, cuda_config):
     assert r.device.get("name")
 
 
-def test_an_honest_kernel_runs_through_tight_call_deadlines(registry, cuda_config):
+def test_an_honest_kernel_runs_through_tight_call_deadlines(registry, cuda_config, cuda_where):
     """Issue 15's call deadlines on cuda (sandbox/deadlines.py): every later correctness call bounded at 2 s,
     each timed shape at its repetitions' worth of 2 s calls (one call mark per shape, not per repetition)."""
     from kernelgym_gap.core.config import SandboxConfig
-    r = _eval(registry, "triton_rowwise.py", cuda_config.replace(sandbox=SandboxConfig(call_unknown_s=2.0)))
+    r = _eval(registry, "triton_rowwise.py", cuda_config.replace(sandbox=SandboxConfig(call_unknown_s=2.0)), where=cuda_where)
     assert r.status.value == "ok", r.message
 
 
-def test_slow_layernorm_is_seen_and_diagnosed(registry, cuda_config):
-    fast = _eval(registry, "triton_rowwise.py", cuda_config)
-    slow = _eval(registry, "triton_scalar_loop.py", cuda_config)
-    gate = _eval(registry, "triton_scalar_loop.py", cuda_config, mode="correctness")
+def test_slow_layernorm_is_seen_and_diagnosed(registry, cuda_config, cuda_where):
+    fast = _eval(registry, "triton_rowwise.py", cuda_config, where=cuda_where)
+    slow = _eval(registry, "triton_scalar_loop.py", cuda_config, where=cuda_where)
+    gate = _eval(registry, "triton_scalar_loop.py", cuda_config, mode="correctness", where=cuda_where)
     assert slow.status.value == "ok" and gate.status.value == "ok"
     assert gate.reward == 1.0                      # correctness alone cannot see it
     assert slow.reward < fast.reward
@@ -90,20 +97,20 @@ def test_slow_layernorm_is_seen_and_diagnosed(registry, cuda_config):
     assert slow.diagnosis["verdict"] == "repairable_defect"
 
 
-def _fresh_cache(cuda_config, tmp_path):
-    return cuda_config.replace(library_cache_path=str(tmp_path / "library_times.json"))
+def _fresh_cache(cuda_where, tmp_path):
+    return cuda_where.replace(library_cache_path=str(tmp_path / "library_times.json"))
 
 
-def test_library_time_cached_on_the_next_evaluation(registry, cuda_config, tmp_path):
+def test_library_time_cached_on_the_next_evaluation(registry, cuda_config, tmp_path, cuda_where):
     """The first evaluation measures the library in full and caches it; the next one checks the cached time
     with a few repetitions and, where the check agrees, reports the hint (library_source "cached")."""
     from kernelgym_gap.judge import library_cache
-    config = _fresh_cache(cuda_config, tmp_path)
-    first = _eval(registry, "triton_rowwise.py", config)
+    config, where = cuda_config, _fresh_cache(cuda_where, tmp_path)
+    first = _eval(registry, "triton_rowwise.py", config, where=where)
     assert first.status.value == "ok", first.message
     assert {p["library_source"] for p in first.terms["per_shape"]} == {"measured"}
     assert all(p["library_hint_ms"] is None and p["library_check_ms"] > 0 for p in first.terms["per_shape"])
-    second = _eval(registry, "triton_rowwise.py", config)
+    second = _eval(registry, "triton_rowwise.py", config, where=where)
     assert second.status.value == "ok", second.message
     tol = config.timing.library_tolerance
     for p in second.terms["per_shape"]:
@@ -116,22 +123,22 @@ def test_library_time_cached_on_the_next_evaluation(registry, cuda_config, tmp_p
     cached = [p for p in second.terms["per_shape"] if p["library_source"] == "cached"]
     assert len(cached) >= len(second.terms["per_shape"]) // 2      # short kernels may drift past 10%
     assert second.terms["E"] == pytest.approx(first.terms["E"], rel=0.25)
-    data = library_cache.load(library_cache.cache_path(config))
+    data = library_cache.load(library_cache.cache_path(where))
     assert len(data["devices"]) == 1 and data["times"]
 
 
-def test_library_time_cached_but_drifted_is_measured_again(registry, cuda_config, tmp_path):
+def test_library_time_cached_but_drifted_is_measured_again(registry, cuda_config, tmp_path, cuda_where):
     """A cached time 3x off (a poisoned or stale cache): the check disagrees, the library is timed in full,
     the record carries the fresh time, and the fresh time joins the cache."""
     import json
     from kernelgym_gap.judge import library_cache
-    config = _fresh_cache(cuda_config, tmp_path)
-    assert _eval(registry, "triton_rowwise.py", config).status.value == "ok"
-    path = library_cache.cache_path(config)
+    config, where = cuda_config, _fresh_cache(cuda_where, tmp_path)
+    assert _eval(registry, "triton_rowwise.py", config, where=where).status.value == "ok"
+    path = library_cache.cache_path(where)
     data = json.loads(path.read_text())
     data["times"] = {k: [v[-1] * 3] for k, v in data["times"].items()}
     path.write_text(json.dumps(data))
-    r = _eval(registry, "triton_rowwise.py", config)
+    r = _eval(registry, "triton_rowwise.py", config, where=where)
     assert r.status.value == "ok", r.message
     for p in r.terms["per_shape"]:
         assert p["library_source"] == "measured", p
@@ -139,11 +146,11 @@ def test_library_time_cached_but_drifted_is_measured_again(registry, cuda_config
     assert all(len(v) == 2 for v in json.loads(path.read_text())["times"].values())
 
 
-def test_hopeless_kernel_exits_early(registry, cuda_config, tmp_path):
+def test_hopeless_kernel_exits_early(registry, cuda_config, tmp_path, cuda_where):
     """LayerNorm with one program (~150x slower than torch at 8192x4096 fp16 on the H200): its timing stops
     after its first calls, it stays ok with E from those calls, and the feedback says why."""
-    config = _fresh_cache(cuda_config, tmp_path)
-    r = _eval(registry, "triton_single_program.py", config)
+    config, where = cuda_config, _fresh_cache(cuda_where, tmp_path)
+    r = _eval(registry, "triton_single_program.py", config, where=where)
     assert r.status.value == "ok", r.message
     for p in r.terms["per_shape"]:
         print(f"{p['shape']} {p['dtype']}: kernel {p['kernel_ms']:.3f} ms reps {p['kernel_reps']} "
@@ -155,7 +162,7 @@ def test_hopeless_kernel_exits_early(registry, cuda_config, tmp_path):
     assert r.latency["child_timing"] < 60          # all 8 shapes; without the early exit each took its budget
 
 
-def test_lanes_share_one_gpu_and_time_alone(registry, cuda_config):
+def test_lanes_share_one_gpu_and_time_alone(registry, cuda_config, cuda_where):
     """per_gpu=4 on GPU 0: four evaluations at once, each child's timing held exclusive (its wait recorded),
     the trials and the check shared; none gave up waiting."""
     from kernelgym_gap.api.batch import EvalRequest, evaluate_many
@@ -163,7 +170,7 @@ def test_lanes_share_one_gpu_and_time_alone(registry, cuda_config):
     task = registry.get("AddReLU")
     source = task.solution_path(task.solutions[0]).read_text()
     reqs = [EvalRequest("AddReLU", source + f"\n# copy {i}\n", backend="cuda") for i in range(4)]
-    recs = evaluate_many(reqs, gpus=[0], per_gpu=4, config=cuda_config)
+    recs = evaluate_many(reqs, gpus=[0], per_gpu=4, config=cuda_config, placement=cuda_where)
     for rec in recs:
         assert rec.status is Status.OK, rec.message
         for key in ("child_lane_wait_shared", "child_lane_wait_exclusive", "check_lane_wait"):
@@ -181,7 +188,7 @@ def test_lanes_share_one_gpu_and_time_alone(registry, cuda_config):
     assert sum(r.latency["child_lane_wait_exclusive"] > 0.05 for r in recs) >= 1
 
 
-def test_lanes_with_compiles_outside_the_lane(registry, cuda_config):
+def test_lanes_with_compiles_outside_the_lane(registry, cuda_config, cuda_where):
     """compile_outside_lane: four evaluations at once, each child's first calls compiled with the shared lane
     let go (its compile time and the waits to take it back recorded), none gave up waiting, all ok; the
     JITFunction._do_compile this triton has is the one the adapter wraps."""
@@ -191,7 +198,7 @@ def test_lanes_with_compiles_outside_the_lane(registry, cuda_config):
     source = task.solution_path(task.solutions[0]).read_text()
     config = cuda_config.replace(compile_outside_lane=True)
     reqs = [EvalRequest("AddReLU", source + f"\n# copy {i}\n", backend="cuda") for i in range(4)]
-    recs = evaluate_many(reqs, gpus=[0], per_gpu=4, config=config)
+    recs = evaluate_many(reqs, gpus=[0], per_gpu=4, config=config, placement=cuda_where)
     for rec in recs:
         assert rec.status is Status.OK, rec.message
         assert rec.latency.get("child_compile_unlaned", 0) > 0, rec.latency

@@ -12,28 +12,34 @@ TASKS = ("SoftmaxBackward", "RMSNormBackward", "CrossEntropyBackward", "LinearBa
 
 
 @pytest.fixture(scope="module")
-def cuda_config(tmp_path_factory):
+def cuda_config():
     from kernelgym_gap.core.config import EvalConfig
+    return EvalConfig(trial_seed=7)
+
+
+@pytest.fixture(scope="module")
+def where(tmp_path_factory):
+    """GPU 0, the device caches in temporary files (core/placement.Placement)."""
+    from kernelgym_gap.core.placement import Placement
     d = tmp_path_factory.mktemp("cfg")
-    return EvalConfig(calibration_path=str(d / "calibration.json"), trial_seed=7,
-                      library_cache_path=str(d / "library_times.json"))
+    return Placement(calibration_path=str(d / "calibration.json"), library_cache_path=str(d / "library_times.json"))
 
 
-def _eval(registry, name, file, config):
+def _eval(registry, name, file, config, where):
     from kernelgym_gap.engine.pipeline import evaluate
     task = registry.get(name)
     sol = next(s for s in task.solutions if s.file == file)
-    return evaluate(task, task.solution_path(sol).read_text(), sol.dsl, "cuda", config)
+    return evaluate(task, task.solution_path(sol).read_text(), sol.dsl, "cuda", config, placement=where)
 
 
 @pytest.mark.parametrize("name", TASKS)
-def test_optimized_and_slow_solutions_on_cuda(registry, cuda_config, name):
+def test_optimized_and_slow_solutions_on_cuda(registry, cuda_config, where, name):
     task = registry.get(name)
     fast_sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
     slow_sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "slow")
-    fast = _eval(registry, name, fast_sol.file, cuda_config)
+    fast = _eval(registry, name, fast_sol.file, cuda_config, where)
     assert fast.status.value == "ok", fast.message
-    slow = _eval(registry, name, slow_sol.file, cuda_config)
+    slow = _eval(registry, name, slow_sol.file, cuda_config, where)
     for p in fast.terms["per_shape"]:       # shown with -s
         print(f"{name} {fast_sol.file} {p['shape']} {p['dtype']}: {p['kernel_ms']:.4f} ms, torch "
               f"{p['library_ms']:.4f} ms, E {p['E']:.2f} U {p['U']:.2f}")

@@ -15,19 +15,25 @@ TASKS = ("MoeTopkRouting", "MoeTokenPermute", "MoeTokenUnpermute", "MoeAlignBloc
 
 
 @pytest.fixture(scope="module")
-def cuda_config(tmp_path_factory):
+def cuda_config():
     from kernelgym_gap.core.config import EvalConfig
+    return EvalConfig(trial_seed=7)
+
+
+@pytest.fixture(scope="module")
+def where(tmp_path_factory):
+    """GPU 0, the device caches in temporary files (core/placement.Placement)."""
+    from kernelgym_gap.core.placement import Placement
     d = tmp_path_factory.mktemp("cfg")
-    return EvalConfig(calibration_path=str(d / "calibration.json"), trial_seed=7,
-                      library_cache_path=str(d / "library_times.json"))
+    return Placement(calibration_path=str(d / "calibration.json"), library_cache_path=str(d / "library_times.json"))
 
 
 @pytest.mark.parametrize("name", TASKS)
-def test_optimized_tilelang_solution_on_cuda(registry, cuda_config, name):
+def test_optimized_tilelang_solution_on_cuda(registry, cuda_config, where, name):
     from kernelgym_gap.engine.pipeline import evaluate
     task = registry.get(name)
     sol = next(s for s in task.solutions if s.dsl == "tilelang" and s.kind == "optimized")
-    record = evaluate(task, task.solution_path(sol).read_text(), sol.dsl, "cuda", cuda_config)
+    record = evaluate(task, task.solution_path(sol).read_text(), sol.dsl, "cuda", cuda_config, placement=where)
     assert record.status.value == "ok", record.message
     assert record.terms["per_shape"], record.terms
     for p in record.terms["per_shape"]:

@@ -13,14 +13,20 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory):
+def config():
     from kernelgym_gap.core.config import EvalConfig
+    return EvalConfig(trial_seed=38, compile_baseline="off")
+
+
+@pytest.fixture(scope="module")
+def where(tmp_path_factory):
+    """GPU 0, the device caches in temporary files (core/placement.Placement)."""
+    from kernelgym_gap.core.placement import Placement
     d = tmp_path_factory.mktemp("too_slow")
-    return EvalConfig(calibration_path=str(d / "calibration.json"), trial_seed=38,
-                      library_cache_path=str(d / "library_times.json"), compile_baseline="off")
+    return Placement(calibration_path=str(d / "calibration.json"), library_cache_path=str(d / "library_times.json"))
 
 
-def test_serial_softmax_is_too_slow(registry, config):
+def test_serial_softmax_is_too_slow(registry, config, where):
     from kernelgym_gap.core.status import Status
     from kernelgym_gap.engine.pipeline import evaluate
     from kernelgym_gap.judge.reward import too_slow_reward
@@ -28,10 +34,10 @@ def test_serial_softmax_is_too_slow(registry, config):
     # the optimized solution first: a finished correct kernel's reward, and the library's times cached, so
     # that a later call's bound is max(call_floor_s, call_factor x library) and the verdict has its E bound
     sol = next(s for s in task.solutions if s.file == "triton_rowwise.py")
-    fast = evaluate(task, task.solution_path(sol).read_text(), "triton", "cuda", config)
+    fast = evaluate(task, task.solution_path(sol).read_text(), "triton", "cuda", config, placement=where)
     assert fast.status is Status.OK, fast.message
     start = time.monotonic()
-    slow = evaluate(task, (FIXTURES / "slow" / "serial_softmax.py").read_text(), "triton", "cuda", config)
+    slow = evaluate(task, (FIXTURES / "slow" / "serial_softmax.py").read_text(), "triton", "cuda", config, placement=where)
     elapsed = time.monotonic() - start
     print(f"serial softmax: {slow.status.value} in {elapsed:.1f} s, reward {slow.reward}\n{slow.message}\n"
           f"terms: { {k: v for k, v in slow.terms.items() if k != 'per_shape'} }\ndiagnosis: {slow.diagnosis}\n"

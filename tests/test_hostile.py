@@ -28,6 +28,7 @@ from kernelgym_gap.sandbox import launch
 from kernelgym_gap.sandbox import isolation as iso
 from kernelgym_gap.sandbox import process as sb
 from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.engine.pipeline import evaluate
 from kernelgym_gap.core.record import TimingConfig
 from kernelgym_gap.sandbox.process import SandboxConfig
@@ -216,10 +217,12 @@ def _attack(name, task, honest_source, honest_baseline, listener, tmp_path, monk
             p.unlink()
     monkeypatch.setenv(CANARY, "the parent's secret")
     monkeypatch.setenv("KGG_SECRET_TOKEN", CANARY + "_token")
-    cfg = config(wall_s, **{**sandbox, **overrides}).replace(scratch_root=str(scratch_root), keep_scratch=True)
+    cfg = config(wall_s, **{**sandbox, **overrides})
+    where = Placement(scratch_root=str(scratch_root), keep_scratch=True)
 
     start = time.monotonic()
-    record = evaluate(task, source_of(name, listener.getsockname()[1], marker_dir), "triton", backend, cfg)
+    record = evaluate(task, source_of(name, listener.getsockname()[1], marker_dir), "triton", backend, cfg,
+                      placement=where)
     elapsed = time.monotonic() - start
 
     if name == "memory_hog.py" and backend == "cuda" and "cgroup_memory" not in record.sandbox_layers:

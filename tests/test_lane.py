@@ -12,6 +12,7 @@ import pytest
 
 from kernelgym_gap.core.config import EvalConfig, SandboxConfig
 from kernelgym_gap.core.lane import ENV_FDS, ENV_WAIT, Lane, LaneTimeout, held, inherited, lane_paths
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.status import Status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,10 +159,10 @@ else:
 
 def _sandboxed(tmp_path, lane_dir, isolation):
     from kernelgym_gap.sandbox.child_io import backend_env
-    from kernelgym_gap.sandbox.process import child_env, run_sandboxed
+    from kernelgym_gap.sandbox.process import ChildSandbox, child_env, run_sandboxed
     scratch = Path(tmp_path / f"scratch{len(list(tmp_path.iterdir()))}")
     scratch.mkdir()
-    config = SandboxConfig(lane_dir=str(lane_dir), wall_s=60, isolation=isolation)
+    config = ChildSandbox(lane_dir=str(lane_dir), wall_s=60, isolation=isolation)
     out = run_sandboxed([sys.executable, "-c", CHILD], scratch, child_env(scratch, backend_env("cpu")), config)
     assert out.returncode == 0, out.stderr_tail
     assert isolation == "auto" or isolation in out.layers or isolation == "none"
@@ -197,12 +198,13 @@ def test_a_real_child_holds_the_lane_for_its_trials(registry, tmp_path):
     task, source = _source(registry)
     lanes, scratch = tmp_path / "lanes", tmp_path / "scratch"
     scratch.mkdir()
-    config = EvalConfig(trial_seed=0, scratch_root=str(scratch))
-    config = config.replace(sandbox=SandboxConfig(lane_dir=str(lanes)))
+    config = EvalConfig(trial_seed=0)
+    where = Placement(scratch_root=str(scratch), lane_dir=str(lanes))
     result = {}
     with Lane.open(lanes, 0) as lane:
         lane.acquire("exclusive")
-        t = threading.Thread(target=lambda: result.update(rec=evaluate(task, source, "triton", "cpu", config)))
+        t = threading.Thread(target=lambda: result.update(rec=evaluate(task, source, "triton", "cpu", config,
+                                                                       placement=where)))
         t.start()
         t0 = time.monotonic()
         while not list(scratch.glob("kgg-eval-*/import.done")):
@@ -224,31 +226,36 @@ def test_a_child_without_a_usable_lane_still_evaluates(registry, monkeypatch, tm
     task, source = _source(registry)
     monkeypatch.setattr("kernelgym_gap.sandbox.process.child_fds",
                         lambda *a: ((), {ENV_FDS: "998,999", ENV_WAIT: "5"}))
-    config = EvalConfig(trial_seed=0).replace(sandbox=SandboxConfig(lane_dir=str(tmp_path)))
-    rec = evaluate(task, source, "triton", "cpu", config)
+    rec = evaluate(task, source, "triton", "cpu", EvalConfig(trial_seed=0), placement=Placement(lane_dir=str(tmp_path)))
     assert rec.status is Status.OK, rec.message
     assert not any(k.startswith("child_lane") for k in rec.latency)
 
 
-def test_the_lane_dir_is_not_part_of_the_cache_key(tmp_path):
+def test_the_lane_dir_is_placement_not_part_of_the_config(tmp_path):
+    from kernelgym_gap.core.placement import PlacementFieldError
     from kernelgym_gap.store.cache_key import settings_hash
     base = EvalConfig(trial_seed=0)
-    laned = base.replace(sandbox=SandboxConfig(lane_dir=str(tmp_path)))
-    assert settings_hash(base) == settings_hash(laned)
+    with pytest.raises(PlacementFieldError, match="lane_dir"):
+        SandboxConfig(lane_dir=str(tmp_path))           # a config written before the split: told where it went
+    assert not hasattr(base.sandbox, "lane_dir")
     assert settings_hash(base) != settings_hash(base.replace(sandbox=SandboxConfig(wall_s=1)))
 
 
 def test_auto_is_one_lane_directory_per_user_and_host():
     from kernelgym_gap.core.config import SandboxConfig
     from kernelgym_gap.core.lane import resolve
-    assert SandboxConfig().lane_dir == "auto"
+    assert Placement().lane_dir == "auto"
     path = resolve("auto")
     assert path == resolve("auto") and str(os.getuid()) in os.path.basename(path)
     assert resolve(None) is None and resolve("/x/y") == "/x/y"
 
 
-def test_where_outputs_wait_is_not_part_of_the_cache_key_and_what_is_timed_is():
+def test_where_outputs_wait_is_placement_and_what_is_timed_is_hashed():
+    from kernelgym_gap.core.placement import CPU_HELD_OUTPUT_BYTES
     from kernelgym_gap.store.cache_key import settings_hash
     base = EvalConfig(trial_seed=0)
-    assert settings_hash(base) == settings_hash(base.replace(held_output_bytes=0))
+    assert Placement(held_output_bytes=0).held_output_bytes_for("cuda") == 0
+    assert Placement().held_output_bytes_for("cpu") == CPU_HELD_OUTPUT_BYTES < Placement().held_output_bytes_for("cuda")
+    with pytest.raises(ValueError):
+        Placement(held_output_bytes=-1)
     assert settings_hash(base) != settings_hash(base.replace(timed_shapes=2))

@@ -12,6 +12,7 @@ import pytest
 from kernelgym_gap.child.timing import Measurement, time_shape
 from kernelgym_gap.core.backend import backend
 from kernelgym_gap.core.config import EvalConfig, TimingConfig
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.errors import ProtocolError, UnknownChoiceError
 from kernelgym_gap.core.record import CheckResult, ChildReport, Job, ShapeTiming, Trial
 from kernelgym_gap.core.status import Status
@@ -33,11 +34,17 @@ SHAPE = (8192, 4096)
 
 
 @pytest.fixture
-def config(tmp_path):
+def config():
+    return EvalConfig(compile_baseline="cached")
+
+
+@pytest.fixture
+def where(tmp_path):
+    """Where these evaluations run: their device caches under tmp_path, the calibration saved there."""
     save_cached(CAL, tmp_path / "calibration.json")
-    return EvalConfig(calibration_path=str(tmp_path / "calibration.json"), compile_baseline="cached",
-                      baselines_path=str(tmp_path / "baselines.json"),
-                      library_cache_path=str(tmp_path / "library_times.json"))
+    return Placement(calibration_path=str(tmp_path / "calibration.json"),
+                     baselines_path=str(tmp_path / "baselines.json"),
+                     library_cache_path=str(tmp_path / "library_times.json"))
 
 
 @pytest.fixture
@@ -77,65 +84,65 @@ def test_keys_separate_device_task_version_shape_dtype_and_distribution(task):
     assert base not in others and len(others) == 6
 
 
-def test_no_hint_before_the_device_is_known_or_when_measuring(task, config):
-    assert lc.hints(task, (trial(),), config) == ()
-    lc.store(task, report(timing(1.0, 0.5)), config)
-    assert lc.hints(task, (trial(),), config) == ((SHAPE, "float16", 0.5),)
-    assert lc.hints(task, (trial(),), config.replace(library_time="measure")) == ()
-    assert lc.hints(task, (trial(),), config.replace(gpu_index=1)) == ()       # another GPU: not known
-    assert lc.hints(task, (trial((4096, 1024)),), config) == ()               # a shape never measured
+def test_no_hint_before_the_device_is_known_or_when_measuring(task, config, where):
+    assert lc.hints(task, (trial(),), config, where) == ()
+    lc.store(task, report(timing(1.0, 0.5)), where)
+    assert lc.hints(task, (trial(),), config, where) == ((SHAPE, "float16", 0.5),)
+    assert lc.hints(task, (trial(),), config.replace(library_time="measure"), where) == ()
+    assert lc.hints(task, (trial(),), config, where.replace(gpu_index=1)) == ()       # another GPU: not known
+    assert lc.hints(task, (trial((4096, 1024)),), config, where) == ()               # a shape never measured
 
 
-def test_the_hint_is_the_median_of_the_last_8_measurements(task, config):
+def test_the_hint_is_the_median_of_the_last_8_measurements(task, config, where):
     for ms in [9.0, 9.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 100.0]:
-        lc.store(task, report(timing(10.0, ms)), config)
-    data = json.loads(open(config.library_cache_path).read())
+        lc.store(task, report(timing(10.0, ms)), where)
+    data = json.loads(open(where.library_cache_path).read())
     (values,) = data["times"].values()
     assert values == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 100.0]
-    assert lc.hints(task, (trial(),), config) == ((SHAPE, "float16", 4.5),)
+    assert lc.hints(task, (trial(),), config, where) == ((SHAPE, "float16", 4.5),)
 
 
-def test_only_fully_measured_library_times_are_added(task, config):
-    lc.store(task, report(timing(1.0, 0.5)), config)
+def test_only_fully_measured_library_times_are_added(task, config, where):
+    lc.store(task, report(timing(1.0, 0.5)), where)
     lc.store(task, report(timing(1.0, 0.9, library_source="cached", library_hint_ms=0.5, library_check_ms=0.51)),
-             config)
-    assert lc.hints(task, (trial(),), config)[0][2] == 0.5
+             where)
+    assert lc.hints(task, (trial(),), config, where)[0][2] == 0.5
 
 
 def _writer(path, task_id, n, k):
     from kernelgym_gap.core.registry import default_registry
     t = default_registry().get(task_id)
-    cfg = EvalConfig(library_cache_path=path)
+    cfg = Placement(library_cache_path=path)
     for i in range(n):
         shared = timing(1.0, 1.0 + k)
         own = dataclasses.replace(shared, shape=(k + 1, i + 1))
         lc.store(t, report(shared, own), cfg)
 
 
-def test_concurrent_writers_lose_nothing(task, config):
+def test_concurrent_writers_lose_nothing(task, config, where):
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_writer, args=(config.library_cache_path, task.id, 10, k)) for k in range(4)]
+    procs = [ctx.Process(target=_writer, args=(where.library_cache_path, task.id, 10, k)) for k in range(4)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    times = json.loads(open(config.library_cache_path).read())["times"]
+    times = json.loads(open(where.library_cache_path).read())["times"]
     assert len(times) == 1 + 4 * 10           # every writer's own keys survived the others' rewrites
     assert len(times[lc.time_key(KEY, task, SHAPE, "float16")]) == lc.KEEP
 
 
-def test_a_corrupt_cache_is_ignored_with_a_log_and_rewritten(task, config, caplog):
-    with open(config.library_cache_path, "w") as f:
+def test_a_corrupt_cache_is_ignored_with_a_log_and_rewritten(task, config, caplog, where):
+    with open(where.library_cache_path, "w") as f:
         f.write('{"times": {"half')
     with caplog.at_level(logging.WARNING, logger="kernelgym_gap.judge.library_cache"):
-        assert lc.hints(task, (trial(),), config) == ()
+        assert lc.hints(task, (trial(),), config, where) == ()
     assert "unreadable" in caplog.text
-    lc.store(task, report(timing(1.0, 0.5)), config)
-    assert lc.hints(task, (trial(),), config) == ((SHAPE, "float16", 0.5),)
-    with open(config.library_cache_path, "w") as f:
+    lc.store(task, report(timing(1.0, 0.5)), where)
+    assert lc.hints(task, (trial(),), config, where) == ((SHAPE, "float16", 0.5),)
+    with open(where.library_cache_path, "w") as f:
         json.dump({"times": ["not", "a", "map"]}, f)
-    assert lc.hints(task, (trial(),), config) == ()
+    assert lc.hints(task, (trial(),), config, where) == ()
 
 
 # ---- the child's decision and the parent's re-derivation -----------------------------------------------
@@ -230,9 +237,9 @@ def test_the_parent_uses_its_own_hint_not_the_childs_number():
 
 # ---- the score stage ------------------------------------------------------------------------------------
 
-def scored(task, config, *timings, hint_ms=None):
+def scored(task, config, where, *timings, hint_ms=None):
     from timing_readings import with_readings       # the raw readings the parent summarises (issue 31)
-    ev = Evaluation(task, b"", "triton", backend("cuda"), config)
+    ev = Evaluation(task, b"", "triton", backend("cuda"), config, placement=where)
     ev.job = job(hint_ms, config.timing)
     ev.child = ChildResult(outcome=ChildOutcome(returncode=0, signal=None, timed_out=False, wall_s=1.0,
                                                 stdout_tail="", stderr_tail="", output_bytes=0, layers=()),
@@ -241,28 +248,28 @@ def scored(task, config, *timings, hint_ms=None):
     return stages.Score().run(ev)
 
 
-def test_score_writes_the_cache_only_for_ok_evaluations(task, config):
+def test_score_writes_the_cache_only_for_ok_evaluations(task, config, where):
     fl, _ = floor_ms(task, SHAPE, "float16", CAL)
-    verdict = scored(task, config, timing(0.5 * fl, 2 * fl))            # under the floor: not ok
+    verdict = scored(task, config, where, timing(0.5 * fl, 2 * fl))            # under the floor: not ok
     assert verdict.status is Status.FASTER_THAN_FLOOR
     lying = timing(2 * fl, 2 * fl, library_source="cached", library_check_ms=9 * fl, library_hint_ms=2 * fl)
-    verdict = scored(task, config, lying, hint_ms=2 * fl)
+    verdict = scored(task, config, where, lying, hint_ms=2 * fl)
     assert verdict.status is Status.PROTOCOL_ERROR and verdict.stage == "score"
-    assert lc.load(lc.cache_path(config)) == {"times": {}, "devices": {}}
-    verdict = scored(task, config, timing(2 * fl, 3 * fl))
+    assert lc.load(lc.cache_path(where)) == {"times": {}, "devices": {}}
+    verdict = scored(task, config, where, timing(2 * fl, 3 * fl))
     assert verdict.status is Status.OK and verdict.terms["per_shape"][0]["library_source"] == "measured"
-    assert lc.hints(task, (trial(),), config) == ((SHAPE, "float16", 3 * fl),)
+    assert lc.hints(task, (trial(),), config, where) == ((SHAPE, "float16", 3 * fl),)
 
 
-def test_score_reports_the_cached_library_time_and_the_early_exit(task, config):
+def test_score_reports_the_cached_library_time_and_the_early_exit(task, config, where):
     fl, _ = floor_ms(task, SHAPE, "float16", CAL)
     cached = timing(2 * fl, 123.0, library_source="cached", library_check_ms=3.1 * fl, library_hint_ms=3 * fl)
-    verdict = scored(task, config, cached, hint_ms=3 * fl)
+    verdict = scored(task, config, where, cached, hint_ms=3 * fl)
     assert verdict.status is Status.OK
     (p,) = verdict.terms["per_shape"]
     assert p["library_ms"] == 3 * fl and p["E"] == pytest.approx(1.5) and p["library_source"] == "cached"
     hopeless = timing(200 * fl, 3 * fl, library_check_ms=3 * fl, early_exit=True)
-    verdict = scored(task, config, hopeless)
+    verdict = scored(task, config, where, hopeless)
     assert verdict.status is Status.OK and verdict.terms["per_shape"][0]["early_exit"]
     assert "timing stopped early" in verdict.message and ">50x slower than the library" in verdict.message
 

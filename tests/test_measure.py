@@ -9,6 +9,7 @@ import pytest
 
 from kernelgym_gap.judge.calibrate import Calibration, device_key, load_cached, save_cached
 from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.judge.diagnosis import DiagnosisConfig, causes, diagnose
 from kernelgym_gap.judge.measure import floor_ms, performance_terms
 from kernelgym_gap.core.record import ChildReport, ShapeTiming
@@ -23,12 +24,17 @@ CAL = Calibration(device_key=device_key(DEVICE, VERSIONS), device_name="Test GPU
 
 
 @pytest.fixture
-def config(tmp_path):
+def config():
+    # "cached": the torch.compile baseline is read from an (empty) cache, never measured here (no GPU)
+    return EvalConfig(compile_baseline="cached")
+
+
+@pytest.fixture
+def where(tmp_path):
+    """The placement of these evaluations: their device caches under tmp_path, the calibration saved there."""
     path = tmp_path / "calibration.json"
     save_cached(CAL, path)
-    # "cached": the torch.compile baseline is read from an (empty) cache, never measured here (no GPU)
-    return EvalConfig(calibration_path=str(path), compile_baseline="cached",
-                      baselines_path=str(tmp_path / "baselines.json"))
+    return Placement(calibration_path=str(path), baselines_path=str(tmp_path / "baselines.json"))
 
 
 def timing(shape, dtype, kernel_ms, library_ms, programs=8192, launches=1, **kw):
@@ -57,11 +63,11 @@ def test_float32_floor_may_use_tf32():
     assert CAL.peak_for("float32") == 400e12 and CAL.peak_for("float16") == 800e12
 
 
-def test_terms_per_shape_and_aggregate(registry, config):
+def test_terms_per_shape_and_aggregate(registry, config, where):
     task = registry.get("LayerNorm")
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
     status, msg, terms, diag = performance_terms(task, report(timing((8192, 4096), "float16", 2 * fl, 2.5 * fl)),
-                                                 config)
+                                                 config, placement=where)
     assert status is Status.OK
     (p,) = terms["per_shape"]
     assert p["E"] == pytest.approx(1.25) and p["U"] == pytest.approx(0.5) and p["floor_ms"] == pytest.approx(fl)
@@ -72,78 +78,78 @@ def test_terms_per_shape_and_aggregate(registry, config):
     assert diag["verdict"] == "efficient"
 
 
-def _cache_compile_time(config, task, shape, dtype, ms):
+def _cache_compile_time(where, task, shape, dtype, ms):
     from kernelgym_gap.judge.baselines import case_key
     key = case_key(CAL.device_key, task.id, shape, dtype, task.timed_distribution)
-    with open(config.baselines_path, "w") as f:
+    with open(where.baselines_path, "w") as f:
         json.dump({key: {"compile_ms": ms, "eager_ms": 1.0, "compile_spread": 0.01, "compile_s": 3.0}}, f)
 
 
-def test_e_compile_is_reported_beside_e_and_the_reward_stays_eager(registry, config):
+def test_e_compile_is_reported_beside_e_and_the_reward_stays_eager(registry, config, where):
     task = registry.get("LayerNorm")
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
-    _cache_compile_time(config, task, (8192, 4096), "float16", 1.5 * fl)
+    _cache_compile_time(where, task, (8192, 4096), "float16", 1.5 * fl)
     rep = report(timing((8192, 4096), "float16", 2 * fl, 2.5 * fl))
-    status, _, terms, diag = performance_terms(task, rep, config)
+    status, _, terms, diag = performance_terms(task, rep, config, placement=where)
     assert status is Status.OK
     assert terms["E"] == pytest.approx(1.25) and terms["E_compile"] == pytest.approx(0.75)
     (p,) = terms["per_shape"]
     assert p["compile_ms"] == pytest.approx(1.5 * fl) and p["E_compile"] == pytest.approx(0.75)
     eager_perf = terms["performance"]
-    _, _, against_compile, _ = performance_terms(task, rep, config.replace(reward=RewardConfig(baseline="compile")))
+    _, _, against_compile, _ = performance_terms(task, rep, config.replace(reward=RewardConfig(baseline="compile")), placement=where)
     assert against_compile["performance"] < eager_perf          # the compiled library is the harder bar
     assert against_compile["E"] == pytest.approx(1.25)         # E itself always means eager
 
 
-def test_e_compile_is_absent_when_not_cached_or_off(registry, config):
+def test_e_compile_is_absent_when_not_cached_or_off(registry, config, where):
     task = registry.get("LayerNorm")
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
     rep = report(timing((8192, 4096), "float16", 2 * fl, 2.5 * fl))
-    _, _, terms, _ = performance_terms(task, rep, config)
+    _, _, terms, _ = performance_terms(task, rep, config, placement=where)
     assert terms["E_compile"] is None and terms["per_shape"][0]["E_compile"] is None
-    _cache_compile_time(config, task, (8192, 4096), "float16", 1.5 * fl)
-    _, _, terms, _ = performance_terms(task, rep, config.replace(compile_baseline="off"))
+    _cache_compile_time(where, task, (8192, 4096), "float16", 1.5 * fl)
+    _, _, terms, _ = performance_terms(task, rep, config.replace(compile_baseline="off"), placement=where)
     assert terms["E_compile"] is None
     with pytest.raises(ValueError, match="compile"):
         EvalConfig(compile_baseline="off", reward=RewardConfig(baseline="compile"))
 
 
-def test_no_single_shape_dominates(registry, config):
+def test_no_single_shape_dominates(registry, config, where):
     """Geometric mean over shapes: one shape 10x faster and one 10x slower cancel."""
     task = registry.get("LayerNorm")
     shapes = [(8192, 4096), (4096, 1024)]
     fls = [floor_ms(task, s, "float16", CAL)[0] for s in shapes]
     ts = [timing(shapes[0], "float16", fls[0] * 2, fls[0] * 20), timing(shapes[1], "float16", fls[1] * 2, fls[1] * 0.2)]
-    _, _, terms, _ = performance_terms(task, report(*ts), config)
+    _, _, terms, _ = performance_terms(task, report(*ts), config, placement=where)
     assert terms["E"] == pytest.approx(1.0)
 
 
-def test_under_the_floor_is_a_failure_not_a_reward(registry, config):
+def test_under_the_floor_is_a_failure_not_a_reward(registry, config, where):
     task = registry.get("LayerNorm")
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
-    status, msg, terms, diag = performance_terms(task, report(timing((8192, 4096), "float16", 0.5 * fl, fl)), config)
+    status, msg, terms, diag = performance_terms(task, report(timing((8192, 4096), "float16", 0.5 * fl, fl)), config, placement=where)
     assert status is Status.FASTER_THAN_FLOOR and diag is None
     assert "floor" in msg and str(config.floor_tolerance) in msg
 
 
-def test_side_stream_work_is_an_integrity_violation(registry, config):
+def test_side_stream_work_is_an_integrity_violation(registry, config, where):
     task = registry.get("LayerNorm")
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
     t = dataclasses.replace(timing((8192, 4096), "float16", 2 * fl, 2 * fl), side_stream=True,
                             stream_ms=0.01, device_ms=2 * fl)
-    status, msg, _, _ = performance_terms(task, report(t), config)
+    status, msg, _, _ = performance_terms(task, report(t), config, placement=where)
     assert status is Status.INTEGRITY_VIOLATION and "side-stream" in msg
 
 
-def test_unstable_timing_is_flagged(registry, config):
+def test_unstable_timing_is_flagged(registry, config, where):
     task = registry.get("LayerNorm")
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
     t = dataclasses.replace(timing((8192, 4096), "float16", 2 * fl, 2 * fl), kernel_spread=0.6)
-    status, msg, terms, _ = performance_terms(task, report(t), config)
+    status, msg, terms, _ = performance_terms(task, report(t), config, placement=where)
     assert status is Status.OK and terms["flags"] and "unstable" in terms["flags"][0]
 
 
-def test_reward_orders_the_three_layernorms_like_the_h200_measurement(registry, config):
+def test_reward_orders_the_three_layernorms_like_the_h200_measurement(registry, config, where):
     """The H200 figures of docs/measurement.md (0.0516 / 4.60 / 9.50 ms against torch 0.0643 ms) through
     the parent's arithmetic: the order holds and the serial one's performance part is under 1% of the
     optimized one's."""
@@ -151,7 +157,7 @@ def test_reward_orders_the_three_layernorms_like_the_h200_measurement(registry, 
     out = {}
     for name, ms, programs in [("rowwise", 0.0516, 8192), ("scalar", 4.60, 8192), ("single", 9.50, 1)]:
         _, _, terms, diag = performance_terms(task, report(timing((8192, 4096), "float16", ms, 0.0643,
-                                                                  programs=programs)), config)
+                                                                  programs=programs)), config, placement=where)
         out[name] = (reward_for(True, terms["performance"], RewardConfig()), terms["performance"], diag)
     assert out["rowwise"][0] > out["scalar"][0] > out["single"][0] >= 0.2
     assert out["single"][1] < 0.01 * out["rowwise"][1]
@@ -205,7 +211,7 @@ def test_timing_code_never_prints():
     assert "print" not in calls
 
 
-def test_bytes_handed_to_the_kernels_are_evidence(registry, config):
+def test_bytes_handed_to_the_kernels_are_evidence(registry, config, where):
     """A kernel handed twice the op's minimum bytes (an fp32 copy of fp16 inputs, an intermediate buffer)
     has it named among the causes."""
     task = registry.get("LayerNorm")
@@ -213,11 +219,11 @@ def test_bytes_handed_to_the_kernels_are_evidence(registry, config):
     fl, _ = floor_ms(task, shape, "float16", CAL)
     need = task.min_bytes(shape, "float16")
     _, _, terms, diag = performance_terms(task, report(timing(shape, "float16", 40 * fl, 2 * fl,
-                                                              handed_bytes=2 * need)), config)
+                                                              handed_bytes=2 * need)), config, placement=where)
     assert terms["per_shape"][0]["handed_bytes"] == 2 * need and terms["per_shape"][0]["min_bytes"] == need
     assert any("MB per call against a minimum" in c for c in diag["evidence"])
     _, _, _, diag = performance_terms(task, report(timing(shape, "float16", 40 * fl, 2 * fl, handed_bytes=need)),
-                                      config)
+                                      config, placement=where)
     assert not any("MB per call" in c for c in diag["evidence"])
 
 
@@ -230,7 +236,7 @@ def test_tensor_bytes_counts_distinct_tensors_once():
     assert _tensor_bytes((), {}, y) == 40
 
 
-def _scored(task, config, *timings):
+def _scored(task, config, where, *timings):
     """The score stage on a cuda child's report (as tests/test_library_cache.py's)."""
     from kernelgym_gap.core.backend import backend
     from kernelgym_gap.core.record import CheckResult, Job, Trial
@@ -240,7 +246,7 @@ def _scored(task, config, *timings):
     from kernelgym_gap.sandbox.process import ChildOutcome
     trials = tuple(Trial(index=10_000 + i, shape=t.shape, dtype=t.dtype, seed=1, distribution="normal",
                          split="public") for i, t in enumerate(timings))
-    ev = Evaluation(task, b"", "triton", backend("cuda"), config)
+    ev = Evaluation(task, b"", "triton", backend("cuda"), config, placement=where)
     ev.job = Job(task_id=task.id, dsl="triton", backend="cuda", source_file="s.py", outputs_dir="o",
                  report_file="r.json", trials=(), timing=config.timing, timing_trials=trials)
     ev.child = ChildResult(outcome=ChildOutcome(returncode=0, signal=None, timed_out=False, wall_s=1.0,
@@ -250,25 +256,25 @@ def _scored(task, config, *timings):
     return stages.Score().run(ev)
 
 
-def test_the_score_stage_scores_the_parents_summary_of_the_readings(registry, config, tmp_path):
+def test_the_score_stage_scores_the_parents_summary_of_the_readings(registry, config, tmp_path, where):
     """E and U come from the medians of the raw readings; a child summary they do not give is an integrity
     violation, and a timing without readings a protocol error (issue 31: a submission that rewrote the
     child's summariser to report a third of its kernel's time passed as ok on an H100, E 1.61 for 1.51)."""
     from timing_readings import with_readings
-    config = config.replace(library_cache_path=str(tmp_path / "library_times.json"))
+    where = where.replace(library_cache_path=str(tmp_path / "library_times.json"))
     task = registry.get("LayerNorm")
     shape = (8192, 4096)
     fl, _ = floor_ms(task, shape, "float16", CAL)
     honest = with_readings(timing(shape, "float16", 2 * fl, 3 * fl), config.timing)
-    verdict = _scored(task, config, honest)
+    verdict = _scored(task, config, where, honest)
     assert verdict.status is Status.OK, verdict.message
     assert verdict.terms["per_shape"][0]["E"] == pytest.approx(1.5)
     assert verdict.terms["per_shape"][0]["kernel_reps"] == len(honest.readings.kernel.stream_ms)
     forged = dataclasses.replace(honest, kernel_ms=honest.kernel_ms / 3)
-    verdict = _scored(task, config, forged)
+    verdict = _scored(task, config, where, forged)
     assert verdict.status is Status.INTEGRITY_VIOLATION and verdict.stage == "score"
     assert "is not its readings'" in verdict.message and "kernel_ms" in verdict.message
-    verdict = _scored(task, config, dataclasses.replace(honest, readings=None))
+    verdict = _scored(task, config, where, dataclasses.replace(honest, readings=None))
     assert verdict.status is Status.PROTOCOL_ERROR and "no raw timing readings" in verdict.message
 
 
@@ -361,48 +367,48 @@ def test_grouped_gemm_counts_only_the_weights_of_experts_with_tokens(registry):
         assert int(offsets[-1]) == 150 and int((sizes == 0).sum()) == 1
 
 
-def _cache_baselines(config, task, shape, dtype, compile_ms=None, alternatives=None):
+def _cache_baselines(where, task, shape, dtype, compile_ms=None, alternatives=None):
     from kernelgym_gap.judge.baselines import case_key
     key = case_key(CAL.device_key, task.id, shape, dtype, task.timed_distribution)
-    with open(config.baselines_path, "w") as f:
+    with open(where.baselines_path, "w") as f:
         json.dump({key: {"compile_ms": compile_ms, "eager_ms": 1.0, "compile_spread": 0.01, "compile_s": 3.0,
                          "alternatives_ms": alternatives or {}}}, f)
 
 
-def test_the_reward_takes_e_against_the_library_the_task_declares(registry, config):
+def test_the_reward_takes_e_against_the_library_the_task_declares(registry, config, where):
     """Issue 34: where eager is an unfused chain, the task declares what a user would pick instead, and the
     reward's E is taken against it (by default: RewardConfig.baseline "task"); E itself still means eager."""
     task = dataclasses.replace(registry.get("LayerNorm"), e_baseline="torch.compile")
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
-    _cache_baselines(config, task, (8192, 4096), "float16", compile_ms=1.5 * fl)
+    _cache_baselines(where, task, (8192, 4096), "float16", compile_ms=1.5 * fl)
     rep = report(timing((8192, 4096), "float16", 2 * fl, 6 * fl))        # eager 3x slower than the kernel
-    _, msg, terms, _ = performance_terms(task, rep, config)
+    _, msg, terms, _ = performance_terms(task, rep, config, placement=where)
     assert terms["reward_baseline"] == "torch.compile" and terms["E_reward"] == pytest.approx(0.75)
     assert terms["E"] == pytest.approx(3.0)
-    eager = performance_terms(task, rep, config.replace(reward=RewardConfig(baseline="eager")))[2]
+    eager = performance_terms(task, rep, config.replace(reward=RewardConfig(baseline="eager")), placement=where)[2]
     assert eager["reward_baseline"] == "torch" and eager["performance"] > terms["performance"]
 
 
-def test_a_named_alternative_is_the_reward_baseline_when_declared(registry, config):
+def test_a_named_alternative_is_the_reward_baseline_when_declared(registry, config, where):
     task = dataclasses.replace(registry.get("LayerNorm"), e_baseline="fused_lib",
                                alternatives={"fused_lib": lambda x, w, b: x})
     assert not any("e_baseline" in p or "alternative" in p for p in task.validate())
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
-    _cache_baselines(config, task, (8192, 4096), "float16", compile_ms=1.5 * fl, alternatives={"fused_lib": 2.2 * fl})
-    _, _, terms, _ = performance_terms(task, report(timing((8192, 4096), "float16", 2 * fl, 6 * fl)), config)
+    _cache_baselines(where, task, (8192, 4096), "float16", compile_ms=1.5 * fl, alternatives={"fused_lib": 2.2 * fl})
+    _, _, terms, _ = performance_terms(task, report(timing((8192, 4096), "float16", 2 * fl, 6 * fl)), config, placement=where)
     (p,) = terms["per_shape"]
     assert p["E_alt"] == {"fused_lib": pytest.approx(1.1)}
     assert terms["reward_baseline"] == "fused_lib" and terms["E_reward"] == pytest.approx(1.1)
 
 
-def test_a_declared_baseline_not_measured_falls_back_to_eager_and_says_so(registry, config):
+def test_a_declared_baseline_not_measured_falls_back_to_eager_and_says_so(registry, config, where):
     """On a cpu run, or where the cache lacks it, the reward uses eager and the record's flags say why; a
     cache entry made before the task declared an alternative does not count as having it."""
     task = dataclasses.replace(registry.get("LayerNorm"), e_baseline="fused_lib",
                                alternatives={"fused_lib": lambda x, w, b: x})
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
-    _cache_baselines(config, task, (8192, 4096), "float16", compile_ms=1.5 * fl)     # no alternative in it
-    _, msg, terms, _ = performance_terms(task, report(timing((8192, 4096), "float16", 2 * fl, 6 * fl)), config)
+    _cache_baselines(where, task, (8192, 4096), "float16", compile_ms=1.5 * fl)     # no alternative in it
+    _, msg, terms, _ = performance_terms(task, report(timing((8192, 4096), "float16", 2 * fl, 6 * fl)), config, placement=where)
     assert terms["reward_baseline"] == "torch" and terms["E_reward"] == pytest.approx(3.0)
     assert any("'fused_lib'" in f and "eager used" in f for f in terms["flags"]) and "fused_lib" in msg
 

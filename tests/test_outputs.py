@@ -36,6 +36,7 @@ def test_through_the_engine_a_full_budget_writes_at_once_and_times_it():
     """The real child on the cpu backend: with room for no output, every output is written as it comes, the
     check still reads them all, and the latency says how long those writes took."""
     from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.placement import Placement
     from kernelgym_gap.core.registry import default_registry
     from kernelgym_gap.core.status import Status
     from kernelgym_gap.engine.pipeline import evaluate
@@ -43,7 +44,8 @@ def test_through_the_engine_a_full_budget_writes_at_once_and_times_it():
     sol = next(s for s in task.solutions if s.kind == "optimized" and s.dsl == "triton")
     source = task.solution_path(sol).read_text()
     held = evaluate(task, source, "triton", "cpu", EvalConfig(trial_seed=1))
-    at_once = evaluate(task, source, "triton", "cpu", EvalConfig(trial_seed=1, held_output_bytes=0))
+    at_once = evaluate(task, source, "triton", "cpu", EvalConfig(trial_seed=1),
+                       placement=Placement(held_output_bytes=0))
     assert held.status is Status.OK and at_once.status is Status.OK, (held.message, at_once.message)
     assert held.trials_checked == at_once.trials_checked > 0
     assert "child_outputs_write_in_lane" in at_once.latency and "child_outputs_write_in_lane" not in held.latency

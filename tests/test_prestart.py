@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.engine.pipeline import evaluate
 from kernelgym_gap.sandbox.launch import child_spec
 from kernelgym_gap.sandbox.prestart import ChildPool
@@ -47,14 +48,14 @@ def _ended(child) -> bool:
 
 
 def test_a_prestarted_child_gives_the_cold_record_and_serves_once(task, source, tmp_path):
-    cfg = EvalConfig(trial_seed=0, scratch_root=str(tmp_path))
-    spec = child_spec(task, "triton", "cpu", cfg)
-    cold = evaluate(task, source, "triton", "cpu", cfg)
+    cfg, where = EvalConfig(trial_seed=0), Placement(scratch_root=str(tmp_path))
+    spec = child_spec(task, "triton", "cpu", cfg, where)
+    cold = evaluate(task, source, "triton", "cpu", cfg, placement=where)
     with ChildPool() as pool:
         pool.refill(spec)
         first = pool.waiting(spec)
         assert first is not None and first.child.alive() and first.probe is not None
-        warm = evaluate(task, source, "triton", "cpu", cfg, children=pool)
+        warm = evaluate(task, source, "triton", "cpu", cfg, children=pool, placement=where)
         assert pool.served == 1
         assert _ended(first.child) and _ended(first.probe)          # single-use: gone after its submission
         assert not first.scratch.exists()
@@ -70,40 +71,40 @@ def test_a_prestarted_child_gives_the_cold_record_and_serves_once(task, source, 
 def test_a_crash_in_a_prestarted_child_leaves_the_next_one_clean(registry, tmp_path):
     task = registry.get("LayerNorm")
     honest = task.solution_path(next(s for s in task.solutions if s.file == "triton_rowwise.py")).read_text()
-    cfg = EvalConfig(trial_seed=0, scratch_root=str(tmp_path))
-    baseline = evaluate(task, honest, "triton", "cpu", cfg)
+    cfg, where = EvalConfig(trial_seed=0), Placement(scratch_root=str(tmp_path))
+    baseline = evaluate(task, honest, "triton", "cpu", cfg, placement=where)
     with ChildPool() as pool:
-        pool.refill(child_spec(task, "triton", "cpu", cfg))
-        crash = evaluate(task, (FIXTURES / "failures" / "crash.py").read_text(), "triton", "cpu", cfg, children=pool)
-        again = evaluate(task, honest, "triton", "cpu", cfg, children=pool)
+        pool.refill(child_spec(task, "triton", "cpu", cfg, where))
+        crash = evaluate(task, (FIXTURES / "failures" / "crash.py").read_text(), "triton", "cpu", cfg, children=pool, placement=where)
+        again = evaluate(task, honest, "triton", "cpu", cfg, children=pool, placement=where)
         assert pool.served == 2
     assert crash.status is Status.CRASH and crash.reward == 0.0
     assert _strip(again) == _strip(baseline) and again.status is Status.OK
 
 
 def test_a_child_that_died_while_it_waited_is_replaced_by_a_cold_one(task, source, tmp_path):
-    cfg = EvalConfig(trial_seed=0, scratch_root=str(tmp_path))
-    spec = child_spec(task, "triton", "cpu", cfg)
+    cfg, where = EvalConfig(trial_seed=0), Placement(scratch_root=str(tmp_path))
+    spec = child_spec(task, "triton", "cpu", cfg, where)
     with ChildPool() as pool:
         pool.refill(spec)
         waiting = pool.waiting(spec)
         os.killpg(waiting.child.proc.pid, signal.SIGKILL)
         waiting.child.proc.wait(timeout=30)
-        record = evaluate(task, source, "triton", "cpu", cfg, children=pool)
+        record = evaluate(task, source, "triton", "cpu", cfg, children=pool, placement=where)
         assert pool.served == 0
         assert not waiting.scratch.exists()
     assert record.status is Status.OK and "child_preimport" not in record.latency
 
 
 def test_a_child_started_for_other_settings_is_not_used(task, source, tmp_path):
-    cfg = EvalConfig(trial_seed=0, scratch_root=str(tmp_path))
+    cfg, where = EvalConfig(trial_seed=0), Placement(scratch_root=str(tmp_path))
     other = cfg.replace(sandbox=SandboxConfig(pids_max=256))
     with ChildPool() as pool:
-        pool.refill(child_spec(task, "triton", "cpu", cfg))
-        record = evaluate(task, source, "triton", "cpu", other, children=pool)
+        pool.refill(child_spec(task, "triton", "cpu", cfg, where))
+        record = evaluate(task, source, "triton", "cpu", other, children=pool, placement=where)
         assert pool.served == 0 and record.status is Status.OK
-        assert pool.waiting(child_spec(task, "triton", "cpu", cfg)).child.alive()     # still there
-        assert pool.waiting(child_spec(task, "triton", "cpu", other)) is not None      # and one for `other`
+        assert pool.waiting(child_spec(task, "triton", "cpu", cfg, where)).child.alive()     # still there
+        assert pool.waiting(child_spec(task, "triton", "cpu", other, where)) is not None      # and one for `other`
         assert pool.idle() == 2
 
 
@@ -180,14 +181,14 @@ def test_send_line_to_a_dead_child_says_so(tmp_path):
 def test_the_compile_probe_has_its_own_directory_and_uid(task, source, tmp_path, pooled):
     """The probe runs beside the main child, not inside its scratch, and as another uid: the main child can
     neither swap the probe's source nor write its report. It ran and reported (no inconclusive flag)."""
-    cfg = EvalConfig(trial_seed=0, scratch_root=str(tmp_path), keep_scratch=True)
+    cfg, where = EvalConfig(trial_seed=0), Placement(scratch_root=str(tmp_path), keep_scratch=True)
     if pooled:
         with ChildPool() as pool:
-            pool.refill(child_spec(task, "triton", "cpu", cfg))
-            record = evaluate(task, source, "triton", "cpu", cfg, children=pool)
+            pool.refill(child_spec(task, "triton", "cpu", cfg, where))
+            record = evaluate(task, source, "triton", "cpu", cfg, children=pool, placement=where)
             assert pool.served == 1
     else:
-        record = evaluate(task, source, "triton", "cpu", cfg)
+        record = evaluate(task, source, "triton", "cpu", cfg, placement=where)
     assert record.status is Status.OK and not record.terms["flags"], record.terms["flags"]
     [scratch] = tmp_path.glob("kgg-eval-*")
     [probe] = tmp_path.glob("kgg-probe-*")

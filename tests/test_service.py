@@ -14,10 +14,11 @@ import pytest
 from kernelgym_gap.api import service as service_mod
 from kernelgym_gap.api.lanes import EvalRequest
 from kernelgym_gap.api.service import EvalService
-from kernelgym_gap.core.config import EvalConfig, SandboxConfig
+from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError, UnknownTaskError
 from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import EvalRecord
+from kernelgym_gap.core.registry import default_registry
 from kernelgym_gap.core.status import Status
 
 PKG = Path(__file__).resolve().parents[1] / "kernelgym_gap"
@@ -29,15 +30,16 @@ def _record(task, dsl, backend, reward=1.0):
 
 
 class Stub:
-    """engine.evaluate's shape; records (source, gpu_index, lane_dir, thread) per call."""
+    """engine.evaluate's shape; records (source, gpu_index, lane_dir, thread, kw) per call, from the
+    Placement the service passes beside the config."""
 
     def __init__(self, delay: float = 0.0):
         self.calls, self.lock, self.delay = [], threading.Lock(), delay
 
-    def __call__(self, task, source, dsl, backend, config, **kw):
+    def __call__(self, task, source, dsl, backend, config, placement=None, **kw):
         time.sleep(self.delay)
         with self.lock:
-            self.calls.append((source, config.gpu_index, config.sandbox.lane_dir, threading.current_thread().name,
+            self.calls.append((source, placement.gpu_index, placement.lane_dir, threading.current_thread().name,
                                kw))
         return _record(task, dsl, backend)
 
@@ -67,7 +69,8 @@ def test_misuse_is_refused_before_anything_runs():
 
 def test_cuda_slots_are_placed_on_their_gpus_with_a_lane_dir_the_service_owns(tmp_path):
     ev = Stub(delay=0.05)
-    svc = EvalService("cuda", EvalConfig(scratch_root=str(tmp_path)), gpus=[2, 5], per_gpu=2, evaluator=ev)
+    svc = EvalService("cuda", EvalConfig(), gpus=[2, 5], per_gpu=2, evaluator=ev,
+                      placement=Placement(scratch_root=str(tmp_path)))
     assert svc.slots == [2, 5, 2, 5] and svc.lane_dir and svc.lane_dir.startswith(str(tmp_path))
     recs = svc.map([EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(6)])
     lane_dir = svc.lane_dir
@@ -75,9 +78,11 @@ def test_cuda_slots_are_placed_on_their_gpus_with_a_lane_dir_the_service_owns(tm
     assert {c[1] for c in ev.calls} <= {2, 5} and {c[2] for c in ev.calls} == {lane_dir}
     assert {r.device["gpu_index"] for r in recs} <= {2, 5}
     assert not os.path.exists(lane_dir)                            # removed by close()
-    # a config naming its own lane directory keeps it; one GPU per slot takes no lane directory of the service's
-    own = EvalConfig(sandbox=SandboxConfig(lane_dir=str(tmp_path)))
-    assert EvalService("cuda", gpus=[0, 1], per_gpu=2, evaluator=ev).placed(0, own).sandbox.lane_dir == str(tmp_path)
+    # a placement naming its own lane directory keeps it; one GPU per slot takes no lane directory of the service's
+    own = Placement(lane_dir=str(tmp_path), scratch_root=str(tmp_path))
+    svc = EvalService("cuda", gpus=[0, 1], per_gpu=2, evaluator=ev, placement=own)
+    assert svc.lane_dir is not None and svc.placement(0) == own.replace(gpu_index=0)
+    svc.close()
     single = EvalService("cuda", gpus=[3], per_gpu=1, evaluator=ev)
     assert single.lane_dir is None and single.placement(0) == Placement(gpu_index=3)
 
@@ -158,14 +163,106 @@ def test_the_result_cache_and_its_store(tmp_path):
     assert len(ev.calls) == 1 and store.count("submissions") >= 2
 
 
-def test_the_cache_key_hashes_the_config_whole_less_placement():
-    from kernelgym_gap.store.cache_key import settings_hash
+def test_the_cache_key_hashes_the_config_whole_and_placement_is_not_on_it():
+    import dataclasses
+
+    from kernelgym_gap.core.placement import FIELDS, PlacementFieldError
+    from kernelgym_gap.store.cache_key import canonical, settings_hash
     base = EvalConfig()
-    assert settings_hash(base) == settings_hash(base.replace(library_cache_path="/elsewhere/lib.json"))
-    assert settings_hash(base) == settings_hash(base.replace(baselines_path="/elsewhere/b.json", gpu_index=3))
-    assert settings_hash(base) == settings_hash(Placement(gpu_index=1, lane_dir="/x").apply(base))
+    # the hash is the whole config's, nothing left out: no placement field exists on it to leave out
+    flat = canonical(dataclasses.asdict(base))
+    assert not any(f'"{f}"' in flat for f in FIELDS)
     assert settings_hash(base) != settings_hash(base.replace(trial_seed=1))
     assert settings_hash(base) != settings_hash(base.replace(compile_outside_lane=True))   # measured: hashed
+    with pytest.raises(PlacementFieldError, match="library_cache_path"):
+        base.replace(library_cache_path="/elsewhere/lib.json")
+
+
+def test_the_result_cache_says_what_a_hit_is_and_serves_cached_evaluate_full(tmp_path):
+    """ResultCache.get gives a CacheHit: from memory (no ids) or from the store (the measuring evaluation and
+    the cache-hit submission recorded for this request); strict makes a store that cannot record raise.
+    api/cached.cached_evaluate_full answers through it and looks nothing up itself."""
+    import inspect
+
+    from kernelgym_gap.api import cached
+    from kernelgym_gap.api.result_cache import ResultCache
+    from kernelgym_gap.store.db import Store
+    store = Store(tmp_path / "r.sqlite3")
+    task = default_registry().get("AddReLU")
+    cache = ResultCache(4, store, "me")
+    key = cache.key(task, "src", "triton", "cpu", EvalConfig(trial_seed=1))
+    record = _record(task, "triton", "cpu")
+    sid = cache.put(key, record, "src")
+    mem = cache.get(key)
+    assert mem.record == record and mem.cache_hit and (mem.evaluation_id, mem.submission_id) == (None, None)
+    hit = ResultCache(0, store, "other").get(key)
+    assert hit.cache_hit and hit.record.status is Status.OK and hit.evaluation_id is not None
+    assert hit.submission_id not in (None, sid)
+
+    class Refusing(Store):
+        def add_cache_hit(self, *a, **k):
+            raise RuntimeError("read-only")
+    refusing = ResultCache(0, Refusing(tmp_path / "r.sqlite3"), "x")
+    assert refusing.get(key).submission_id is None            # a cache: logged, the record still comes back
+    with pytest.raises(RuntimeError):
+        refusing.get(key, strict=True)
+    code = inspect.getsource(cached.cached_evaluate_full)
+    assert "ResultCache(" in code and "lookup(" not in code and "add_cache_hit(" not in code
+    res = cached.cached_evaluate_full(store, task, "src", "triton", "cpu", EvalConfig(trial_seed=1), "third")
+    assert res.cache_hit and res.evaluation_id == hit.evaluation_id and res.submission_id not in (sid, hit.submission_id)
+
+
+def test_two_evaluations_that_differ_only_in_placement_share_a_cache_key(tmp_path):
+    """Through the service: the same request on two services placed apart (scratch root, cache paths, held
+    outputs, lanes) is evaluated once, the second served from the first one's store."""
+    from kernelgym_gap.store.db import Store
+    ev = Stub()
+    store = Store(tmp_path / "r.sqlite3")
+    here = Placement(scratch_root=str(tmp_path), library_cache_path=str(tmp_path / "a.json"))
+    there = Placement(held_output_bytes=0, calibration_path=str(tmp_path / "c.json"), keep_scratch=True,
+                      baselines_path=str(tmp_path / "b.json"), lane_dir=str(tmp_path))
+    with EvalService("cpu", slots=1, store=store, evaluator=ev, submitter="a", placement=here) as one:
+        key_here = one.cache.key(one._task("AddReLU"), "src", "triton", "cpu", one.config, one.placement(0))
+        one.submit(EvalRequest("AddReLU", "src", backend="cpu")).result(10)
+    with EvalService("cpu", slots=1, store=store, evaluator=ev, submitter="b", placement=there) as two:
+        key_there = two.cache.key(two._task("AddReLU"), "src", "triton", "cpu", two.config, two.placement(0))
+        two.submit(EvalRequest("AddReLU", "src", backend="cpu")).result(10)
+    assert key_here == key_there and len(ev.calls) == 1
+    assert ev.calls[0][2] == "auto"          # the first service's placement reached the evaluator
+
+
+def test_each_slot_passes_its_own_placement_to_the_engine(monkeypatch, tmp_path):
+    """The built-in evaluator (engine.pipeline.evaluate) gets placement= per slot: the service's placement
+    with the slot's GPU and the service's lanes; the config it gets is the request's, untouched."""
+    from kernelgym_gap.engine import pipeline
+    seen = []
+
+    def engine(task, source, dsl, backend, config, checker=None, children=None, placement=None):
+        seen.append((config, placement))
+        time.sleep(0.05)                     # long enough for every slot to take one
+        return _record(task, dsl, backend)
+    monkeypatch.setattr(pipeline, "evaluate", engine)
+    config = EvalConfig(trial_seed=3)
+    base = Placement(scratch_root=str(tmp_path), library_cache_path=str(tmp_path / "lib.json"))
+    with EvalService("cuda", config, gpus=[1, 4], per_gpu=2, warm=False, placement=base) as svc:
+        svc.map([EvalRequest("AddReLU", f"s{i}", backend="cuda") for i in range(8)])
+        lanes = svc.lane_dir
+    assert {c for c, _ in seen} == {config}
+    assert {p.gpu_index for _, p in seen} == {1, 4}
+    assert {p.replace(gpu_index=0) for _, p in seen} == {base.replace(lane_dir=lanes)}
+
+
+def test_a_five_argument_evaluator_is_called_without_placement():
+    """A custom evaluator written to (task, source, dsl, backend, config), a Ray one, keeps working."""
+    calls = []
+
+    def five(task, source, dsl, backend, config):
+        calls.append(source)
+        return _record(task, dsl, backend)
+    assert not service_mod.takes_placement(five) and service_mod.takes_placement(Stub())
+    with EvalService("cpu", slots=1, evaluator=five) as svc:
+        svc.map([EvalRequest("AddReLU", "x", backend="cpu")])
+    assert calls == ["x"]
 
 
 # ---- every front end goes through it -----------------------------------------------------------------
@@ -272,11 +369,11 @@ def test_the_leaderboards_submit_goes_through_the_service(spy, tmp_path, monkeyp
 # where a warm pool, a lane directory or a set of slots is built; only the service (and what it delegates to:
 # api/warm.py defines the pool, api/lanes.py the slots) may do it
 BUILDERS = re.compile(r"\bWarmPool\(|\bWarmChecker\(|\bChildPool\(|mkdtemp\(prefix=\"kgg-lanes-|\bworker_slots\(|"
-                      r"\bwith_lane\(|replace\([^)]*\bgpu_index=")
+                      r"replace\([^)]*\bgpu_index=")
 ALLOWED = {
     "api/service.py": "the service",
     "api/warm.py": "defines WarmPool and WarmChecker",
-    "api/lanes.py": "defines worker_slots and with_lane",
+    "api/lanes.py": "defines worker_slots",
     "sandbox/prestart.py": "defines ChildPool",
     "core/placement.py": "defines Placement",
 }

@@ -138,10 +138,12 @@ def test_lookup_needs_the_whole_key_and_skips_machine_failures(db):
     assert s.lookup(key2) is None                      # a timeout may be the machine's fault: measure again
 
 
-def test_settings_hash_ignores_paths_but_not_settings():
+def test_settings_hash_is_the_configs_and_paths_are_not_on_it():
     from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.placement import PlacementFieldError
     base = EvalConfig()
-    assert st.settings_hash(base) == st.settings_hash(base.replace(scratch_root="/x", keep_scratch=True))
+    with pytest.raises(PlacementFieldError, match="scratch_root"):      # placement: core/placement.Placement
+        base.replace(scratch_root="/x", keep_scratch=True)
     assert st.settings_hash(base) != st.settings_hash(base.replace(trial_seed=3))
     assert st.settings_hash(base) != st.settings_hash(base.replace(seeds_per_shape=5))
 

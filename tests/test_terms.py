@@ -107,15 +107,16 @@ def test_cuda_performance_terms_round_trip_with_compile_and_alternatives(registr
     from kernelgym_gap.judge.calibrate import save_cached
     from kernelgym_gap.judge.measure import floor_ms, performance_terms
     save_cached(CAL, tmp_path / "calibration.json")
-    config = EvalConfig(calibration_path=str(tmp_path / "calibration.json"), compile_baseline="cached",
-                        baselines_path=str(tmp_path / "baselines.json"))
+    from kernelgym_gap.core.placement import Placement
+    config = EvalConfig(compile_baseline="cached")
+    where = Placement(calibration_path=str(tmp_path / "calibration.json"), baselines_path=str(tmp_path / "baselines.json"))
     task = dataclasses.replace(registry.get("LayerNorm"), e_baseline="fused_lib",
                                alternatives={"fused_lib": lambda x, w, b: x})
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
-    _cache_baselines(config, task, (8192, 4096), "float16", compile_ms=1.5 * fl, alternatives={"fused_lib": 2.2 * fl})
+    _cache_baselines(where, task, (8192, 4096), "float16", compile_ms=1.5 * fl, alternatives={"fused_lib": 2.2 * fl})
     timings = [timing((8192, 4096), "float16", 2 * fl, 6 * fl, library_hint_ms=6 * fl),
                timing((1024, 4096), "float16", 2 * fl, 6 * fl)]
-    status, _, perf, _ = performance_terms(task, report(*timings), config)
+    status, _, perf, _ = performance_terms(task, report(*timings), config, placement=where)
     assert status is Status.OK
     parts = {"kernelbench_allclose": True, **ChildCounts(launches_per_call=1, programs=8192).to_dict(), **perf}
     terms = assemble_terms(True, parts, ["a flag of the evaluation"]).to_dict()
@@ -131,7 +132,7 @@ def test_cuda_performance_terms_round_trip_with_compile_and_alternatives(registr
     assert typed.flags[-1] == "a flag of the evaluation"
     # the per-shape keys only some shapes carry stay absent where absent: no compile baseline cached
     _, _, plain, _ = performance_terms(registry.get("LayerNorm"), report(timings[1]),
-                                       config.replace(compile_baseline="off"))
+                                       config.replace(compile_baseline="off"), placement=where)
     row = round_trips(assemble_terms(True, plain, []).to_dict()).per_shape[0]
     assert row.compile is not None and row.compile.E_alt is None
     assert "E_alt" not in row.to_dict()
@@ -143,10 +144,12 @@ def test_cuda_failure_terms_round_trip(registry, tmp_path):
     from kernelgym_gap.judge.calibrate import save_cached
     from kernelgym_gap.judge.measure import floor_ms, performance_terms
     save_cached(CAL, tmp_path / "calibration.json")
-    config = EvalConfig(calibration_path=str(tmp_path / "calibration.json"), compile_baseline="off")
+    from kernelgym_gap.core.placement import Placement
+    config = EvalConfig(compile_baseline="off")
     task = registry.get("LayerNorm")
     fl, _ = floor_ms(task, (8192, 4096), "float16", CAL)
-    status, _, perf, _ = performance_terms(task, report(timing((8192, 4096), "float16", 0.5 * fl, fl)), config)
+    status, _, perf, _ = performance_terms(task, report(timing((8192, 4096), "float16", 0.5 * fl, fl)), config,
+                                           placement=Placement(calibration_path=str(tmp_path / "calibration.json")))
     assert status is Status.FASTER_THAN_FLOOR
     typed = round_trips(assemble_terms(False, {"kernelbench_allclose": True, **perf}, []).to_dict())
     assert typed.per_shape[0].compile is None and "compile_ms" not in typed.to_dict()["per_shape"][0]
@@ -300,13 +303,15 @@ def test_cuda_records_round_trip(registry, tmp_path):
     """Real cuda records: the optimized LayerNorm twice (the second with the library time cached, so that
     library_source/library_hint_ms take their other values) and the scalar-loop one (slow: ok, or too_slow);
     every key they carry is typed and round-trips."""
-    config = EvalConfig(calibration_path=str(tmp_path / "calibration.json"), trial_seed=7,
-                        library_cache_path=str(tmp_path / "library_times.json"))
+    from kernelgym_gap.core.placement import Placement
+    config = EvalConfig(trial_seed=7)
+    where = Placement(calibration_path=str(tmp_path / "calibration.json"),
+                      library_cache_path=str(tmp_path / "library_times.json"))
     task = registry.get("LayerNorm")
     records = []
     for file in ("triton_rowwise.py", "triton_rowwise.py", "triton_scalar_loop.py"):
         sol = next(s for s in task.solutions if s.file == file)
-        records.append(evaluate(task, task.solution_path(sol).read_text(), sol.dsl, "cuda", config))
+        records.append(evaluate(task, task.solution_path(sol).read_text(), sol.dsl, "cuda", config, placement=where))
     assert records[0].status is Status.OK, records[0].message
     for record in records:
         typed = round_trips(record.terms)

@@ -96,17 +96,22 @@ def _script():
 def test_every_lever_of_issue_35_is_a_variant_and_lands_on_its_config_field():
     """One GPU call runs the levers side by side: each parses, and lands on EvalConfig or its TimingConfig."""
     from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.placement import Placement
     mod = _script()
     config = EvalConfig()
     for lever in mod.LEVERS:
         overrides = mod.parse_variant(lever)
         assert overrides
-        applied = mod.apply_variant(config, overrides)
+        applied, placement = mod.apply_variant(config, overrides)
+        assert placement == Placement()                  # no lever of issue 35 is placement
         for key, value in overrides.items():
             where = (applied.timing if key in mod.TIMING_FIELDS else
                      applied.sandbox if key in mod.SANDBOX_FIELDS else applied)
             assert getattr(where, key) == value
-    both = mod.apply_variant(config, mod.parse_variant(mod.LEVERS[-1]))
+    # held_output_bytes is scheduling: it lands on the evaluations' Placement, the config (the cache key) unchanged
+    same, placement = mod.apply_variant(config, mod.parse_variant("held_output_bytes=0"))
+    assert same == config and placement == Placement(held_output_bytes=0)
+    both, _ = mod.apply_variant(config, mod.parse_variant(mod.LEVERS[-1]))
     assert both.compile_outside_lane and both.precompute_reference
     assert both.timing.graph_replay and both.timing.stop_rule == "interval"
     assert both.sandbox.launch_bound_after_compile and both.sandbox.wall_s == config.sandbox.wall_s

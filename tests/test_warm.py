@@ -246,7 +246,7 @@ def test_cuda_warm_checker_matches_a_fresh_process(registry):
     sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
     source = task.solution_path(sol).read_text()
     cfg = EvalConfig(trial_seed=0)
-    with WarmChecker(gpu_index=cfg.gpu_index, device="cuda") as w:
+    with WarmChecker(gpu_index=0, device="cuda") as w:           # GPU 0: the default Placement
         a = evaluate(task, source, "triton", "cuda", cfg, checker=w)
     b = evaluate(task, source, "triton", "cuda", cfg)
     assert a.status is b.status is Status.OK

@@ -7,8 +7,8 @@ parent.
 
   * cpu backend: `workers` threads (default: the machine's CPU count) share the queue.
   * cuda backend: `per_gpu` workers (default 4) per GPU of the host (all visible GPUs unless `gpus=` names
-    some), each evaluation pinned to its worker's GPU through `EvalConfig.gpu_index`. The workers of one GPU
-    share it through its lane (core/lane.py; a lane directory made for the call, `SandboxConfig.lane_dir`):
+    some), each evaluation pinned to its worker's GPU through its core.placement.Placement. The workers of one GPU
+    share it through its lane (core/lane.py; a lane directory made for the call, `Placement.lane_dir`):
     their correctness trials and checks run side by side, their timings one at a time, alone on the GPU
     (two timings on one GPU at once would disturb each other). per_gpu=1 is one evaluation per GPU at a
     time, without lanes. The GPU an evaluation used is written into its record's device info as
@@ -53,14 +53,16 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
                   config: EvalConfig | None = None, gpus: Sequence[int] | None = None, ray: Any = None,
                   registry=None, evaluator: Evaluator | None = None,
                   progress: Progress | None = None, warm: bool | str = "auto",
-                  tasks_dir: str | None = None, per_gpu: int = 4) -> list[EvalRecord]:
+                  tasks_dir: str | None = None, per_gpu: int = 4, placement=None) -> list[EvalRecord]:
     """Evaluates every request; returns the records in request order.
 
     workers: parallel evaluations on the cpu backend (default os.cpu_count()); on the cuda backend at most
         per_gpu per GPU (a larger number is capped, a smaller one is spread over the GPUs of `gpus` first).
     per_gpu: evaluations at once per GPU on the cuda backend, through the GPU's lane (timings one at a time);
-        1: one evaluation per GPU, no lanes. A request whose config names a lane_dir keeps it.
-    config: the default for requests whose config is None.
+        1: one evaluation per GPU, no lanes. A `placement` that names a lane_dir keeps it.
+    config: the default for requests whose config is None (what is measured; hashed whole by the cache key).
+    placement: where the local pool's evaluations run but for each slot's GPU (core.placement.Placement:
+        scratch root, cache paths, lane directory, held outputs); default Placement().
     gpus: host GPU indices for the cuda backend (default: all, see visible_gpus()).
     ray: None for the local pool; "auto" or a cluster address for Ray actors started for this call and
         stopped after it (see ray_pool.RayPool); or a RayPool kept by the caller across batches (a trainer
@@ -99,8 +101,9 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
     if ray is not None:
         if warm is True:
             raise ValueError("warm= applies to the local pool; a Ray actor's evaluations use a fresh checker")
-        if evaluator is not None or gpus is not None:
-            raise ValueError("evaluator= and gpus= apply to the local pool; a Ray pool places its own actors")
+        if evaluator is not None or gpus is not None or placement is not None:
+            raise ValueError("evaluator=, gpus= and placement= apply to the local pool; a Ray pool places its "
+                             "own actors")
         if not isinstance(ray, str):     # a RayPool the caller keeps across batches
             return ray.evaluate(requests, config=default_config, progress=progress, registry=registry)
         from kernelgym_gap.api.ray_pool import RayPool
@@ -122,7 +125,7 @@ def evaluate_many(requests: Sequence[EvalRequest], workers: int | None = None, *
 
     for b, where in groups.items():
         with EvalService(b, default_config, slots=workers, warm=warm, gpus=gpus, per_gpu=per_gpu,
-                         evaluator=evaluator, registry=registry) as service:
+                         evaluator=evaluator, registry=registry, placement=placement) as service:
             got = service.map([dataclasses.replace(requests[i], backend=b) for i in where], progress=tick)
         records.update(zip(where, got))
         offset[0] += len(where)

@@ -19,6 +19,7 @@ from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.backend import backend as backend_info
 from kernelgym_gap.core.backend import resolve_backend
 from kernelgym_gap.core.errors import UnknownChoiceError
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.ids import SUITE_ID
 from kernelgym_gap.core.record import EvalRecord
 from kernelgym_gap.core.terms import Headline
@@ -86,7 +87,7 @@ class KernelEnv(gym.Env):
                  backend: str = "auto", max_steps: int = 4, config: EvalConfig | None = None,
                  stop_when_correct: bool | None = None, evaluator: Evaluator | None = None,
                  registry: TaskRegistry | None = None, render_mode: str | None = None, warm: Any = "auto",
-                 tasks_dir: str | None = None, service: Any = None):
+                 tasks_dir: str | None = None, service: Any = None, placement: Placement | None = None):
         if dsl not in DSLS:
             raise UnknownChoiceError("dsl", dsl, DSLS)
         if max_steps < 1:
@@ -104,6 +105,9 @@ class KernelEnv(gym.Env):
         self.backend = resolve_backend(backend)
         self.max_steps = max_steps
         self.config = config or EvalConfig()
+        # where its evaluations run (core/placement.Placement: GPU index, lanes, scratch and cache paths); the
+        # config says only what they measure. With service=, the service's placement stands.
+        self.placement = placement or Placement()
         # Where speed cannot be measured, a correct kernel is the best outcome: the episode ends there.
         self.stop_when_correct = (backend_info(self.backend).reward_mode(self.config.reward.mode) == "correctness"
                                   if stop_when_correct is None else stop_when_correct)
@@ -123,9 +127,9 @@ class KernelEnv(gym.Env):
                 raise ValueError("pass service= or evaluator=, not both")
             self.service, self._owns_service = service, False
         else:
-            slot = [self.config.gpu_index] if self.backend == "cuda" else 1
+            slot = [self.placement.gpu_index] if self.backend == "cuda" else 1
             self.service = EvalService(self.backend, self.config, slots=slot, warm=warm or False,
-                                       evaluator=evaluator, registry=self.registry)
+                                       evaluator=evaluator, registry=self.registry, placement=self.placement)
             self._owns_service = True
         parts = self.service.warm_parts(0) if len(self.service.slots) == 1 else {}
         self.checker, self.children = parts.get("checker"), parts.get("children")

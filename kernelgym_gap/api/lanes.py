@@ -1,7 +1,7 @@
 """What the batch path is made of: a request, the evaluator's shape, and the worker slots per backend (`per_gpu`
 per GPU on cuda, one per core on cpu). The local pool (batch.py) and the Ray pool (ray_pool.py) both read them
 here, so neither imports the other. Slots that share a GPU coordinate through its lane (core/lane.py,
-`SandboxConfig.lane_dir`): correctness trials and checks side by side, timings one at a time."""
+`Placement.lane_dir`): correctness trials and checks side by side, timings one at a time."""
 from __future__ import annotations
 
 import dataclasses
@@ -38,7 +38,7 @@ def visible_gpus() -> list[int]:
     """Indices of this host's GPUs as the evaluation child names them (its CUDA_VISIBLE_DEVICES value).
 
     engine.evaluate builds the child's environment from scratch and sets CUDA_VISIBLE_DEVICES to
-    `config.gpu_index`, so that index is a host-level one. If the parent itself was restricted with
+    `placement.gpu_index`, so that index is a host-level one. If the parent itself was restricted with
     integer CUDA_VISIBLE_DEVICES, only those are used."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
@@ -60,13 +60,6 @@ def one_backend(requests: Sequence[EvalRequest]) -> str:
         if b not in BACKENDS:
             raise UnknownChoiceError("backend", b, BACKENDS + ("auto",))
     return asked.pop() if asked else "auto"
-
-
-def with_lane(config: EvalConfig, lane_dir: str | None) -> EvalConfig:
-    """`config` with the lanes of `lane_dir`, unless it names a directory of its own (or lane_dir is None)."""
-    if lane_dir is None or config.sandbox.lane_dir not in (None, "auto"):
-        return config
-    return config.replace(sandbox=dataclasses.replace(config.sandbox, lane_dir=lane_dir))
 
 
 def worker_slots(backends: Sequence[str], workers: int | None, gpus: Sequence[int] | None,

@@ -7,12 +7,14 @@ the Ray actors, the suite runner, bench, the web worker and the trainers' Scorer
 
 It owns, and nothing else builds:
   * slots and their placement: `slots` evaluations at once (cpu: one per core by default; cuda: `per_gpu`
-    per GPU of this host, `gpus` or every visible one, lanes.worker_slots). Each evaluation is pinned to its
-    slot's GPU through a core.placement.Placement applied to its config; the record's device says which.
+    per GPU of this host, `gpus` or every visible one, lanes.worker_slots). Each evaluation runs where its
+    slot's core.placement.Placement says (the service's `placement` with the slot's GPU and lanes), which the
+    service passes to the engine beside the request's EvalConfig (`placement=`); the record's device says
+    which GPU. The config carries no placement, so the cache key hashes it whole.
     A Ray actor holds a one-slot service for its GPU (ray_pool.py).
   * lane directories: slots that share a GPU coordinate through its lane (core/lane.py) in a directory made
-    here and removed by close(), unless the caller names one (`lane_dir`: a Ray node's, a vector env's, or
-    "auto": this user's on the host); a config that names its own keeps it.
+    here (under placement.scratch_root) and removed by close(), unless the caller names one (`lane_dir`: a
+    Ray node's, or "auto": this user's on the host); a `placement` that names a directory of its own keeps it.
   * one warm pool per slot (api/warm.WarmPool: a warm checker and pre-started children), started on the
     slot's first evaluation and kept across calls until close(). The `warm="auto"` rule is decided here
     only: warm on cuda with the built-in evaluator, cold otherwise (on cpu a pre-started child competes with
@@ -76,7 +78,8 @@ class EvalService:
     def __init__(self, backend: str = "auto", config: EvalConfig | None = None, slots: int | Sequence | None = None,
                  warm: Any = "auto", cache: int = 0, store: Any = None, *, gpus: Sequence[int] | None = None,
                  per_gpu: int = 1, lane_dir: str | None = None, evaluator: Callable | None = None,
-                 registry=None, submitter: str = "service", origin: str = "service"):
+                 registry=None, submitter: str = "service", origin: str = "service",
+                 placement: Placement | None = None):
         if backend == "auto":
             from kernelgym_gap.core.backend import resolve_backend
             backend = resolve_backend(backend)
@@ -84,8 +87,11 @@ class EvalService:
             raise UnknownChoiceError("backend", backend, BACKENDS + ("auto",))
         self.backend = backend
         self.config = config or EvalConfig()
+        # where every slot runs but for its GPU and lanes (scratch root, cache paths, held outputs)
+        self.base_placement = placement or Placement()
         self.registry = registry
         self.evaluator = evaluator
+        self._pass_placement = evaluator is None or takes_placement(evaluator)
         self.warm = decide_warm(warm, self.backend, evaluator)
         if isinstance(slots, (int, type(None))):
             if slots is not None and slots < 1:
@@ -98,7 +104,7 @@ class EvalService:
         self._own_lanes: str | None = None
         shared = self.backend == "cuda" and len(self.slots) > len(set(self.slots))
         if lane_dir is None and shared:
-            lane_dir = self._own_lanes = tempfile.mkdtemp(prefix="kgg-lanes-", dir=self.config.scratch_root)
+            lane_dir = self._own_lanes = tempfile.mkdtemp(prefix="kgg-lanes-", dir=self.base_placement.scratch_root)
         self.lane_dir = lane_dir
         self._external_warm = None
         if self.warm not in (True, False):            # a WarmPool or WarmChecker the caller owns and closes
@@ -115,21 +121,16 @@ class EvalService:
 
     # ---- placement -----------------------------------------------------------------------------------
 
-    def placement(self, slot: int, config: EvalConfig | None = None) -> Placement:
-        """Where slot `slot` runs an evaluation of `config`: its GPU, and its lanes unless the config names a
-        lane directory of its own."""
-        config = config or self.config
-        where = Placement.of(config)
+    def placement(self, slot: int) -> Placement:
+        """Where slot `slot` runs: the service's placement with the slot's GPU, and the service's lanes unless
+        that placement names a lane directory of its own. Passed to the engine with each evaluation."""
+        where = self.base_placement
         gpu = self.slots[slot]
         if gpu is not None:
             where = where.replace(gpu_index=gpu)
-            if self.lane_dir is not None and config.sandbox.lane_dir in (None, "auto"):
+            if self.lane_dir is not None and where.lane_dir in (None, "auto"):
                 where = where.replace(lane_dir=self.lane_dir)
         return where
-
-    def placed(self, slot: int, config: EvalConfig | None = None) -> EvalConfig:
-        config = config or self.config
-        return self.placement(slot, config).apply(config)
 
     # ---- warm pools ----------------------------------------------------------------------------------
 
@@ -149,7 +150,7 @@ class EvalService:
                 gpu = self.slots[slot]
                 try:
                     pool = WarmPool(device=self.backend, gpu_index=gpu if gpu is not None else 0,
-                                    scratch_root=self.config.scratch_root)
+                                    scratch_root=self.base_placement.scratch_root)
                 except Exception as e:
                     raise HarnessError(f"the warm pool of slot {slot} did not start: {e}") from e
                 self._pools[slot] = pool
@@ -162,7 +163,7 @@ class EvalService:
         for slot in range(len(self.slots)):
             children = self.warm_parts(slot).get("children")
             if children is not None:
-                children.refill(child_spec(task, dsl, self.backend, self.placed(slot)))
+                children.refill(child_spec(task, dsl, self.backend, self.config, self.placement(slot)))
 
     # ---- submitting ----------------------------------------------------------------------------------
 
@@ -191,10 +192,10 @@ class EvalService:
             raise UnknownChoiceError("dsl", dsl, DSLS)
         job = _Job(task, source, dsl, config or self.config, concurrent.futures.Future(), time.perf_counter())
         if self.cache is not None:
-            job.key = key or self.cache.key(task, source, dsl, self.backend, self.placed(0, job.config))
+            job.key = key or self.cache.key(task, source, dsl, self.backend, job.config, self.placement(0))
             hit = self.cache.get(job.key) if cached else None
             if hit is not None:
-                job.future.set_result(hit[0])
+                job.future.set_result(hit.record)
                 return job.future
         self._start()
         self._queue.put(job)
@@ -277,12 +278,13 @@ class EvalService:
             job.future.set_result(record)
 
     def _run(self, slot: int, job: _Job) -> EvalRecord:
-        config = self.placed(slot, job.config)
+        config = job.config
         evaluator = self.evaluator
         if evaluator is None:
             from kernelgym_gap.engine.pipeline import evaluate as evaluator
+        where = {"placement": self.placement(slot)} if self._pass_placement else {}
         try:
-            record = evaluator(job.task, job.source, job.dsl, self.backend, config, **self.warm_parts(slot))
+            record = evaluator(job.task, job.source, job.dsl, self.backend, config, **where, **self.warm_parts(slot))
         except Exception as e:
             from kernelgym_gap.engine.evaluation import harness_failure_record, is_misuse
             if is_misuse(e) or isinstance(e, HarnessError):
@@ -332,6 +334,18 @@ class EvalService:
                 f"lane_dir={self.lane_dir!r}, cache={self.cache is not None})")
 
 
+def takes_placement(evaluator: Callable) -> bool:
+    """Whether a custom evaluator takes `placement=` (a parameter of that name, or **kwargs), as engine.evaluate
+    does: it then gets its slot's Placement. One written to the five-argument shape (task, source, dsl,
+    backend, config: a Ray evaluator, whose actor places itself, or a test double) is called without it."""
+    import inspect
+    try:
+        params = inspect.signature(evaluator).parameters.values()
+    except (TypeError, ValueError):     # a builtin or C callable: no keywords beyond its five arguments
+        return False
+    return any(p.name == "placement" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
 def plan_slots(backend: str, workers: int | None = None, gpus: Sequence[int] | None = None,
                per_gpu: int = 1) -> list[int | None]:
     """The slots of a service on this host: a GPU index per slot on cuda (`per_gpu` per GPU, `gpus` or every
@@ -341,22 +355,26 @@ def plan_slots(backend: str, workers: int | None = None, gpus: Sequence[int] | N
     return worker_slots([backend], workers, gpus, per_gpu)[backend]
 
 
-def place_copies(n: int, config: EvalConfig, gpus: Sequence[int] | None = None) -> tuple[list[EvalConfig], str | None]:
+def place_copies(n: int, placement: Placement | None = None, gpus: Sequence[int] | None = None
+                 ) -> tuple[list[Placement], str | None]:
     """Placement for `n` copies that each hold a one-slot service in a process of their own (the vector
-    env's copies): copy i on GPU gpus[i % len(gpus)] (default every visible GPU); copies that share a GPU
-    share its lane, in a directory made here. Returns the copies' configs and that directory (None when no
-    GPU is shared), which the caller removes when the copies are gone."""
+    env's copies): copy i is `placement` (default Placement()) on GPU gpus[i % len(gpus)] (default every
+    visible GPU); copies that share a GPU share its lane, in a directory made here, unless `placement` names
+    its own. Returns the copies' placements and that directory (None when no GPU is shared), which the
+    caller removes when the copies are gone."""
+    placement = placement or Placement()
     from kernelgym_gap.api.lanes import visible_gpus
     host = list(gpus) if gpus is not None else visible_gpus()
     if not host:
         raise HarnessError("the cuda backend was asked for but no GPU is visible")
-    lane_dir = tempfile.mkdtemp(prefix="kgg-lanes-", dir=config.scratch_root) if n > len(host) else None
+    shared = n > len(host) and placement.lane_dir in (None, "auto")
+    lane_dir = tempfile.mkdtemp(prefix="kgg-lanes-", dir=placement.scratch_root) if shared else None
     out = []
     for i in range(n):
-        where = Placement.of(config).replace(gpu_index=host[i % len(host)])
-        if lane_dir is not None and config.sandbox.lane_dir in (None, "auto"):
+        where = placement.replace(gpu_index=host[i % len(host)])
+        if lane_dir is not None:
             where = where.replace(lane_dir=lane_dir)
-        out.append(where.apply(config))
+        out.append(where)
     return out, lane_dir
 
 

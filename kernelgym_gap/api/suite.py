@@ -40,7 +40,8 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = DSL_NAMES,
               task_ids: list[str] | None = None, config: EvalConfig | None = None,
               registry: TaskRegistry | None = None, evaluator=None,
               progress: Callable[[int, int, str], None] | None = None,
-              workers: int | None = None, gpus: list[int] | None = None, warm: bool = False) -> list[SuiteRow]:
+              workers: int | None = None, gpus: list[int] | None = None, warm: bool = False,
+              placement=None) -> list[SuiteRow]:
     """One episode per (task, dsl) with the replay agent. Episodes run in parallel: on the cuda backend one
     at a time per GPU (every visible GPU by default, each episode's evaluations pinned to its worker's GPU),
     on the cpu backend `workers` at a time (default: one per core). Rows come back in plan order. progress(finished,
@@ -92,8 +93,9 @@ def run_suite(backend: str = "auto", dsls: tuple[str, ...] = DSL_NAMES,
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(e)
 
+    # placement (core.placement.Placement): every slot's but its GPU (scratch root, cache paths)
     with EvalService(backend, config, slots=workers, gpus=gpus, per_gpu=1, warm=warm, evaluator=evaluator,
-                     registry=registry) as service:
+                     registry=registry, placement=placement) as service:
         threads = [threading.Thread(target=work, args=(service,), name=f"suite-{k}", daemon=True)
                    for k in range(len(service.slots))]
         for th in threads:

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 import gymnasium as gym
 
 from kernelgym_gap.api.service import place_copies
-from kernelgym_gap.core.config import EvalConfig
 
 class InfoMapping(Mapping):
     """A read-only mapping that is not a dict. Gymnasium's vector environments merge a dict-valued info entry
@@ -98,15 +97,15 @@ def make_vector_env(n: int, task_id: str | None = None, *, asynchronous: bool = 
         from kernelgym_gap.api.ray_pool import RayEvaluator, driver_address
         address = driver_address(ray)
         context = context or "spawn"
-    base = env_kwargs.get("config") or EvalConfig()
+    base = env_kwargs.get("placement")
     # each copy's KernelEnv holds a one-slot api/service.EvalService; their GPUs and shared lanes are placed
-    # by the service module
+    # by the service module (a Placement per copy, passed as the copy's placement=)
     placed, lane_dir = place_copies(n, base, gpus) if backend == "cuda" and ray is None else (None, None)
     fns = []
     for i in range(n):
         kw = dict(env_kwargs)
         if placed is not None:
-            kw["config"] = placed[i]
+            kw["placement"] = placed[i]
         if ray is not None:
             kw["evaluator"] = RayEvaluator(address, backend)
         fns.append(functools.partial(_make_env, kw))

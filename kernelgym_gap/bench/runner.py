@@ -98,7 +98,7 @@ class _Stop(BaseException):
 
 
 def run_bench(spec: BenchSpec, store, *, config: EvalConfig | None = None, registry=None,
-              evaluator: Callable | None = None, progress=None) -> dict:
+              evaluator: Callable | None = None, progress=None, placement=None) -> dict:
     """Runs (or resumes) the benchmark `spec` into `store`; returns what this call did: episodes in the run,
     those already done, those run now, new evaluations, stored steps reused, errors. progress: an object with
     start(label) and done(how) (cli.progress.Progress), told of each episode. evaluator: engine.evaluate's
@@ -133,7 +133,7 @@ def run_bench(spec: BenchSpec, store, *, config: EvalConfig | None = None, regis
     from kernelgym_gap.api.service import EvalService
     lanes = EvalService(spec.backend, config, slots=spec.workers, gpus=spec.gpus, per_gpu=spec.per_gpu,
                         warm="auto" if spec.warm is None else spec.warm, evaluator=evaluator, registry=registry,
-                        lane_dir="auto")
+                        lane_dir="auto", placement=placement)
     state = _RunState(spec, store, config, registry, lanes, progress)
     slots = lanes.slots
     try:

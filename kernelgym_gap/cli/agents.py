@@ -86,12 +86,17 @@ def storing_evaluator(evaluator, store, submitter: str, origin: str = "episode")
     from kernelgym_gap.store import db as store_mod
     key_for = getattr(store_mod, "cache_key_for", None)
 
-    def run(task, source, dsl, backend, config):
-        record = evaluator(task, source, dsl, backend, config)
+    from kernelgym_gap.api.service import takes_placement
+    passes = takes_placement(evaluator)
+
+    def run(task, source, dsl, backend, config, placement=None):
+        # the env's service passes its slot's placement; an evaluator that places itself (Ray's) goes without
+        where = {"placement": placement} if passes and placement is not None else {}
+        record = evaluator(task, source, dsl, backend, config, **where)
         extra = {}
         if key_for is not None:
             try:
-                extra["key"] = key_for(task, source, dsl, record.backend, config)
+                extra["key"] = key_for(task, source, dsl, record.backend, config, placement)
             except Exception:  # noqa: BLE001 - the store's own default key applies
                 extra = {}
         try:
@@ -135,7 +140,7 @@ def cmd_episode(args) -> int:
         # backend, correctness mode), use the whole budget where speed is scored.
         env = KernelEnv(task_id=task.id, dsl=args.dsl, backend=pool.backend if pool else args.backend,
                         max_steps=args.steps, config=config, stop_when_correct=args.stop_when_correct,
-                        evaluator=evaluator, registry=registry)
+                        evaluator=evaluator, registry=registry, placement=options.placement(args))
         episode = run_episode(env, agent, seed=args.seed, progress=not args.json)
     finally:
         if pool is not None:

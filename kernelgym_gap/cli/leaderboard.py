@@ -98,7 +98,7 @@ def _store(args, evaluates: bool = False):
 
 
 def cmd_submit(args) -> int:
-    from kernelgym_gap.cli.options import eval_config, read_source, task_registry
+    from kernelgym_gap.cli.options import eval_config, placement, read_source, task_registry
     from kernelgym_gap.api.cached import cached_evaluate_full
     from kernelgym_gap.store.names import submitter_name
     name = submitter_name(args.name)             # the web's rule, checked before anything is evaluated
@@ -106,7 +106,7 @@ def cmd_submit(args) -> int:
     task = task_registry(args).get(args.task)
     store = _store(args, evaluates=True)
     res = cached_evaluate_full(store, task, source, args.dsl, args.backend, eval_config(args), name,
-                               remeasure=args.remeasure, origin="cli")
+                               remeasure=args.remeasure, origin="cli", placement=placement(args))
     r = res.record
     if args.json:
         print(json.dumps({"submission": res.submission_id, "cache_hit": res.cache_hit,

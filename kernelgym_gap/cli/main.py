@@ -76,7 +76,7 @@ def cmd_eval(args) -> int:
     from kernelgym_gap.engine.pipeline import evaluate
     source = read_source(args.file)
     task = task_registry(args).get(args.task)
-    record = evaluate(task, source, args.dsl, args.backend, eval_config(args))
+    record = evaluate(task, source, args.dsl, args.backend, eval_config(args), placement=options.placement(args))
     if args.json:
         out = record.to_dict()
         out["task"] = record.task

@@ -59,9 +59,16 @@ def add_dsl(p) -> None:
     p.add_argument("--dsl", default=dsls.DEFAULT, choices=dsls.NAMES, help=DSL_HELP)
 
 
+def placement(args):
+    """Where the command's evaluations run (core.placement.Placement): `--gpu` (default GPU 0)."""
+    from kernelgym_gap.core.placement import Placement
+    gpu = getattr(args, "gpu", None)
+    return Placement(gpu_index=gpu) if gpu is not None else Placement()
+
+
 def eval_config(args):
-    """The EvalConfig that `--seed`, `--reward-mode`, `--gpu`, `--timed-shapes` and `--compile-baseline` ask for
-    (defaults for flags a command lacks)."""
+    """The EvalConfig that `--seed`, `--reward-mode`, `--timed-shapes` and `--compile-baseline` ask for
+    (defaults for flags a command lacks); `--gpu` is placement (see placement())."""
     from kernelgym_gap.core.config import EvalConfig
     from kernelgym_gap.judge.reward import RewardConfig
     cfg = EvalConfig()
@@ -70,8 +77,6 @@ def eval_config(args):
         changes["trial_seed"] = args.seed
     if getattr(args, "reward_mode", None):
         changes["reward"] = RewardConfig(mode=args.reward_mode)
-    if getattr(args, "gpu", None) is not None:
-        changes["gpu_index"] = args.gpu
     if getattr(args, "timed_shapes", None) is not None:
         changes["timed_shapes"] = args.timed_shapes
     if getattr(args, "compile_baseline", None):

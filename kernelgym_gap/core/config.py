@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from collections.abc import Mapping
+from typing import Any
+
 from kernelgym_gap.core.errors import UnknownChoiceError
+from kernelgym_gap.core.placement import FIELDS as PLACEMENT_FIELDS
+from kernelgym_gap.core.placement import SANDBOX_FIELDS, Placement, PlacementFieldError, refuse_placement
 from kernelgym_gap.core.slowness import too_slow_to_time
 
 REWARD_MODES = ("full", "correctness")
@@ -14,7 +19,6 @@ REWARD_MODES = ("full", "correctness")
 REWARD_BASELINES = ("task", "eager", "compile")
 COMPILE_BASELINE_MODES = ("measure", "cached", "off")
 LIBRARY_TIME_MODES = ("cached", "measure")   # the library's time: from the parent's cache (checked), or timed anew
-CPU_HELD_OUTPUT_BYTES = 512 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,13 +62,11 @@ class SandboxConfig:
     scratch_max_entries: int = 20_000
     private_tmp_bytes: int = 256 << 20  # size of the sandbox's own /tmp
     extra_ro_paths: tuple[str, ...] = ()
-    # the directory of the GPU lanes (core/lane.py): the child holds its GPU's lane shared for the correctness
-    # trials (a pre-started one also while it makes its CUDA context) and exclusive for the timing. "auto":
-    # one directory per user and host (core.lane.resolve), so every evaluation of this user on a GPU
-    # coordinates, one at a time or not: a pre-started child making its CUDA context during another child's
-    # timing inflated that timing by up to 3.6x on the H200 (2026-12-04). None: no lanes. A batch with
-    # several evaluations per GPU replaces "auto" and None with a directory of its own.
-    lane_dir: str | None = "auto"
+    # (the lanes' directory, lane_dir, is placement now: core/placement.Placement)
+
+    def __new__(cls, *args, **kwargs):
+        refuse_placement("SandboxConfig", kwargs, SANDBOX_FIELDS)     # a config written before the split
+        return super().__new__(cls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,40 +182,38 @@ class EvalConfig:
     # best honest kernels of the corpus (U up to 1.03 on the H200) 21% under the bound (judge/floor.py; 0.9 before
     # issue 31 zeroed any kernel whose task overcounted min_bytes by 10%)
     floor_tolerance: float = 0.8
-    scratch_root: str | None = None      # where per-evaluation scratch directories go (system temp by default)
-    # host memory a child holds its outputs in until it lets the GPU's lanes go, then writes them for the
-    # checker (child/outputs.py); on the cpu backend at most CPU_HELD_OUTPUT_BYTES (its memory limit is
-    # SandboxConfig.memory_bytes). 0: each output written as it comes, inside the lane.
-    held_output_bytes: int = 4 << 30
+    # where it runs (GPU index, lanes, scratch, cache paths, held_output_bytes) is not here: it is a
+    # core/placement.Placement passed beside this config, so that the cache key hashes this config whole
     # while the DSL compiles a kernel in a shape's first correctness call (CPU work: Triton's
     # JITFunction._do_compile, TileLang's JITKernel construction), the child lets the GPU's shared lane go, so
     # that another evaluation's timing can run meanwhile, and takes it again before the launch
-    # (child/lanes.py). Only where the child has a lane (cuda; cpu only with an explicit sandbox.lane_dir).
+    # (child/lanes.py). Only where the child has a lane (cuda; cpu only with an explicit Placement.lane_dir).
     # Off by default until the H200 throughput run compares it side by side.
     compile_outside_lane: bool = False
     # the trusted checker makes its float64 references from the trials' seeds while the child still runs
     # (judge/early_check.py; cpu: a thread of the parent, cuda: the checker's process started early, under the
     # shared lane while it computes); not with a warm checker. Off by default until the H200 compares it.
     precompute_reference: bool = False
-    keep_scratch: bool = False           # keep them for debugging
-    gpu_index: int = 0                   # which GPU the child is pinned to on the cuda backend
-    calibration_path: str | None = None  # device ceilings cache (cuda); default under ~/.cache/kernelgym_gap
     # torch.compile of the reference, timed once per device, software, task version, shape and dtype in a
     # trusted process and cached (judge/baselines.py): "measure" (when missing), "cached" (only what the
     # cache holds), "off". The first evaluation of a task on a device pays its compile (seconds per shape).
     compile_baseline: str = "measure"
-    baselines_path: str | None = None    # that cache; default ~/.cache/kernelgym_gap/baselines.json
+    # (that cache's path is Placement.baselines_path)
     # the library's (torch reference's) time per timed shape: "cached" (judge/library_cache.py: the cached
     # time is sent to the child, which checks it briefly and times the library in full only when it
     # drifted) or "measure" (timed in full beside the kernel on every evaluation)
     library_time: str = "cached"
-    library_cache_path: str | None = None   # that cache; default ~/.cache/kernelgym_gap/library_times.json
+    # (that cache's path is Placement.library_cache_path)
+
+    def __new__(cls, *args, **kwargs):
+        # EvalConfig(gpu_index=...) or .replace(gpu_index=...) from code or a config written before the split:
+        # a typed error naming the field and where it went, not a bare "unexpected keyword"
+        refuse_placement("EvalConfig", kwargs)
+        return super().__new__(cls)
 
     def __post_init__(self):
         if self.timed_shapes is not None and self.timed_shapes < 1:
             raise ValueError("timed_shapes must be None (every shape) or at least 1")
-        if self.held_output_bytes < 0:
-            raise ValueError("held_output_bytes must be non-negative")
         if self.compile_baseline not in COMPILE_BASELINE_MODES:
             raise UnknownChoiceError("compile baseline mode", self.compile_baseline, COMPILE_BASELINE_MODES)
         if self.library_time not in LIBRARY_TIME_MODES:
@@ -227,6 +227,33 @@ class EvalConfig:
     def replace(self, **changes) -> "EvalConfig":
         return dataclasses.replace(self, **changes)
 
-    def held_output_bytes_for(self, backend: str) -> int:
-        """What a child on `backend` may hold (see held_output_bytes)."""
-        return self.held_output_bytes if backend == "cuda" else min(self.held_output_bytes, CPU_HELD_OUTPUT_BYTES)
+
+_SUBCONFIGS = {"sandbox": SandboxConfig, "timing": TimingConfig, "reward": RewardConfig,
+               "diagnosis": DiagnosisConfig}
+
+
+def config_from_dict(data: Mapping[str, Any]) -> tuple[EvalConfig, Placement]:
+    """An EvalConfig and its Placement from a dict (dataclasses.asdict of an EvalConfig, from JSON), also one
+    written before placement left EvalConfig: its placement keys (gpu_index, scratch_root, ..., and
+    sandbox.lane_dir) go into the Placement instead of being lost. An unknown key is a TypeError naming it;
+    lists where the config has tuples (JSON) are turned back into tuples."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a config dict is a mapping, not a {type(data).__name__}")
+    top, where = {}, {}
+    for key, value in data.items():
+        if key in PLACEMENT_FIELDS:
+            where[key] = value
+        elif key in _SUBCONFIGS and isinstance(value, Mapping):
+            sub = dict(value)
+            for name in SANDBOX_FIELDS if key == "sandbox" else ():
+                if name in sub:
+                    where[name] = sub.pop(name)
+            top[key] = _SUBCONFIGS[key](**{k: tuple(v) if isinstance(v, list) else v for k, v in sub.items()})
+        else:
+            top[key] = value
+    try:
+        return EvalConfig(**top), Placement(**where)
+    except PlacementFieldError:
+        raise
+    except TypeError as e:
+        raise TypeError(f"not an EvalConfig dict: {e}") from e

@@ -168,7 +168,7 @@ AUTO = "auto"
 
 
 def resolve(lane_dir: str | None) -> str | None:
-    """SandboxConfig.lane_dir as a directory: "auto" is this user's lanes on this host."""
+    """Placement.lane_dir as a directory: "auto" is this user's lanes on this host."""
     if lane_dir != AUTO:
         return lane_dir
     import tempfile

@@ -1,56 +1,93 @@
 """Where an evaluation runs, apart from what it measures: the GPU it is pinned to, the directory of its GPU's
-lanes, where its scratch directories go, and the paths of the per-device caches it reads and writes.
+lanes, where its scratch directories go, the paths of the per-device caches it reads and writes, and how
+much output its child may hold until it lets the GPU's lanes go.
 
-`api/service.EvalService` decides a Placement per slot and hands it to the engine with each evaluation
-(`Placement.apply`); the result cache hashes what is left (`measured`), so that two evaluations that differ
-only in where they ran share a key. The fields still exist on EvalConfig (and its SandboxConfig, lane_dir) so
-that configs written before this split keep working; this type is the one list of which fields are placement:
-nothing else names them (store/cache_key.py reads it)."""
+`api/service.EvalService` decides a Placement per slot and hands it to the engine beside the EvalConfig
+(`engine.evaluate(..., placement=)`); the engine passes it on to the launcher, the checker and the caches.
+None of it is on EvalConfig, so the result cache hashes the EvalConfig whole (store/cache_key.py): two
+evaluations that differ only in where they ran share a key by construction. This type is the one list of
+what is placement (`FIELDS`); core/config.py reads it to refuse these names on an EvalConfig with a typed
+error that says where they went.
+
+held_output_bytes is here because it is scheduling, not measurement: it says only whether the child writes
+its outputs inside the lane or after it; the same kernel is timed and checked the same way under any value.
+The throughput levers that move work across the lane or the checker (compile_outside_lane,
+precompute_reference) stay on EvalConfig, hashed, until the H200 shows they do not change a measurement."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-# the EvalConfig fields that say where, not what (lane_dir lives on EvalConfig.sandbox)
-CONFIG_FIELDS = ("gpu_index", "scratch_root", "keep_scratch", "calibration_path", "baselines_path",
-                 "library_cache_path")
+from kernelgym_gap.core.errors import KernelGymError
+
+# on the cpu backend a child holds at most this much (its memory limit is SandboxConfig.memory_bytes)
+CPU_HELD_OUTPUT_BYTES = 512 << 20
 
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    gpu_index: int = 0
+    gpu_index: int = 0                      # which GPU the child (and checker, calibration) is pinned to on cuda
+    # the directory of the GPU lanes (core/lane.py): the child holds its GPU's lane shared for the correctness
+    # trials (a pre-started one also while it makes its CUDA context) and exclusive for the timing. "auto":
+    # one directory per user and host (core.lane.resolve), so every evaluation of this user on a GPU
+    # coordinates, one at a time or not: a pre-started child making its CUDA context during another child's
+    # timing inflated that timing by up to 3.6x on the H200 (2026-12-04). None: no lanes. A service with
+    # several slots per GPU replaces "auto" and None with a directory of its own. On the cpu backend only an
+    # explicit directory gives the child lanes.
     lane_dir: str | None = "auto"
-    scratch_root: str | None = None
-    keep_scratch: bool = False
-    calibration_path: str | None = None
-    baselines_path: str | None = None
-    library_cache_path: str | None = None
+    scratch_root: str | None = None         # where per-evaluation scratch directories go (system temp by default)
+    keep_scratch: bool = False              # keep them for debugging
+    calibration_path: str | None = None     # device ceilings cache (cuda); default under ~/.cache/kernelgym_gap
+    baselines_path: str | None = None       # torch.compile times; default ~/.cache/kernelgym_gap/baselines.json
+    library_cache_path: str | None = None   # library times; default ~/.cache/kernelgym_gap/library_times.json
+    # host memory a child holds its outputs in until it lets the GPU's lanes go, then writes them for the
+    # checker (child/outputs.py); on the cpu backend at most CPU_HELD_OUTPUT_BYTES. 0: each output written as
+    # it comes, inside the lane.
+    held_output_bytes: int = 4 << 30
 
-    @classmethod
-    def of(cls, config: Any) -> "Placement":
-        """The placement a config carries today (its own fields)."""
-        return cls(lane_dir=config.sandbox.lane_dir, **{f: getattr(config, f) for f in CONFIG_FIELDS})
-
-    def apply(self, config: Any) -> Any:
-        """`config` run here: its placement fields replaced by this placement's."""
-        sandbox = dataclasses.replace(config.sandbox, lane_dir=self.lane_dir)
-        return dataclasses.replace(config, sandbox=sandbox, **{f: getattr(self, f) for f in CONFIG_FIELDS})
+    def __post_init__(self):
+        if isinstance(self.gpu_index, bool) or not isinstance(self.gpu_index, int) or self.gpu_index < 0:
+            raise ValueError(f"gpu_index must be a non-negative int, not {self.gpu_index!r}")
+        if isinstance(self.held_output_bytes, bool) or not isinstance(self.held_output_bytes, int) \
+                or self.held_output_bytes < 0:
+            raise ValueError("held_output_bytes must be a non-negative int")
 
     def replace(self, **changes) -> "Placement":
         return dataclasses.replace(self, **changes)
 
+    def held_output_bytes_for(self, backend: str) -> int:
+        """What a child on `backend` may hold (see held_output_bytes)."""
+        return self.held_output_bytes if backend == "cuda" else min(self.held_output_bytes, CPU_HELD_OUTPUT_BYTES)
 
-# the EvalConfig fields that say only when a stage's work happens around other evaluations (held_output_bytes:
-# whether the child writes its outputs inside the lane or after it): the same kernel is timed and checked the
-# same way under any value, so the cache key leaves them out. The throughput levers that move work across the
-# lane or the checker (compile_outside_lane, precompute_reference) stay hashed until the H200 shows they do not
-# change a measurement.
-SCHEDULING_FIELDS = ("held_output_bytes",)
+    def lanes_for(self, backend: str) -> str | None:
+        """The lane directory the trusted side (checker, calibration, baselines) takes on `backend`: the GPU's
+        lanes on cuda, none on cpu (where only the child takes an explicit one)."""
+        return self.lane_dir if backend == "cuda" else None
 
 
-def measured(config: Any) -> Any:
-    """What `config` measures: every field but placement and scheduling, which are set to their defaults. The
-    cache key hashes this whole, so a new EvalConfig field is hashed unless it is declared here."""
-    defaults = type(config).__dataclass_fields__
-    return dataclasses.replace(Placement().apply(config),
-                               **{f: defaults[f].default for f in SCHEDULING_FIELDS})
+FIELDS = tuple(f.name for f in dataclasses.fields(Placement))
+# the one placement field that lived on EvalConfig.sandbox rather than on EvalConfig itself
+SANDBOX_FIELDS = ("lane_dir",)
+
+
+class PlacementFieldError(KernelGymError, TypeError):
+    """A placement field given to EvalConfig or SandboxConfig (a config written before placement left them):
+    names the field and where it goes now. A TypeError, as any unknown keyword of a dataclass is."""
+
+    def __init__(self, where: str, names):
+        names = sorted(names)
+        self.where, self.names = where, names
+        calls = ", ".join(f"{n}=..." for n in names)
+        super().__init__(f"{where} has no field {', '.join(repr(n) for n in names)} any more: where an "
+                         f"evaluation runs is a core.placement.Placement({calls}), passed beside the config "
+                         f"(engine.evaluate(..., placement=), EvalService(..., placement=)); "
+                         f"core.config.config_from_dict splits an old config dict into both")
+
+    def __reduce__(self):
+        return type(self), (self.where, self.names)
+
+
+def refuse_placement(where: str, names, allowed=FIELDS) -> None:
+    """Raises PlacementFieldError when `names` (keywords given to a config) include placement fields."""
+    found = [n for n in names if n in allowed]
+    if found:
+        raise PlacementFieldError(where, found)

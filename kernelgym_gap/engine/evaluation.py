@@ -14,6 +14,7 @@ from pathlib import Path
 from kernelgym_gap.core.backend import Backend
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.lane import held
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import CheckResult, EvalRecord, Job, Trial
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
@@ -27,11 +28,13 @@ log = logging.getLogger(__name__)
 
 class Evaluation:
     """One submission on one task, DSL and backend. Stages read and fill it in; `record` turns the verdict
-    that stopped it into the EvalRecord callers get. `checker` and `children` are the warm pool's (or None)."""
+    that stopped it into the EvalRecord callers get. `checker` and `children` are the warm pool's (or None);
+    `placement` says where it runs (its GPU, lanes, scratch and cache paths), `config` what it measures."""
 
     def __init__(self, task: TaskSpec, raw_source: bytes, dsl: str, backend: Backend, config: EvalConfig,
-                 checker=None, children=None):
+                 checker=None, children=None, placement: Placement | None = None):
         self.task, self.dsl, self.backend, self.config = task, dsl, backend, config
+        self.placement = placement or Placement()
         self.raw_source = raw_source
         self.source_sha = hashlib.sha256(raw_source).hexdigest()
         self.checker, self.children = checker, children
@@ -60,7 +63,7 @@ class Evaluation:
         # smallest shapes first: a hopelessly slow kernel is checked before it is killed (issue 38)
         self.trials = order_for_correctness(self.task, make_trials(self.task, self.backend.name, self.config, rng))
         timing_trials = make_timing_trials(self.task, self.config, rng) if self.backend.measures_time else ()
-        spec = child_spec(self.task, self.dsl, self.backend.name, self.config)
+        spec = child_spec(self.task, self.dsl, self.backend.name, self.config, self.placement)
         self._launcher = launcher = Launcher(spec, self.children)
         scratch = launcher.scratch
         source_file = scratch / "submission.py"
@@ -70,24 +73,25 @@ class Evaluation:
                        tasks_dir=self.task.tasks_dir, outputs_dir=str(scratch / "outputs"),
                        report_file=str(scratch / "report.json"), trials=self.trials, timing=timing,
                        timing_trials=timing_trials, library_hint=self._library_hint(timing_trials),
-                       held_output_bytes=self.config.held_output_bytes_for(self.backend.name),
+                       held_output_bytes=self.placement.held_output_bytes_for(self.backend.name),
                        compile_outside_lane=self.config.compile_outside_lane)
         from kernelgym_gap.judge import early_check
-        self._early = early_check.start(self.task, self.job, self.backend.name, self.config, self.checker)
+        self._early = early_check.start(self.task, self.job, self.backend.name, self.config, self.checker,
+                                         self.placement)
         self.child = launcher.run(self.job, self.source)
         self.latency.update(self.child.latency)
 
     def _library_hint(self, timing_trials: tuple[Trial, ...]):
         """The library's cached time per timing trial (judge/library_cache.py), for the child to check."""
         from kernelgym_gap.judge.library_cache import hints
-        return hints(self.task, timing_trials, self.config) if timing_trials else ()
+        return hints(self.task, timing_trials, self.config, self.placement) if timing_trials else ()
 
     def check(self) -> CheckResult:
         from kernelgym_gap.judge.trusted import check_in_process
-        self._private = Path(tempfile.mkdtemp(prefix="kgg-check-", dir=self.config.scratch_root))
+        self._private = Path(tempfile.mkdtemp(prefix="kgg-check-", dir=self.placement.scratch_root))
         t = time.perf_counter()
         # on cuda the checker runs on the GPU beside other evaluations' trials, never beside a timing
-        lane_dir = self.config.sandbox.lane_dir if self.backend.name == "cuda" else None
+        lane_dir = self.placement.lanes_for(self.backend.name)
         job = self.job
         if self.killed is not None:         # only the trials the killed child finished (its checkpoint)
             from kernelgym_gap.engine.too_slow import finished_trials
@@ -95,8 +99,8 @@ class Evaluation:
             job = dataclasses.replace(job, trials=tuple(t for t in job.trials if t.index in done))
         self.check_result, retried = checked_alone_if_failed(
             lambda: check_in_process(self.task, job, self.child.report, self.backend.name, self._private,
-                                     self.config, self.checker, self._early),
-            lane_dir, self.config.gpu_index, self.latency)
+                                     self.config, self.checker, self._early, self.placement),
+            lane_dir, self.placement.gpu_index, self.latency)
         if retried:
             self.flags.append(retried)
         self.latency["check"] = time.perf_counter() - t
@@ -146,12 +150,12 @@ class Evaluation:
         return message, failure, terms
 
     def close(self) -> None:
-        """Ends whatever still runs and removes the directories (unless config.keep_scratch)."""
+        """Ends whatever still runs and removes the directories (unless placement.keep_scratch)."""
         if self._launcher is not None:
-            self._launcher.close(keep=self.config.keep_scratch)
+            self._launcher.close(keep=self.placement.keep_scratch)
         if self._early is not None:
             self._early.close()
-        if self._private is not None and not self.config.keep_scratch:
+        if self._private is not None and not self.placement.keep_scratch:
             shutil.rmtree(self._private, ignore_errors=True)
 
 

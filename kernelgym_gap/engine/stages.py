@@ -247,7 +247,8 @@ class Score(Stage):
             return self.stop(Status.INTEGRITY_VIOLATION, str(e), terms=terms, trials_checked=result.trials_checked)
         except ProtocolError as e:
             return self.stop(Status.PROTOCOL_ERROR, str(e), terms=terms, trials_checked=result.trials_checked)
-        status, message, perf, diagnosis = performance_terms(ev.task, report, ev.config, ev.source, ev.dsl)
+        status, message, perf, diagnosis = performance_terms(ev.task, report, ev.config, ev.source, ev.dsl,
+                                                               ev.placement)
         terms.update(perf)
         if status is not Status.OK:
             return self.stop(status, message, terms=terms, trials_checked=result.trials_checked)
@@ -262,7 +263,7 @@ def _store_library_times(ev, report) -> None:
     that cannot be written costs the next evaluations their hint, never this one its record."""
     from kernelgym_gap.judge import library_cache
     try:
-        library_cache.store(ev.task, report, ev.config)
+        library_cache.store(ev.task, report, ev.placement)
     except OSError as e:
         log.warning("%s: library time cache not written: %s", ev.task.id, e)
 

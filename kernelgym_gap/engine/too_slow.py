@@ -153,7 +153,7 @@ def measure_bound(ev, trial: Trial | None, first: bool, reached_s: float) -> dic
     device_name = report.device.get("name", "")
     try:
         if trial is not None:
-            cal = get_calibration(report, ev.config)
+            cal = get_calibration(report, ev.placement)
             fl, _ = floor_ms(ev.task, trial.shape, trial.dtype, cal)
             device_name = cal.device_name
     except Exception as e:      # noqa: BLE001 - no ceilings: the bound goes without U, said in the flags

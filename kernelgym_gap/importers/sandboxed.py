@@ -40,7 +40,7 @@ def analyse(source: bytes, name: str, config: EvalConfig | None = None) -> dict:
     if not SAFE_NAME.fullmatch(name):
         raise ImportRefused("the task name is not made of [A-Za-z0-9_] (at most 100)")
     config = config or EvalConfig()
-    scratch = Path(tempfile.mkdtemp(prefix="kgg-import-", dir=config.scratch_root))
+    scratch = Path(tempfile.mkdtemp(prefix="kgg-import-"))   # system temp (scratch_root is placement now)
     try:
         # named after the task: the statement and the child's tracebacks name this file, never the user's path
         (scratch / f"{name}.py").write_bytes(source)

@@ -150,7 +150,7 @@ class SlotPool:
     def cached(self, key) -> EvalRecord | None:
         """The record of an identical evaluation, or None. sqlite3.OperationalError: the database is locked."""
         hit = self.cache.get(key)
-        return None if hit is None else hit[0]
+        return None if hit is None else hit.record
 
     # ---- queues ----------------------------------------------------------------------------------------
 

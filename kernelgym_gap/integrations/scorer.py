@@ -69,11 +69,13 @@ class Scorer:
     backend: "cpu", "cuda" or "auto". config: the EvalConfig of every evaluation. workers, ray: as
     `evaluate_many` (ray: "auto", an address, or a RayPool kept by the caller). warm: keep a warm pool per
     worker across batches (local pool only; "auto": on cuda with the built-in evaluator). store: a `store.Store` or a database path: look records up there
-    and keep new ones (submitter `submitter`). evaluator: replaces engine.evaluate (tests, a custom cache)."""
+    and keep new ones (submitter `submitter`). evaluator: replaces engine.evaluate (tests, a custom cache).
+    placement: a core.placement.Placement for every slot but its GPU (scratch root, cache paths, lanes)."""
 
     def __init__(self, backend: str = "auto", *, config: EvalConfig | None = None, workers: int | None = None,
                  warm: bool | str = "auto", store: Any = None, submitter: str = "trainer", cache_size: int = 4096,
-                 window_s: float = 0.02, ray: Any = None, registry=None, evaluator: Callable | None = None):
+                 window_s: float = 0.02, ray: Any = None, registry=None, evaluator: Callable | None = None,
+                 placement: Any = None):
         from kernelgym_gap.api.service import EvalService
         from kernelgym_gap.core.backend import resolve_backend
         from kernelgym_gap.core.registry import default_registry
@@ -91,7 +93,8 @@ class Scorer:
         # actors evaluate (each holds a one-slot service) and this service is the cache in front of them.
         self.service = EvalService(self.backend, self.config, slots=workers, warm=False if ray is not None else warm,
                                    cache=cache_size, store=store, per_gpu=4, evaluator=evaluator,
-                                   registry=self.registry, submitter=submitter, origin="trainer")
+                                   registry=self.registry, submitter=submitter, origin="trainer",
+                                   placement=placement)
         self.warm = self.service.warm
         self.store, self.submitter = self.service.cache.store, submitter
         self.cache_size = cache_size
@@ -211,11 +214,12 @@ class Scorer:
         self.stats["requested"] += len(batch)
         pending: dict[Any, list[_Job]] = {}
         for job in batch:
-            key = cache.key(job.task, job.source, job.dsl, self.backend, self.service.placed(0))
+            key = cache.key(job.task, job.source, job.dsl, self.backend, self.service.config,
+                            self.service.placement(0))
             hit = None if key in pending else cache.get(key, origin="trainer")
             if hit is not None:
                 self.stats["cache_hits"] += 1
-                job.future.set_result(hit[0])
+                job.future.set_result(hit.record)
             else:
                 pending.setdefault(key, []).append(job)
         if not pending:

@@ -20,6 +20,7 @@ from pathlib import Path
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import HarnessError
 from kernelgym_gap.core.lane import held
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.judge.calibrate import cache_dir, update_cache
 
 COMPILE_TIMEOUT_S = 600.0
@@ -49,35 +50,38 @@ def _complete(entry: dict | None, task) -> bool:
     return entry is not None and set(task.alternatives) <= set(entry.get("alternatives_ms") or {})
 
 
-def compile_times(task, cases: list[tuple], device_key: str, config: EvalConfig) -> dict[tuple, dict]:
+def compile_times(task, cases: list[tuple], device_key: str, config: EvalConfig,
+                  placement: Placement | None = None) -> dict[tuple, dict]:
     """{(shape, dtype): {"compile_ms", "eager_ms", "alternatives_ms", ...}} for the timed `cases` [(shape,
     dtype), ...]; missing ones are measured now when config.compile_baseline == "measure". Empty when the
     mode is "off" or the task declares neither torch.compile nor an alternative. compile_ms is None for a
-    task without torch.compile, an alternative's time None where it raised."""
+    task without torch.compile, an alternative's time None where it raised. `placement`: the cache's path and
+    the GPU (and its lanes) a measurement runs on (default Placement())."""
+    placement = placement or Placement()
     if config.compile_baseline == "off" or ("torch.compile" not in task.baselines and not task.alternatives):
         return {}
-    path = Path(config.baselines_path) if config.baselines_path else default_cache_path()
+    path = Path(placement.baselines_path) if placement.baselines_path else default_cache_path()
     cached = _load(path)
     keys = {(tuple(s), d): case_key(device_key, task.id, s, d, task.timed_distribution) for s, d in cases}
     missing = [c for c, k in keys.items() if not _complete(cached.get(k), task)]
     if missing and config.compile_baseline == "measure":
-        fresh = _measure(task, missing, config)
+        fresh = _measure(task, missing, placement)
         _save(path, {keys[c]: v for c, v in fresh.items()})
         cached.update({keys[c]: v for c, v in fresh.items()})
     return {c: cached[k] for c, k in keys.items() if _complete(cached.get(k), task)}
 
 
-def _measure(task, cases: list[tuple], config: EvalConfig) -> dict[tuple, dict]:
+def _measure(task, cases: list[tuple], placement: Placement) -> dict[tuple, dict]:
     from kernelgym_gap.sandbox.child_io import backend_env
     from kernelgym_gap.sandbox.process import child_env
     spec = {"task": task.id, "tasks_dir": task.tasks_dir,
             "cases": [{"shape": list(s), "dtype": d} for s, d in cases]}
-    with tempfile.TemporaryDirectory(prefix="kgg-baseline-", dir=config.scratch_root) as d:
+    with tempfile.TemporaryDirectory(prefix="kgg-baseline-", dir=placement.scratch_root) as d:
         spec_path, out = Path(d) / "spec.json", Path(d) / "out.json"
         spec_path.write_text(json.dumps(spec))
-        env = child_env(Path(d), backend_env("cuda") | {"CUDA_VISIBLE_DEVICES": str(config.gpu_index)})
+        env = child_env(Path(d), backend_env("cuda") | {"CUDA_VISIBLE_DEVICES": str(placement.gpu_index)})
         try:   # the GPU's lane exclusive: a measurement never shares the GPU (core/lane.py)
-            with held(config.sandbox.lane_dir, config.gpu_index, "exclusive"):
+            with held(placement.lane_dir, placement.gpu_index, "exclusive"):
                 proc = subprocess.run([sys.executable, "-m", "kernelgym_gap.judge.baselines", str(spec_path),
                                        str(out)], env=env, cwd=d, capture_output=True, timeout=COMPILE_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import CheckResult, ChildReport, Job
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
@@ -75,21 +76,21 @@ class InProcess:
 class Process:
     """The trusted checker's process started with `--early` (cuda): see the module docstring."""
 
-    def __init__(self, task: TaskSpec, job: Job, backend: str, config: EvalConfig):
+    def __init__(self, task: TaskSpec, job: Job, backend: str, config: EvalConfig, placement: Placement):
         from kernelgym_gap.sandbox.child_io import backend_env
         from kernelgym_gap.sandbox.process import child_env
-        self.config = config
-        self.private = Path(tempfile.mkdtemp(prefix="kgg-early-", dir=config.scratch_root))
+        self.config, self.placement = config, placement
+        self.private = Path(tempfile.mkdtemp(prefix="kgg-early-", dir=placement.scratch_root))
         (self.private / "job.json").write_text(job.to_json())
         self.spec = {"job": str(self.private / "job.json"), "report": str(self.private / "report.json"),
                      "result": str(self.private / "check.json"), "device": backend}
         (self.private / "check_spec.json").write_text(json.dumps(self.spec))
-        env = child_env(self.private, backend_env(backend) | {"CUDA_VISIBLE_DEVICES": str(config.gpu_index)})
+        env = child_env(self.private, backend_env(backend) | {"CUDA_VISIBLE_DEVICES": str(placement.gpu_index)})
         # a file, not a pipe: nobody reads the process's stderr until it ends, and a full pipe would stall it
         self._err = open(self.private / "checker.err", "wb")
         self.started, self.made = time.perf_counter(), None
         self.waits: dict = {}
-        self.lane_dir = config.sandbox.lane_dir if backend == "cuda" else None
+        self.lane_dir = placement.lanes_for(backend)
         self.used = False
         self.proc = subprocess.Popen([sys.executable, "-m", "kernelgym_gap.judge.checker", "--early",
                                       str(self.private / "check_spec.json")], env=env, cwd=self.private,
@@ -103,7 +104,7 @@ class Process:
         and lets the lane go once its references are made (or it ended)."""
         from kernelgym_gap.core.lane import held
         try:
-            with held(self.lane_dir, self.config.gpu_index, "shared", self.waits, "check_early_lane_wait"):
+            with held(self.lane_dir, self.placement.gpu_index, "shared", self.waits, "check_early_lane_wait"):
                 self.proc.stdin.write(b"start\n")
                 self.proc.stdin.flush()
                 self._line = self.proc.stdout.readline(1 << 16)
@@ -124,7 +125,7 @@ class Process:
             # finished (the early process has the whole job): the ordinary check
             self.close()
             from kernelgym_gap.judge.trusted import check_in_process
-            return check_in_process(task, job, report, backend, private, config)
+            return check_in_process(task, job, report, backend, private, config, placement=self.placement)
         self.used = True
         t = time.perf_counter()
         self.wait(deadline)
@@ -151,7 +152,7 @@ class Process:
             if f is not None and not f.closed:
                 f.close()
         import shutil
-        if not self.config.keep_scratch:
+        if not self.placement.keep_scratch:
             shutil.rmtree(self.private, ignore_errors=True)
 
 
@@ -162,7 +163,8 @@ def _with_wait(result: CheckResult, waited: float) -> CheckResult:
     return dataclasses.replace(result, seconds={**result.seconds, "early_wait": round(waited, 6)})
 
 
-def start(task: TaskSpec, job: Job, backend: str, config: EvalConfig, checker=None):
+def start(task: TaskSpec, job: Job, backend: str, config: EvalConfig, checker=None,
+          placement: Placement | None = None):
     """The early check for this evaluation, started now; None where it does not apply (not asked for, a
     warm checker, no trials)."""
     if not getattr(config, "precompute_reference", False) or checker is not None or not job.trials:
@@ -170,7 +172,7 @@ def start(task: TaskSpec, job: Job, backend: str, config: EvalConfig, checker=No
     if backend == "cpu":
         return InProcess(task, job, "cpu")
     try:
-        return Process(task, job, backend, config)
+        return Process(task, job, backend, config, placement or Placement())
     except OSError as e:        # no process to be had: the ordinary check runs at the end, as without this
         log.warning("the early check could not start (%s); the check runs after the child", e)
         return None

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.errors import ProtocolError
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import ChildReport, Job, ShapeTiming, Trial
 from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.judge.calibrate import cache_dir, device_key, update_cache
@@ -41,8 +42,9 @@ def default_cache_path() -> Path:
     return cache_dir() / "library_times.json"
 
 
-def cache_path(config: EvalConfig) -> Path:
-    return Path(config.library_cache_path) if config.library_cache_path else default_cache_path()
+def cache_path(placement: Placement | None = None) -> Path:
+    path = placement.library_cache_path if placement is not None else None
+    return Path(path) if path else default_cache_path()
 
 
 def time_key(device: str, task: TaskSpec, shape, dtype: str) -> str:
@@ -76,13 +78,15 @@ def _median(values) -> float | None:
     return statistics.median(good) if good else None
 
 
-def hints(task: TaskSpec, timing_trials: tuple[Trial, ...], config: EvalConfig):
-    """Job.library_hint for these timing trials: (shape, dtype, median ms) for each one the cache knows on
-    this host's GPU config.gpu_index; () when config.library_time is "measure" or the device is unknown."""
+def hints(task: TaskSpec, timing_trials: tuple[Trial, ...], config: EvalConfig, placement: Placement | None = None):
+    """Job.library_hint for these timing trials: (shape, dtype, median ms) for each one the cache (the
+    placement's) knows on this host's GPU placement.gpu_index; () when config.library_time is "measure" or
+    the device is unknown."""
+    placement = placement or Placement()
     if config.library_time != "cached" or not timing_trials:
         return ()
-    data = load(cache_path(config))
-    device = data["devices"].get(slot(config.gpu_index))
+    data = load(cache_path(placement))
+    device = data["devices"].get(slot(placement.gpu_index))
     if not isinstance(device, str):
         return ()
     out = []
@@ -94,20 +98,21 @@ def hints(task: TaskSpec, timing_trials: tuple[Trial, ...], config: EvalConfig):
     return tuple(out)
 
 
-def store(task: TaskSpec, report: ChildReport, config: EvalConfig) -> int:
-    """After a correct evaluation: remembers the child's device for config.gpu_index and adds the library
+def store(task: TaskSpec, report: ChildReport, placement: Placement | None = None) -> int:
+    """After a correct evaluation: remembers the child's device for placement.gpu_index and adds the library
     times it measured in full (library_source "measured") to the cache. Returns how many were added."""
+    placement = placement or Placement()
     device = device_key(report.device, report.versions)
     fresh = [(time_key(device, task, t.shape, t.dtype), t.library_ms) for t in report.timings
              if t.library_source == "measured" and t.library_ms > 0]
 
     def change(data: dict) -> None:
-        data["devices"][slot(config.gpu_index)] = device
+        data["devices"][slot(placement.gpu_index)] = device
         for key, ms in fresh:
             old = data["times"].get(key)
             data["times"][key] = ((old if isinstance(old, list) else []) + [ms])[-KEEP:]
 
-    update_cache(cache_path(config), change, read=load)
+    update_cache(cache_path(placement), change, read=load)
     return len(fresh)
 
 

@@ -16,6 +16,7 @@ from kernelgym_gap.judge.diagnosis import causes, diagnose
 from kernelgym_gap.judge.floor import floor_ms  # noqa: F401 - measure.floor_ms, as before
 from kernelgym_gap.core.errors import HarnessError
 from kernelgym_gap.core.errors import ProtocolError
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import ChildReport, ShapeTiming
 from kernelgym_gap.judge.reward import geomean, performance
 from kernelgym_gap.core.status import Status
@@ -98,14 +99,17 @@ def trusted_timings(job, timings) -> tuple[ShapeTiming, ...]:
     return tuple(out)
 
 
-def get_calibration(report: ChildReport, config: EvalConfig) -> Calibration:
+def get_calibration(report: ChildReport, placement: Placement | None = None) -> Calibration:
+    """The device's ceilings: cached (at placement.calibration_path, or the default), else measured now on
+    placement.gpu_index under its lanes, else the datasheet's (labelled)."""
+    placement = placement or Placement()
     key = device_key(report.device, report.versions)
-    path = Path(config.calibration_path) if config.calibration_path else None
+    path = Path(placement.calibration_path) if placement.calibration_path else None
     cal = load_cached(key, path)
     if cal is not None:     # one cached before the read/write rates were measured: a copy-only floor (sound,
         return cal          # judge/floor.py) until `kernelgym-gap calibrate` measures this device again
     try:
-        return calibrate(config.gpu_index, path, key=key, lane_dir=config.sandbox.lane_dir)
+        return calibrate(placement.gpu_index, path, key=key, lane_dir=placement.lane_dir)
     except HarnessError as e:
         fallback = datasheet(report.device, report.versions)
         if fallback is None:
@@ -124,14 +128,14 @@ def best_known_efficiency(task_id: str, dsl: str, device_name: str) -> float | N
 
 
 def _compile_terms(task: TaskSpec, report: ChildReport, cal: Calibration, per_shape: list[ShapeTerms],
-                   config: EvalConfig) -> tuple[float | None, list[str]]:
+                   config: EvalConfig, placement: Placement | None) -> tuple[float | None, list[str]]:
     """Gives each shape its compile_ms and E_compile (and E_alt) from the torch.compile baseline
     (judge/baselines.py), in place in `per_shape`; returns their geometric mean (None where the baseline is
     off or missing) and any flag."""
     from kernelgym_gap.judge.baselines import compile_times
     cases = [(p.shape, p.dtype) for p in per_shape]
     try:
-        times = compile_times(task, cases, cal.device_key, config)
+        times = compile_times(task, cases, cal.device_key, config, placement)
     except HarnessError as e:
         log.warning("%s: torch.compile baseline unavailable: %s", task.id, e)
         return None, [f"torch.compile baseline unavailable: {str(e).splitlines()[0][:200]}"]
@@ -182,9 +186,10 @@ def _shape_row(task: TaskSpec, t, cal: Calibration) -> ShapeTerms:
 
 
 def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, source: str = "",
-                      dsl: str = "triton"):
-    """(status, message, terms, diagnosis) for a correct kernel's timings."""
-    cal = get_calibration(report, config)
+                      dsl: str = "triton", placement: Placement | None = None):
+    """(status, message, terms, diagnosis) for a correct kernel's timings (`placement`: where the device's
+    caches are and which GPU a calibration or a baseline runs on)."""
+    cal = get_calibration(report, placement)
     per_shape, flags = [], []
     for t in report.timings:
         per_shape.append(_shape_row(task, t, cal))
@@ -206,7 +211,7 @@ def performance_terms(task: TaskSpec, report: ChildReport, config: EvalConfig, s
             flags.append(f"unstable timing at {list(t.shape)} {t.dtype} (spread {t.kernel_spread:.0%})")
     if not per_shape:
         return Status.PROTOCOL_ERROR, "the child reported no timings", {}, None
-    e_compile, compile_flags = _compile_terms(task, report, cal, per_shape, config)
+    e_compile, compile_flags = _compile_terms(task, report, cal, per_shape, config, placement)
     flags += compile_flags
     reward_baseline, reward_E, baseline_flags = _reward_baseline(task, per_shape, e_compile, config)
     flags += baseline_flags

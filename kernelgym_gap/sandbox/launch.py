@@ -16,6 +16,7 @@ from pathlib import Path
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.dsls import needs_compile_probe
 from kernelgym_gap.core.errors import ProtocolError
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import ChildReport, Job
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.sandbox.child_io import backend_env, cold_child, read_report
@@ -24,26 +25,30 @@ from kernelgym_gap.sandbox.deadlines import call_bounds
 from kernelgym_gap.sandbox.exposure import check_task_readable
 from kernelgym_gap.sandbox.prestart import ChildSpec
 from kernelgym_gap.sandbox.probe import CompileProbe, probe_env, probe_trials
-from kernelgym_gap.sandbox.process import ChildOutcome
+from kernelgym_gap.sandbox.process import ChildOutcome, ChildSandbox
 
-def child_spec(task, dsl: str, backend: str, config: EvalConfig) -> ChildSpec:
-    """What the submission's child is started with (prestart.ChildSpec): its sandbox and environment. The
-    child reads its task from the registry's directory: one outside the project is bound too."""
-    sandbox = config.sandbox
+
+def child_spec(task, dsl: str, backend: str, config: EvalConfig, placement: Placement | None = None) -> ChildSpec:
+    """What the submission's child is started with (prestart.ChildSpec): its sandbox and environment, where
+    `placement` (default Placement()) puts it: its GPU, its lanes, its scratch root. The child reads its task
+    from the registry's directory: one outside the project is bound too."""
+    placement = placement or Placement()
+    sandbox = ChildSandbox(**{f.name: getattr(config.sandbox, f.name) for f in dataclasses.fields(config.sandbox)},
+                           lane_dir=placement.lane_dir)
     tasks_dir = task.tasks_dir
     # a user's task directory the sandbox's uid cannot read: refused here, before a child fails on it
     check_task_readable(task, sandbox)
     if tasks_dir is not None and tasks_dir not in sandbox.extra_ro_paths:
         sandbox = dataclasses.replace(sandbox, extra_ro_paths=(*sandbox.extra_ro_paths, tasks_dir))
     if backend == "cuda":
-        sandbox = dataclasses.replace(sandbox, gpu_devices=(config.gpu_index,), address_space_bytes=None)
+        sandbox = dataclasses.replace(sandbox, gpu_devices=(placement.gpu_index,), address_space_bytes=None)
     # the interpreter accepts Triton kernels that cannot compile for a GPU: on the cpu backend a probe
     # compiles them for sm_90 (probe.py); the DSL's adapter says whether it needs one
     probe = tuple(sorted(probe_env().items())) if needs_compile_probe(dsl, backend) else None
     # the evaluation's disk quota, shared with the probes when there are any (sandbox/disk.py)
     sandbox = disk.child_sandbox(sandbox, with_probe=probe is not None)
     return ChildSpec(dsl=dsl, backend=backend, sandbox=sandbox, env=tuple(sorted(backend_env(backend).items())),
-                     scratch_root=config.scratch_root, probe_env=probe)
+                     scratch_root=placement.scratch_root, probe_env=probe)
 
 
 @dataclasses.dataclass(frozen=True)

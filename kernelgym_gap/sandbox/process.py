@@ -50,6 +50,18 @@ from kernelgym_gap.core.record import CALL_MARKER, IMPORT_MARKER, IMPORT_START_F
 
 
 @dataclasses.dataclass(frozen=True)
+class ChildSandbox(SandboxConfig):
+    """One child's sandbox as launch.child_spec builds it: the evaluation's SandboxConfig plus where it runs
+    that the sandbox itself acts on, its GPU's lane directory (core/placement.Placement.lane_dir). The lanes
+    are not a SandboxConfig field, so that the cache key hashes the EvalConfig whole; a plain SandboxConfig
+    gives its child no lanes."""
+    lane_dir: str | None = None
+
+    def __new__(cls, *args, **kwargs):      # lane_dir is this type's own field (SandboxConfig refuses it)
+        return object.__new__(cls)
+
+
+@dataclasses.dataclass(frozen=True)
 class ChildOutcome:
     returncode: int | None
     signal: str | None
@@ -183,8 +195,9 @@ class SandboxedChild:
         try:
             # its GPU's lane, on descriptors of its own (core/lane.py); the default lanes ("auto") are the
             # GPUs' only: a cpu child gets none
-            if config.lane_dir is not None and (gpu or config.lane_dir != "auto"):
-                lane_fds, lane_env = child_fds(config.lane_dir, config.gpu_devices[0] if gpu else 0,
+            lane_dir = config.lane_dir if isinstance(config, ChildSandbox) else None
+            if lane_dir is not None and (gpu or lane_dir != "auto"):
+                lane_fds, lane_env = child_fds(lane_dir, config.gpu_devices[0] if gpu else 0,
                                                config.wall_s / 2)
                 env.update(lane_env)
             env[IMPORT_START_FD_ENV] = str(import_w)

@@ -2,9 +2,9 @@
 dsl, backend, device, settings hash, software hash).
 
 The device is `cpu` on the cpu backend and the GPU's name on cuda (read with nvidia-smi: the parent never
-holds a CUDA context); the settings hash covers the EvalConfig whole once its placement (where it ran: GPU
-index, lane directory, scratch and cache paths) and its scheduling (core/placement.py) are set to the
-defaults; the software
+holds a CUDA context; the GPU is the Placement's gpu_index); the settings hash covers the EvalConfig whole:
+where an evaluation runs (GPU index, lanes, scratch and cache paths, held outputs) is not on it but on the
+core/placement.Placement passed beside it, so two evaluations that differ only there share a key; the software
 hash covers the versions of python, torch, triton, tilelang and this package, and a fingerprint of the
 harness's own source, so an upgrade or an edit of the harness measures again. store/db.py keeps records under
 these keys and serves them back.
@@ -21,9 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from kernelgym_gap.core import dsls
-from kernelgym_gap.core.placement import CONFIG_FIELDS, SCHEDULING_FIELDS, measured
-
-SETTINGS_NOT_HASHED = CONFIG_FIELDS + SCHEDULING_FIELDS     # the placement and scheduling fields
 from kernelgym_gap.core.record import EvalRecord
 
 
@@ -40,9 +37,8 @@ def canonical(value: Any) -> str:
 
 
 def settings_hash(config) -> str:
-    # the whole config, where it ran set aside (a different library_cache_path or lane directory measures
-    # the same thing); a field added to EvalConfig is hashed unless core/placement.py declares it placement
-    fields = dataclasses.asdict(measured(config))
+    # the whole config: a field added to EvalConfig is hashed; where it runs is a Placement, never on it
+    fields = dataclasses.asdict(config)
     return hashlib.sha256(canonical(fields).encode()).hexdigest()[:16]
 
 
@@ -95,11 +91,11 @@ def _gpu_name(index: int) -> str:
     return name
 
 
-def cache_device_key(backend: str, config) -> str:
-    """The device part of a cache key, known before running anything: `cpu`, or the GPU's name (the
-    same string the child records as device.name)."""
+def cache_device_key(backend: str, placement=None) -> str:
+    """The device part of a cache key, known before running anything: `cpu`, or the name of the placement's
+    GPU (the same string the child records as device.name)."""
     if backend == "cuda":
-        return _gpu_name(getattr(config, "gpu_index", 0))
+        return _gpu_name(placement.gpu_index if placement is not None else 0)
     return CPU_DEVICE
 
 
@@ -115,12 +111,13 @@ class CacheKey:
     software_hash: str = ""
 
 
-def cache_key_for(task, source, dsl: str, backend: str, config) -> CacheKey:
-    """The key an evaluation of `source` would be stored under; starts no process."""
+def cache_key_for(task, source, dsl: str, backend: str, config, placement=None) -> CacheKey:
+    """The key an evaluation of `source` would be stored under; starts no process. `placement` (a
+    core.placement.Placement, default GPU 0) only says which GPU's name is the device."""
     if backend == "auto":
         from kernelgym_gap.core.backend import resolve_backend
         backend = resolve_backend(backend)
-    return CacheKey(source_sha256(source), task.id, task.version, dsl, backend, cache_device_key(backend, config),
+    return CacheKey(source_sha256(source), task.id, task.version, dsl, backend, cache_device_key(backend, placement),
                     settings_hash(config), software_hash(dsl))
 
 

@@ -41,7 +41,7 @@ import threading
 from pathlib import Path
 
 from kernelgym_gap.store.bench import BenchMixin
-from kernelgym_gap.store.cache_key import (CPU_DEVICE, SETTINGS_NOT_HASHED, CacheKey, cache_device_key,  # noqa: F401
+from kernelgym_gap.store.cache_key import (CPU_DEVICE, CacheKey, cache_device_key,  # noqa: F401
                                            cache_key_for, harness_fingerprint, key_from_record, settings_hash,
                                            software_hash, software_versions, source_bytes, source_sha256)
 from kernelgym_gap.store.cache_key import canonical as canonical_json  # noqa: F401
@@ -53,7 +53,7 @@ from kernelgym_gap.store.schema import (DEFAULT_DB_PATH, ENV_DB, MIGRATIONS, SCH
                                         now_iso, resolve_db_path)
 
 
-__all__ = ["CPU_DEVICE", "SETTINGS_NOT_HASHED", "CacheKey", "cache_device_key", "cache_key_for", "harness_fingerprint",
+__all__ = ["CPU_DEVICE", "CacheKey", "cache_device_key", "cache_key_for", "harness_fingerprint",
            "key_from_record", "settings_hash", "software_hash", "software_versions", "source_bytes", "source_sha256",
            "canonical_json",
            "LEASE_S", "STATES", "new_owner", "NOT_CACHED_STATUSES", "DEFAULT_DB_PATH", "ENV_DB", "MIGRATIONS",

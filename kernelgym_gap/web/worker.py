@@ -147,7 +147,7 @@ class Worker:
             service = self.service(job["backend"])
             source = bytes(job["content"])
             # the queue's own cache: a hit finishes this queued submission (store.finish), no new row
-            key = cache_key_for(task, source, job["dsl"], service.backend, service.placed(0))
+            key = cache_key_for(task, source, job["dsl"], service.backend, service.config, service.placement(0))
             owner = job.get("lease_owner") or self.owner
             hit = None if job["remeasure"] else self.store.lookup(key)
             if hit is not None:
