@@ -234,3 +234,19 @@ def test_a_heldout_shape_grows_the_batch_where_shrinking_it_starves_a_batchnorm(
     batch = next(iter(sizes))
     assert analysis.meta_facts(relu, sizes)["bn_fewest"] is None
     assert heldout_of(relu, sizes, batch)[batch] == sizes[batch] * 3 // 4
+
+
+def test_a_heavy_problem_that_cannot_reach_2_30_flops_is_kept_up_to_2_31(monkeypatch):
+    """19_MobileNetV1 was refused 6% over 2^30 counted flops at batch 1, though its float64 reference takes
+    0.24 s a forward there (the cap was meant as ~1 s). The smallest shape it reaches is kept up to 2^31; a
+    problem that reaches 2^30 is shrunk to it as before."""
+    from kernelgym_gap.importers import shrink
+    path = SHRINK / "fixed_conv_over_heavy.py"
+    _, _, _, cpu, _, heavy = plan(path)
+    flops = analysis.meta_facts(path, cpu)["flops"]
+    assert cpu == {"batch_size": 1} and shrink.HEAVY_FLOPS < flops <= shrink.HEAVY_FLOPS_MAX and heavy
+    monkeypatch.setattr(shrink, "HEAVY_FLOPS_MAX", shrink.HEAVY_FLOPS)      # the rule before: refused
+    with pytest.raises(ImportRefused, match="cannot be shrunk to a cpu shape"):
+        plan(path)
+    _, _, _, cpu, _, _ = plan(SHRINK / "fixed_wide_state.py")      # reaches 2^30: the shape it had
+    assert analysis.meta_facts(SHRINK / "fixed_wide_state.py", cpu)["flops"] <= shrink.HEAVY_FLOPS
