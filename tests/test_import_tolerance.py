@@ -314,3 +314,14 @@ def test_a_shallow_problem_keeps_the_table_tolerance():
     assert meta["tolerances"]["float32"][2] == RULE_POINTWISE["float32"][0]
     # a widening only ever raises the table's value
     assert rule(("float32",), False, {"float32": 1e-9})["float32"][2] == RULE_POINTWISE["float32"][0]
+
+
+@pytest.mark.gpu
+def test_gpu_the_deep_networks_derived_tolerance_holds_on_cuda(deep_meta):
+    """The derivation measures float32 on the cpu; on cuda torch's own float32 (cuBLAS, its default math
+    modes) must pass the widened check at the cuda shapes, and no input-ignoring candidate may."""
+    from kernelgym_gap.judge.input_audit import audit
+    task = _task_of(deep_meta, CONDITIONING / "deep_batchnorm_mlp.py")
+    report = audit(task, "cuda", device="cuda", control=True)
+    assert report.sound, report.summary()
+    assert report.control_failed == (), report.control_failed
