@@ -25,6 +25,7 @@ _LAZY = {
     "evaluate": ("kernelgym_gap.engine.pipeline", "evaluate"),
     "make": ("kernelgym_gap.api.env", "make"),
     "EvalConfig": ("kernelgym_gap.core.config", "EvalConfig"),
+    "Placement": ("kernelgym_gap.core.placement", "Placement"),   # where it runs, beside the config
     "EvalRecord": ("kernelgym_gap.core.record", "EvalRecord"),
     "FailureDetail": ("kernelgym_gap.core.record", "FailureDetail"),
     "Status": ("kernelgym_gap.core.status", "Status"),

@@ -110,3 +110,38 @@ def test_the_env_and_the_vector_envs_copies_take_a_placement(tmp_path, monkeypat
         shutil.rmtree(lane_dir, ignore_errors=True)
     own, made = place_copies(4, where.replace(lane_dir="/mine"), gpus=[0])
     assert made is None and {c.lane_dir for c in own} == {"/mine"}
+
+
+def test_the_clis_gpu_flag_builds_a_placement_and_leaves_the_config_alone():
+    from kernelgym_gap.cli.main import build_parser
+    from kernelgym_gap.cli.options import eval_config, placement
+    parser = build_parser()
+    args = parser.parse_args(["eval", "--task", "AddReLU", "--gpu", "3", "--seed", "4", "k.py"])
+    assert placement(args) == Placement(gpu_index=3)
+    assert eval_config(args) == EvalConfig(trial_seed=4)
+    assert placement(parser.parse_args(["eval", "--task", "AddReLU", "k.py"])) == Placement()
+
+
+@pytest.mark.gpu
+def test_gpu_a_placement_reaches_the_child_the_checker_and_the_caches(registry, tmp_path):
+    """On a GPU: an evaluation placed with its own lanes, scratch root, calibration and library caches (and no
+    held outputs) is ok, uses every one of them, and leaves its scratch root empty; the same kernel placed by
+    default has the same cache key."""
+    from kernelgym_gap.engine.pipeline import evaluate
+    from kernelgym_gap.store.cache_key import cache_key_for
+    task = registry.get("AddReLU")
+    sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
+    source = task.solution_path(sol).read_text()
+    (tmp_path / "scratch").mkdir()
+    where = Placement(gpu_index=0, lane_dir=str(tmp_path / "lanes"), scratch_root=str(tmp_path / "scratch"),
+                      calibration_path=str(tmp_path / "cal.json"), library_cache_path=str(tmp_path / "lib.json"),
+                      held_output_bytes=0)
+    config = EvalConfig(trial_seed=0, compile_baseline="off")
+    record = evaluate(task, source, "triton", "cuda", config, placement=where)
+    assert record.status.value == "ok", record.message
+    assert (tmp_path / "lanes" / "gpu0.gate").exists()                  # the child's and checker's lane
+    assert (tmp_path / "cal.json").is_file() and (tmp_path / "lib.json").is_file()
+    assert "child_outputs_write_in_lane" in record.latency      # held_output_bytes=0 reached the child's job
+    assert list((tmp_path / "scratch").iterdir()) == []
+    assert cache_key_for(task, source, "triton", "cuda", config, where) == \
+        cache_key_for(task, source, "triton", "cuda", config)

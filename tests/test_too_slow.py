@@ -13,6 +13,7 @@ import pytest
 
 from conftest import FIXTURES
 from kernelgym_gap.core.config import EvalConfig, RewardConfig, SandboxConfig, TimingConfig
+from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import CheckResult, EvalRecord, Job, TrialOutcome
 from kernelgym_gap.core.slowness import too_slow_to_time
 from kernelgym_gap.core.status import Status
@@ -158,7 +159,8 @@ def _synthetic(layernorm, backend: str, finished, killed_at: int, first: bool = 
     job = Job(task_id=layernorm.id, dsl="triton", backend=backend, source_file="", outputs_dir="", report_file="",
               trials=trials, timing=TimingConfig() if backend == "cuda" else None, library_hint=hint)
     return types.SimpleNamespace(
-        task=layernorm, dsl="triton", source="", config=cfg, flags=[], job=job, killed=outcome.stage_overrun,
+        task=layernorm, dsl="triton", source="", config=cfg, placement=Placement(), flags=[], job=job,
+        killed=outcome.stage_overrun,
         child=types.SimpleNamespace(outcome=outcome, report=report),
         backend=types.SimpleNamespace(measures_time=backend == "cuda", name=backend),
         check_result=CheckResult(status=Status.OK, message="", trials_checked=len(outcomes),
