@@ -325,3 +325,12 @@ def test_gpu_the_deep_networks_derived_tolerance_holds_on_cuda(deep_meta):
     report = audit(task, "cuda", device="cuda", control=True)
     assert report.sound, report.summary()
     assert report.control_failed == (), report.control_failed
+
+
+def test_rounding_noise_is_refused_as_degenerate_not_as_ill_conditioned():
+    """level2 62's pattern: float32 'errs' by most of an output that is float64 rounding noise; the refusal
+    names the degenerate reference (what a user can act on), not the conditioning."""
+    from kernelgym_gap.importers.analysis import ImportRefused
+    from kernelgym_gap.importers.kernelbench import build_meta
+    with pytest.raises(ImportRefused, match="degenerate reference .* float32 rounding noise"):
+        build_meta(SOUND / "62_Matmul_GroupNorm_one_channel.py", "62_Matmul_GroupNorm_one_channel")

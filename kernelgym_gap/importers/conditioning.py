@@ -36,6 +36,7 @@ FACTOR = 10.0
 # few percent off, so the problem is refused rather than checked that loosely
 CAP = 0.02
 SEEDS = (11, 12, 13, 14)
+ROUNDING_NOISE = 10.0   # float32 off by over 10x the output's rms: the output is rounding noise (degenerate)
 
 
 def measured_error(problem, shapes, dtype: str, seeds=SEEDS) -> tuple[float, list, int | None]:
@@ -44,6 +45,7 @@ def measured_error(problem, shapes, dtype: str, seeds=SEEDS) -> tuple[float, lis
     get_inputs()'s own values. Non-float outputs and all-zero references count 0 (the degenerate check says
     why those are refused)."""
     from kernelgym_gap.core.inputs import generator
+    from kernelgym_gap.importers.soundness import degenerate
     worst, at, bn = 0.0, list(shapes[0]), BatchNormCount()
     for shape in shapes:
         for seed in seeds:
@@ -58,10 +60,14 @@ def measured_error(problem, shapes, dtype: str, seeds=SEEDS) -> tuple[float, lis
             r = ref.double()
             finite = torch.isfinite(r)
             scale = float(r[finite].pow(2).mean().sqrt()) if bool(finite.any()) else 0.0
-            if scale == 0.0:
-                continue
             diff = (out.double() - r)[finite]
             err = float(diff.nan_to_num(nan=float("inf")).pow(2).mean().sqrt()) / scale
+            # a degenerate output (all zero, all equal, or float32 rounding noise: level2 62's GroupNorm of one
+            # channel, 1e-14 where float32 gives 4e-6) is refused by the import audit under that name, not as
+            # ill-conditioned here. A chaotic network's float32 result is off by about its own size (24: 0.75
+            # of the rms); rounding noise is orders of magnitude larger than the float64 output
+            if scale == 0.0 or degenerate(r, None) or (math.isfinite(err) and err > ROUNDING_NOISE):
+                continue
             if err > worst:
                 worst, at = err, list(shape)
     return worst, at, bn.fewest
