@@ -91,7 +91,6 @@ class EvalService:
         self.base_placement = placement or Placement()
         self.registry = registry
         self.evaluator = evaluator
-        self._pass_placement = evaluator is None or takes_placement(evaluator)
         self.warm = decide_warm(warm, self.backend, evaluator)
         if isinstance(slots, (int, type(None))):
             if slots is not None and slots < 1:
@@ -282,7 +281,8 @@ class EvalService:
         evaluator = self.evaluator
         if evaluator is None:
             from kernelgym_gap.engine.pipeline import evaluate as evaluator
-        where = {"placement": self.placement(slot)} if self._pass_placement else {}
+        # engine.evaluate takes placement=; a replacement written to the five-argument shape is called without
+        where = {"placement": self.placement(slot)} if takes_placement(evaluator) else {}
         try:
             record = evaluator(job.task, job.source, job.dsl, self.backend, config, **where, **self.warm_parts(slot))
         except Exception as e:
