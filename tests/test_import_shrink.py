@@ -80,6 +80,20 @@ def test_sizes_are_written_into_their_literals_before_the_module_runs():
     assert rest == {} and g["get_inputs"]() == [8, 3, 1, 24, 5, (16, 2), (8, 5)]
 
 
+def test_a_tuple_mixing_names_and_literals_shrinks_its_large_literals_only():
+    # level3 9_ResNet18 writes `input_shape = (batch_size, 3, 224, 224)`: its sides were no size, so it stayed
+    # over the cpu budget; its 3 (the channels its first conv is built for) and a bias shape's broadcast ones
+    # (`(out_channels, 1, 1)`, 22 level2 problems) must stay as written
+    src = "batch_size = 2\nout_channels = 16\ninput_shape = (batch_size, 3, 224, 224)\n" \
+          "bias_shape = (out_channels, 1, 1)\ndef get_inputs():\n    return [input_shape, bias_shape]\n"
+    assert find_sizes(src) == {"batch_size": 2, "out_channels": 16, "input_shape[2]": 224, "input_shape[3]": 224}
+    code, rest = compile_with_sizes(src, "p.py", {"batch_size": 1, "out_channels": 8, "input_shape[2]": 56,
+                                                  "input_shape[3]": 56})
+    g: dict = {}
+    exec(code, g)
+    assert rest == {} and g["get_inputs"]() == [(1, 3, 56, 56), (8, 1, 1)]
+
+
 def test_sdpa_with_dropout_p_0_is_deterministic_so_it_imports():
     # refused before: "randomness inside forward", by the op's tag; its outputs agree bitwise across seeds
     cpu, facts, _, path = _plan("sdpa_dropout_zero")

@@ -48,6 +48,25 @@ def _literal_ints(node) -> list[int] | None:
     return None
 
 
+# a mixed tuple's literal counts as a size only above this: `(out_channels, 1, 1)`'s ones are broadcast
+# markers and `(batch_size, 3, 224, 224)`'s 3 is a channel count its model's layers are built for; its 224s
+# are the image's sides (level3 9_ResNet18, refused as over the cpu budget while they could not shrink)
+MIXED_TUPLE_MIN = 9
+
+
+def _tuple_sizes(node) -> dict[int, int] | None:
+    """{element index: value} of the sizes a literal tuple/list holds: every element of an all-literal one;
+    of a tuple mixing names and literals (`(batch_size, 3, 224, 224)`), its literals of at least
+    MIXED_TUPLE_MIN. None where there are none, or `node` is not a tuple/list."""
+    if not isinstance(node, (ast.Tuple, ast.List)) or not node.elts:
+        return None
+    vals = [_int_literal(e) for e in node.elts]
+    if all(v is not None for v in vals):
+        return dict(enumerate(vals))
+    mixed = {i: v for i, v in enumerate(vals) if v is not None and v >= MIXED_TUPLE_MIN}
+    return mixed or None
+
+
 def _pairs(stmt) -> list[tuple[str, ast.expr]] | None:
     """(name, value) of a top-level assignment to plain names: `a = v`, `a = b = v`, `a: int = v`, and
     `a, b = 1, 2` (element by element); None for any other statement."""
@@ -99,21 +118,23 @@ def find_sizes(source: str) -> dict[str, int]:
                 if new:
                     needed |= new
                     changed = True
-    last: dict[str, list[int] | None] = {}
+    last: dict[str, int | dict[int, int] | None] = {}
     for targets, value, _ in assigns:
         for t in targets:
-            last[t] = _literal_ints(value)
+            last[t] = _tuple_sizes(value) if isinstance(value, (ast.Tuple, ast.List)) else _int_literal(value)
     sizes: dict[str, int] = {}
+    seen: set[str] = set()
     for targets, value, _ in assigns:
         for t in targets:
-            if t not in needed or t in sizes or f"{t}[0]" in sizes or last.get(t) is None:
+            if t not in needed or t in seen or last.get(t) is None:
                 continue
+            seen.add(t)
             vals = last[t]
-            if isinstance(value, (ast.Tuple, ast.List)):
-                for i, v in enumerate(vals):
+            if isinstance(vals, dict):
+                for i, v in vals.items():
                     sizes[f"{t}[{i}]"] = v
             else:
-                sizes[t] = vals[0]
+                sizes[t] = vals
     return sizes
 
 
@@ -140,8 +161,10 @@ class _Setter(ast.NodeTransformer):
         if name in self.plain and _int_literal(value) is not None:
             self.done.add(name)
             return ast.Constant(self.plain[name])
-        if name in self.elements and isinstance(value, (ast.Tuple, ast.List)) and _literal_ints(value):
-            elts = [ast.Constant(self.elements[name].get(i, _int_literal(e))) for i, e in enumerate(value.elts)]
+        if name in self.elements and _tuple_sizes(value):
+            # the sizes' literals rewritten, every other element (a name, a small literal) kept as written
+            elts = [ast.Constant(self.elements[name][i]) if i in self.elements[name] else e
+                    for i, e in enumerate(value.elts)]
             self.done.add(name)
             return type(value)(elts=elts, ctx=ast.Load())
         return None
