@@ -153,3 +153,50 @@ def test_serve_reward_maps_timed_shapes_into_the_config():
     add_commands(parser.add_subparsers())
     assert eval_config(parser.parse_args(["serve-reward", "--timed-shapes", "2"])).timed_shapes == 2
     assert eval_config(parser.parse_args(["serve-reward"])).timed_shapes is None
+
+
+def test_serve_reward_gpu_lays_the_slots_out_on_those_gpus(monkeypatch):
+    # `--gpu` was parsed and then ignored: the slots were laid out on every visible GPU whatever it said
+    import argparse
+    import types
+
+    from kernelgym_gap.cli import serve_reward
+    from kernelgym_gap.integrations import reward_slots
+    parser = argparse.ArgumentParser()
+    serve_reward.add_commands(parser.add_subparsers())
+    seen = {}
+
+    class FakeScorer:
+        def __init__(self, backend, **kw):
+            seen.update(kw, backend=backend)
+            self.backend = backend
+
+        def close(self):
+            pass
+
+    def fake_app(scorer, token, **kw):
+        return types.SimpleNamespace(service=types.SimpleNamespace(pool=types.SimpleNamespace(slots=[])),
+                                     close=lambda: None)
+
+    import kernelgym_gap.integrations.reward_app as reward_app
+    import kernelgym_gap.integrations.scorer as scorer_mod
+    import kernelgym_gap.serving.protocol as protocol
+    monkeypatch.setattr(scorer_mod, "Scorer", FakeScorer)
+    monkeypatch.setattr(reward_app, "create_app", fake_app)
+    monkeypatch.setattr(protocol, "serve", lambda app, **kw: None)
+    args = parser.parse_args(["serve-reward", "--backend", "cpu", "--gpu", "1", "--gpu", "3"])
+    assert serve_reward.cmd_serve_reward(args) == 0 and seen["gpus"] == [1, 3]
+    assert serve_reward.cmd_serve_reward(parser.parse_args(["serve-reward", "--backend", "cpu"])) == 0
+    assert seen["gpus"] is None
+    # the slot pool lays its slots out by the service's rule on those GPUs, 4 each (no GPU is needed to plan)
+    planned = {}
+    monkeypatch.setattr("kernelgym_gap.api.service.plan_slots",
+                        lambda backend, workers, gpus=None, per_gpu=1: planned.update(gpus=gpus, per_gpu=per_gpu)
+                        or [])
+    fake = types.SimpleNamespace(backend="cuda", config=None, registry=None, store=None, submitter="t",
+                                 evaluator=None, warm=False, workers=None, gpus=[1, 3])
+    pool = reward_slots.SlotPool(fake)
+    try:
+        assert planned == {"gpus": [1, 3], "per_gpu": 4}
+    finally:
+        pool.close()

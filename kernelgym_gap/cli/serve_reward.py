@@ -28,7 +28,9 @@ def add_commands(sub) -> None:
     s.add_argument("--reward-mode", choices=["full", "correctness"],
                    help="full: correctness then speed; correctness: 1 for a correct kernel (default: full)")
     s.add_argument("--seed", type=int, help="seed the generator of the trial seeds (default: fresh random seeds)")
-    s.add_argument("--gpu", type=int, help="GPU index for the cuda backend (default: the first visible GPU)")
+    s.add_argument("--gpu", type=int, action="append", metavar="N",
+                   help="cuda: lay the slots out on this GPU only; repeat it for several (default: every visible "
+                        "GPU, 4 slots each)")
     s.add_argument("--tasks-dir", action="append", metavar="DIR",
                    help="score the tasks of this directory (e.g. the output of `import kernelbench`) instead of "
                         "tasks/; repeat it for several, `builtin` naming tasks/")
@@ -62,7 +64,7 @@ def cmd_serve_reward(args) -> int:
     generated = not token
     token = token or new_token()
     scorer = Scorer(args.backend, config=eval_config(args), workers=args.workers, warm=args.warm, store=args.db,
-                    registry=task_source(getattr(args, "tasks_dir", None)))
+                    registry=task_source(getattr(args, "tasks_dir", None)), gpus=args.gpu)
     app = create_app(scorer, token, max_pending=args.max_pending, max_items=max_items,
                      requests_db=requests_db_path(args))
     print(f"reward server on http://{args.host}:{args.port}/score  backend={scorer.backend}  "

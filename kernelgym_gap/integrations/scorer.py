@@ -70,12 +70,13 @@ class Scorer:
     `evaluate_many` (ray: "auto", an address, or a RayPool kept by the caller). warm: keep a warm pool per
     worker across batches (local pool only; "auto": on cuda with the built-in evaluator). store: a `store.Store` or a database path: look records up there
     and keep new ones (submitter `submitter`). evaluator: replaces engine.evaluate (tests, a custom cache).
-    placement: a core.placement.Placement for every slot but its GPU (scratch root, cache paths, lanes)."""
+    placement: a core.placement.Placement for every slot but its GPU (scratch root, cache paths, lanes).
+    gpus: the GPUs the slots are laid out on (cuda; default every visible one)."""
 
     def __init__(self, backend: str = "auto", *, config: EvalConfig | None = None, workers: int | None = None,
                  warm: bool | str = "auto", store: Any = None, submitter: str = "trainer", cache_size: int = 4096,
                  window_s: float = 0.02, ray: Any = None, registry=None, evaluator: Callable | None = None,
-                 placement: Any = None):
+                 placement: Any = None, gpus: Sequence[int] | None = None):
         from kernelgym_gap.api.service import EvalService
         from kernelgym_gap.core.backend import resolve_backend
         from kernelgym_gap.core.registry import default_registry
@@ -85,6 +86,7 @@ class Scorer:
         self.config = config or EvalConfig()
         self.registry = registry or default_registry()
         self.workers, self.ray, self.window_s = workers, ray, window_s
+        self.gpus = list(gpus) if gpus is not None else None
         self.evaluator = evaluator
         # every evaluation, the cache and the store go through one api/service.EvalService, kept across
         # batches: its slots (4 per GPU on cuda, as evaluate_many), its lane directory (one for the Scorer's
@@ -94,7 +96,7 @@ class Scorer:
         self.service = EvalService(self.backend, self.config, slots=workers, warm=False if ray is not None else warm,
                                    cache=cache_size, store=store, per_gpu=4, evaluator=evaluator,
                                    registry=self.registry, submitter=submitter, origin="trainer",
-                                   placement=placement)
+                                   placement=placement, gpus=self.gpus)
         self.warm = self.service.warm
         self.store, self.submitter = self.service.cache.store, submitter
         self.cache_size = cache_size
