@@ -36,6 +36,7 @@ from kernelgym_gap.importers.analysis import ImportRefused
 from kernelgym_gap.importers.problem import DISTRIBUTIONS, Problem, load_module
 from kernelgym_gap.importers.runtime import FORMAT, shape_key
 from kernelgym_gap.importers.shrink import BATCHNORM_FEW, CPU_ELEMENTS, CPU_FLOPS, heldout_of, plan
+from kernelgym_gap.importers.tolerance import RULE_DOT, RULE_POINTWISE
 
 __all__ = ["ImportRefused", "ImportOutError", "ImportResult", "discover", "import_file", "import_paths",
            "iter_import", "build_meta", "CPU_ELEMENTS", "CPU_FLOPS"]
@@ -48,8 +49,8 @@ MAX_PROBLEM_BYTES = 1 << 20   # a KernelBench problem file is a few kB
 # normalization tasks' values. With them, a dot product of depth K: float32 sums may use TF32 on cuda
 # (inputs rounded to 10 bits: error ~2^-11 |C| rms, 8 sigma ~4e-3 R); float16/bfloat16 with float32
 # accumulation err by one rounding of C (u = 2^-11, 2^-8) plus the float32 sum: the Matmul task's values.
-_TOL_POINTWISE = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (3e-2, 3e-2)}
-_TOL_DOT = {"float32": (4e-3, 4e-3), "float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2)}
+# One table, importers/tolerance.py's (the checker's per-shape rule reads the same values).
+_TOL_POINTWISE, _TOL_DOT = RULE_POINTWISE, RULE_DOT
 # torch's own same-dtype result must sit within this share of the tolerance for a dtype or distribution to
 # be kept: a correct kernel then passes with room.
 _MARGIN = 0.5
