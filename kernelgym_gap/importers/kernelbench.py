@@ -44,13 +44,12 @@ __all__ = ["ImportRefused", "ImportOutError", "ImportResult", "discover", "impor
 ENTRY_POINT = "model_forward"
 MAX_PROBLEM_BYTES = 1 << 20   # a KernelBench problem file is a few kB
 
-# Tolerances (atol per unit of output magnitude R, rtol). Without counted matmul/conv flops the error of a
-# correct kernel is a few roundings of the output (fp32 accumulation): the built-in elementwise and
-# normalization tasks' values. With them, a dot product of depth K: float32 sums may use TF32 on cuda
+# Tolerances: importers/tolerance.py's RULE_POINTWISE and RULE_DOT (atol per unit of output magnitude R,
+# rtol). Without counted matmul/conv flops the error of a correct kernel is a few roundings of the output
+# (fp32 accumulation): the built-in elementwise and normalization tasks' values. With them, a dot product of depth K: float32 sums may use TF32 on cuda
 # (inputs rounded to 10 bits: error ~2^-11 |C| rms, 8 sigma ~4e-3 R); float16/bfloat16 with float32
 # accumulation err by one rounding of C (u = 2^-11, 2^-8) plus the float32 sum: the Matmul task's values.
-# One table, importers/tolerance.py's (the checker's per-shape rule reads the same values).
-_TOL_POINTWISE, _TOL_DOT = RULE_POINTWISE, RULE_DOT
+
 # torch's own same-dtype result must sit within this share of the tolerance for a dtype or distribution to
 # be kept: a correct kernel then passes with room.
 _MARGIN = 0.5
@@ -142,7 +141,7 @@ def _level(path: Path) -> int:
 def _tolerances(dtypes, dot: bool, magnitude: float, per_rms: dict[str, float] | None = None) -> dict:
     """`per_rms`: dtype -> the atol per unit of magnitude where the problem's measured error widens the
     table's (importers/conditioning.py)."""
-    table = _TOL_DOT if dot else _TOL_POINTWISE
+    table = RULE_DOT if dot else RULE_POINTWISE
     r = float(f"{max(1.0, magnitude):.2g}")
     per_rms = per_rms or {}
     return {d: [float(f"{max(table[d][0], per_rms.get(d, 0.0)) * r:.3g}"), table[d][1]] for d in dtypes}
@@ -346,7 +345,7 @@ def build_meta(path: Path, name: str) -> dict:
         # the problem's own dtype errs as measured (a deep network: more than one op's rounding), or it is
         # refused as ill-conditioned; the audit below and in soundness.finish then runs against that tolerance
         cond = conditioning.derive(problem, [cpu_shape, meta["workloads"]["cpu"]["heldout"][0]], given,
-                                   (_TOL_DOT if dot else _TOL_POINTWISE)[given][0])
+                                   (RULE_DOT if dot else RULE_POINTWISE)[given][0])
         meta["rules"]["conditioning"] = cond
         meta["tolerances"] = _tolerances(("float32", "float16", "bfloat16"), dot, magnitude,
                                          {given: cond["atol_per_rms"]})

@@ -129,7 +129,7 @@ class SlotPool:
         per_gpu = 4 if self.backend == "cuda" else 1
         # laid out by the evaluation service's rule; each slot process then holds a one-slot service on its
         # GPU (reward_slot_main.py), which places the evaluation there, as a Ray actor's does
-        self.slots = plan_slots(self.backend, scorer.workers, getattr(scorer, "gpus", None), per_gpu=per_gpu)
+        self.slots = plan_slots(self.backend, scorer.workers, scorer.gpus, per_gpu=per_gpu)
         # the one cache front (api/result_cache.py): in memory, and the results database with `--db`
         self.cache = ResultCache(cache_size, self.store, self.submitter, origin="trainer")
         self._queues: collections.OrderedDict[str, collections.deque] = collections.OrderedDict()
