@@ -19,7 +19,8 @@
 #                     (--variant: compile_outside_lane=1, graph_replay=1, stop_rule=interval,
 #                     precompute_reference=1), with the warm env.step (~5 x 80 s + the serial 3 and the steps;
 #                     2026-12-05 ran held_output_bytes=0 and timed_shapes=2 in their place)
-#   throughput-levers #35: every lever together beside the defaults, on the light batch and on 16 of the full mix
+#   throughput-levers #35: every lever together (the simulator's "all five, 4 slots": 634 light, 495 full
+#                     predicted) beside the defaults (529, 357), the light batch and 16 of the full mix; PARTS=light
 #   replay            #20: the replay agent over TASKS (default all); resumes from $DB (/tmp/kgg_bench.sqlite3
 #                     while the machine stays warm; after it went back, put the returned bench_store.sqlite3 in
 #                     the working tree, name it in DB= and in the call's carry if git ignores it); copies the
@@ -85,13 +86,14 @@ for step in "$@"; do
         --variant "" --variant compile_outside_lane=1 --variant graph_replay=1 --variant stop_rule=interval \
         --variant precompute_reference=1 --env-steps Softmax,LayerNorm --out "$OUT" 2>&1 | tail -30 ;;
     throughput-levers)
-      # every lever together beside the defaults, the light batch and then the full mix's first 16 (issue 35)
-      timeout "$STEP_S" python3 scripts/throughput.py --backend cuda \
+      # every lever together beside the defaults, the light batch and then the full mix's first 16 (issue 35);
+      # PARTS=light for the first only (one call shared with other steps)
+      [[ " ${PARTS:-light full} " == *" light "* ]] && timeout "$STEP_S" python3 scripts/throughput.py --backend cuda \
         --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 12 --fixtures none --serial 0 --per-gpu 4 \
-        --variant "" --variant compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1 \
+        --variant "" --variant compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1 \
         --out "$OUT/light" 2>&1 | tail -12
-      timeout $((STEP_S - 200)) python3 scripts/throughput.py --backend cuda --max 16 --serial 0 --per-gpu 4 \
-        --variant "" --variant compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1 \
+      [[ " ${PARTS:-light full} " == *" full "* ]] && timeout $((STEP_S - 200)) python3 scripts/throughput.py --backend cuda --max 16 --serial 0 --per-gpu 4 \
+        --variant "" --variant compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1 \
         --out "$OUT/full" 2>&1 | tail -12 ;;
     replay)
       timeout "$STEP_S" python3 -m kernelgym_gap.cli.main bench --agent replay --tasks "$TASKS" \
