@@ -310,6 +310,29 @@ def test_the_compile_probe_is_under_the_call_deadlines(task, tmp_path):
                                   "[16, 128], float32) ran past 4.0 s")
 
 
+def test_the_first_launch_hang_fixture_keeps_its_spin_loop_when_compiled_for_sm90():
+    """gpu_first_launch_hang.py must hang on the GPU. Its first version spun on a loop without side effects
+    (`acc = acc * 1.0`) that the compiler removed: on the H100 it finished and wrote |x| + 1 (mismatch). Here,
+    on the cpu, it is compiled for sm_90 as the compile probe does: the loop (a back branch) and the volatile
+    load in its condition must both survive into the PTX (the old fixture compiles to neither)."""
+    import importlib.util
+    import re
+
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    spec = importlib.util.spec_from_file_location("gpu_first_launch_hang", HOSTILE / "gpu_first_launch_hang.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    signature = {"x_ptr": "*fp16", "y_ptr": "*fp16", "flag_ptr": "*i32", "n_cols": "i32", "BLOCK": "constexpr"}
+    kernel = triton.compile(ASTSource(module._spin, signature, {"BLOCK": 128}), target=GPUTarget("cuda", 90, 32))
+    ptx = kernel.asm["ptx"]
+    assert re.search(r"ld\.volatile\.global", ptx), "the flag is not re-read from memory"
+    assert re.search(r"\bbra\b", ptx), "the spin loop was compiled away"
+    assert (HOSTILE / "gpu_first_launch_hang.py").read_text().startswith("# expect: timeout\n")
+
+
 @pytest.mark.gpu
 def test_gpu_a_first_launch_that_hangs_is_killed_soon_after_its_compile(registry, tmp_path):
     """cuda, LayerNorm at its cuda shapes: an honest evaluation fills the library cache (the launch bound needs
