@@ -334,3 +334,25 @@ def test_rounding_noise_is_refused_as_degenerate_not_as_ill_conditioned():
     from kernelgym_gap.importers.kernelbench import build_meta
     with pytest.raises(ImportRefused, match="degenerate reference .* float32 rounding noise"):
         build_meta(SOUND / "62_Matmul_GroupNorm_one_channel.py", "62_Matmul_GroupNorm_one_channel")
+
+
+def test_a_dtype_too_coarse_to_see_the_input_is_dropped_not_the_problem():
+    """KernelBench level1 100_HingeLoss: a mean over thousands of terms, ~1.0 whatever the values. In bfloat16
+    another seed's loss passes on the problem's own values; in float32 (the problem's own dtype) it does not.
+    The import used to refuse the problem ("does not depend on the input enough"); it now drops bfloat16 with
+    that reason and keeps float32, where a kernel writing the expected loss without reading is a mismatch."""
+    out = Path(tempfile.mkdtemp(prefix="kgg-kb-hinge-"))
+    out.chmod(0o755)
+    try:
+        (result,) = import_paths([SOUND / "100_HingeLoss_mean.py"], out, trust=True)
+        assert result.ok, result.message
+        task = TaskRegistry(out).get("100_HingeLoss_mean")
+        text = (task.directory / "task.py").read_text()
+        assert "'dtypes_dropped': {'bfloat16'" in text and "does not see the input" in text, text[:2000]
+        for backend in ("cpu", "cuda"):
+            assert "bfloat16" not in task.workloads[backend].dtypes, (backend, task.workloads[backend].dtypes)
+        cheat = (SOLUTIONS / "100_HingeLoss_constant_modelnew.py").read_text()
+        rec = evaluate(task, cheat, "triton", "cpu", CFG)
+        assert rec.status is Status.MISMATCH and rec.reward == 0, (rec.status, rec.message)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

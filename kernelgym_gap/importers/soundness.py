@@ -8,7 +8,9 @@ At import (`finish`, inside the sandboxed analysis), on every cpu shape, dtype a
   distribution on which it does not is dropped (the problem's own dtype on its own inputs: refused);
 - the input-independence audit (judge/input_audit.py: constants, zeros, the input passed through, the
   reference at another seed) must find nothing: a stress distribution on which a candidate passes is
-  dropped, and the problem is refused when one passes on get_inputs()'s own values (what is timed).
+  dropped, and the problem is refused when one passes on get_inputs()'s own values (what is timed) and no
+  other distribution catches it; when that happens only in a dtype other than the problem's own, that dtype
+  is dropped instead (its tolerance is too wide to see the input there).
 META["input_audit"] states what was tried, on what, and what was dropped and why."""
 from __future__ import annotations
 
@@ -27,6 +29,11 @@ MARGIN = 0.5            # torch's own result in a dtype must sit within this sha
 NOISE = 0.1             # float32's error over 10% of the output's rms: the outputs are rounding noise
 TIMED = "as_given"
 SEED = 20261205
+
+
+def own_key(dtype: str) -> str:
+    """`dropped`'s key of a candidate passing on the timed distribution in `dtype`."""
+    return f"{OWN_VALUES}@{dtype}"
 
 
 @contextlib.contextmanager
@@ -116,7 +123,7 @@ def _cell(task, cell, path, given: str, dropped: dict, bad_dtypes: dict) -> None
     if passed and cell.distribution == TIMED:
         # On the problem's own values (ReLU of torch.rand is its input) the output may not depend on the input
         # enough; the problem is still checkable if the other distributions catch what passed here (finish)
-        dropped.setdefault(OWN_VALUES, f"passed by {', '.join(passed)} {where}")
+        dropped.setdefault(own_key(cell.dtype), f"passed by {', '.join(passed)} {where}")
         return
     if passed:
         dropped.setdefault(cell.distribution, f"passed by {', '.join(passed)} {where}")
@@ -147,11 +154,20 @@ def finish(path, meta: dict) -> dict:
         for dist in sorted(task.distributions, key=lambda d: d != TIMED):
             for dtype in dtypes:
                 for shape in shapes:
-                    if dist in dropped or dtype in bad_dtypes or (dist == TIMED and OWN_VALUES in dropped):
+                    if dist in dropped or dtype in bad_dtypes or (dist == TIMED and own_key(dtype) in dropped):
                         break
                     _cell(task, Cell(shape, dtype, dist, SEED), Path(tmp) / "out.bin", given, dropped, bad_dtypes)
-    own = dropped.pop(OWN_VALUES, None)
+    owns = {d: dropped.pop(own_key(d)) for d in dtypes if own_key(d) in dropped}
     catching = [d for d in meta["distributions"] if d != TIMED and d not in dropped]
+    if owns and not catching and given not in owns:
+        # A lower precision's tolerance is too wide to see the input on the problem's own values (100_HingeLoss:
+        # a mean over 4096 terms, where another seed's loss differs by less than bfloat16's allowance), while
+        # the problem's own dtype sees it: that dtype is dropped, not the problem (issue 36: repair, not refuse)
+        for d, why in owns.items():
+            bad_dtypes.setdefault(d, f"the check in {d} does not see the input on get_inputs()'s own values "
+                                     f"({why}) and no other input distribution catches it")
+        owns = {}
+    own = "; ".join(owns.values()) or None
     if own and not catching:
         raise ImportRefused(f"the check passes an output that ignores the input on get_inputs()'s own values "
                             f"({own}), and no other input distribution catches it; the output does not depend on "
