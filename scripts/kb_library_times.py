@@ -10,6 +10,7 @@ of cases and of tasks whose library runs under 20 us, and writes every row as JS
 
     python scripts/kb_library_times.py --tasks-dir kb [--tasks-dir kb2] --out results/kb_library_times.json
 
+`--sample N --deadline-s S` times a seeded random N of the tasks, for a device call too short for all.
 `--backend cpu` runs the same loop with wall-clock timing on the cpu shapes (a check of the plumbing:
 those times are NOT GPU figures and the floor is not computed). `--deadline-s` stops early, the JSON then
 says how many tasks were left.
@@ -104,6 +105,9 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--out", help="JSON file for the rows and the summary")
     ap.add_argument("--deadline-s", type=float, default=None, help="stop starting tasks after this many seconds")
+    ap.add_argument("--sample", type=int, default=None,
+                    help="time this many tasks drawn at random (seeded), so that a run cut short by its deadline "
+                         "is still an unbiased sample rather than the first categories")
     args = ap.parse_args(argv)
     from kernelgym_gap.core.config import EvalConfig
     from kernelgym_gap.core.registry import TaskRegistry
@@ -116,6 +120,9 @@ def main(argv=None) -> int:
         bench = Bench(config.timing)
     start = time.monotonic()
     tasks = [t for d in args.tasks_dir for t in TaskRegistry(d)]
+    if args.sample is not None:
+        import random
+        tasks = random.Random(20261206).sample(tasks, min(args.sample, len(tasks)))
     rows, failed, left = [], {}, 0
     for i, task in enumerate(tasks):
         if args.deadline_s is not None and time.monotonic() - start > args.deadline_s:
@@ -126,7 +133,7 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001 - one task's failure is that task's row, the survey goes on
             failed[task.id] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
     result = {"backend": args.backend, "device": _device(args.backend), "date": time.strftime("%Y-%m-%d"),
-              "tasks_dirs": args.tasks_dir, "rows": rows, "failed": failed, "tasks_left": left,
+              "tasks_dirs": args.tasks_dir, "sampled": args.sample, "rows": rows, "failed": failed, "tasks_left": left,
               "summary": summary(rows)}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
