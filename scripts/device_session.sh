@@ -33,6 +33,7 @@
 #                     2026-12-05 reached 50 of 64 in its 500 s
 #   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines, and of issue 35's
 #                     timing levers (graph replay, the early check)
+#   kb-survey         #36: scripts/kb_library_times.py over KB_DIRS (imported KernelBench tasks, carried), SAMPLE
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
 #
@@ -109,6 +110,13 @@ for step in "$@"; do
     throughput-full)
       timeout "$STEP_S" python3 scripts/throughput.py --backend cuda --max 64 --serial 0 --per-gpu 4 \
         --out "$OUT" 2>&1 | tail -30 ;;
+    kb-survey)
+      # #36: the library times and floors of imported KernelBench tasks, the share under 20 us; KB_DIRS: the
+      # imported task directories, carried (e.g. .scratch/kb/level1 .scratch/kb/level2: ignored by git);
+      # SAMPLE (default all) seeded random tasks, so a call cut short is still an unbiased sample
+      timeout "$STEP_S" python3 scripts/kb_library_times.py $(for d in ${KB_DIRS:?KB_DIRS names the imported dirs}; do
+        printf -- '--tasks-dir %s ' "$d"; done) ${SAMPLE:+--sample $SAMPLE} --deadline-s $((STEP_S - 40)) \
+        --out "$OUT/kb_library_times.json" 2>&1 | tail -${TAIL:-25} ;;
     merge-remeasure)
       CORPUS=${CORPUS:-results/h200_2026-12-04_corpus}
       BEST=${BEST:-kernelgym_gap/data/best_known.json}   # package data: what the diagnosis reads
