@@ -445,9 +445,12 @@ def test_the_compile_probe_counts_against_the_evaluations_disk_quota():
 
 
 @pytest.mark.gpu
-def test_the_largest_cuda_evaluation_fits_the_default_disk_quota():
-    """Issue 32 L3, on a GPU: BiasGELU writes the most outputs of any task on cuda (4.25 GiB over its 16
-    trials, sandbox/disk.py); its reference Triton solution is ok under the default 6 GiB quota."""
+def test_a_cuda_evaluation_over_the_configured_disk_quota_passes_under_its_derived_one():
+    """Issue 32 L3, on a GPU, since 2026-12-06 with the quota derived per job (sandbox/disk.py): BiasGELU's
+    24 outputs (its trials and its timed shapes' rechecks) take 6.3 GiB, over the configured 6 GiB; its
+    reference Triton solution is ok under the quota derived for it (8.5 GiB). The largest jobs,
+    CrossEntropyBackward (14.6 GiB) and MoeTokenPermute (a 1.75 GiB file), run in
+    tests/test_gpu_moe_backward_tasks.py."""
     from kernelgym_gap.core.config import EvalConfig
     from kernelgym_gap.core.registry import default_registry
     from kernelgym_gap.core.status import Status

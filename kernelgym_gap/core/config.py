@@ -45,7 +45,8 @@ class SandboxConfig:
     launch_bound_after_compile: bool = False
     launch_calls: int = 10
     cpu_s: int = 600
-    fsize_bytes: int = 1 << 30          # largest file the child may write
+    # largest file the child may write; raised per job to its largest honest output (sandbox/disk.py)
+    fsize_bytes: int = 1 << 30
     nofile: int = 1024
     address_space_bytes: int | None = 8 << 30    # RLIMIT_AS; cpu path only (ignored with gpu_devices)
     memory_bytes: int | None = 4 << 30           # cgroup memory limit, cpu path (a child needs ~0.4 GiB)
@@ -56,8 +57,9 @@ class SandboxConfig:
     gpu_devices: tuple[int, ...] | None = None   # None: no GPU device nodes in the sandbox
     max_output_bytes: int = 64 * 1024   # tail of stdout/stderr kept each
     kill_output_bytes: int | None = 16 << 20     # a child writing more than this to stdout+stderr is killed
-    # the evaluation's disk: its scratch and its compile probes' directories together (sandbox/disk.py: the
-    # largest cuda task writes 4.25 GiB of outputs; a probe's share is 512 MiB)
+    # the evaluation's disk: its scratch and its compile probes' directories together (a probe's share is
+    # 512 MiB). The floor of each job's quota: sandbox/disk.py raises it to what the job's honest outputs
+    # need (MoeTokenPermute's cuda job writes 23 GiB), with a margin and the caches' room
     scratch_quota_bytes: int | None = 6 << 30
     scratch_max_entries: int = 20_000
     private_tmp_bytes: int = 256 << 20  # size of the sandbox's own /tmp

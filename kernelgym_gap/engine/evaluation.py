@@ -21,6 +21,7 @@ from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.core.terms import TERMS_VERSION, Terms
 from kernelgym_gap.engine.correctness_order import order_for_correctness
 from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
+from kernelgym_gap.sandbox import disk
 from kernelgym_gap.sandbox.launch import ChildResult, Launcher, child_spec
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class Evaluation:
         # seconds reached); the trusted check then judges the finished trials alone
         self.killed: tuple[int, float, float] | None = None
         self._launcher: Launcher | None = None
+        self.sandbox = None                  # the child's sandbox, its disk limits this job's (launch)
         self._private: Path | None = None
         self._early = None                   # the check started while the child runs (judge/early_check.py)
 
@@ -63,7 +65,13 @@ class Evaluation:
         # smallest shapes first: a hopelessly slow kernel is checked before it is killed (issue 38)
         self.trials = order_for_correctness(self.task, make_trials(self.task, self.backend.name, self.config, rng))
         timing_trials = make_timing_trials(self.task, self.config, rng) if self.backend.measures_time else ()
-        spec = child_spec(self.task, self.dsl, self.backend.name, self.config, self.placement)
+        # the disk limits are derived from the outputs the child will write (sandbox/disk.py); a host that
+        # cannot hold them is refused here, before a child dies of ENOSPC
+        outputs = tuple((tuple(t.shape), t.dtype) for t in (*self.trials, *timing_trials))
+        spec = child_spec(self.task, self.dsl, self.backend.name, self.config, self.placement, outputs)
+        self.sandbox = spec.sandbox
+        disk.ensure_free(self.placement.scratch_root, disk.job_limits(
+            self.config.sandbox, self.task, outputs, with_probe=spec.probe_env is not None))
         self._launcher = launcher = Launcher(spec, self.children)
         scratch = launcher.scratch
         source_file = scratch / "submission.py"

@@ -126,10 +126,11 @@ class Sandbox(Stage):
                      if out.forks_refused else "")
             return self.stop(Status.TIMEOUT, f"the evaluation ran past its {cfg.sandbox.wall_s:.0f} s deadline "
                                              f"and was killed{forks}")
+        limits = getattr(ev, "sandbox", None) or cfg.sandbox      # the job's own disk limits (sandbox/disk.py)
         if "scratch_quota" in hit:
             return self.stop(Status.OUTPUT_TOO_LARGE, f"the child's scratch directory grew past its quota "
-                                                      f"({cfg.sandbox.scratch_quota_bytes} B or "
-                                                      f"{cfg.sandbox.scratch_max_entries} entries) and it was killed")
+                                                      f"({limits.scratch_quota_bytes} B or "
+                                                      f"{limits.scratch_max_entries} entries) and it was killed")
         if "output" in hit or out.output_bytes > cfg.max_child_output_bytes:
             return self.stop(Status.OUTPUT_TOO_LARGE, f"the child wrote {out.output_bytes} bytes to stdout/stderr "
                                                       f"(limit {cfg.max_child_output_bytes})")
@@ -137,7 +138,7 @@ class Sandbox(Stage):
             return self.stop(Status.TIMEOUT, f"the child used up its CPU time limit ({cfg.sandbox.cpu_s} s)")
         if out.signal == "SIGXFSZ":
             return self.stop(Status.OUTPUT_TOO_LARGE,
-                             f"the child wrote a file over the size limit ({cfg.sandbox.fsize_bytes} B)")
+                             f"the child wrote a file over the size limit ({limits.fsize_bytes} B)")
         if out.signal is not None:
             meaning = _SIGNAL_MEANING.get(out.signal, "killed by a signal")
             return self.stop(Status.CRASH, f"the child died of {out.signal}: {meaning}\n"

@@ -82,6 +82,18 @@ def make_timing_trials(task: TaskSpec, config: EvalConfig, rng: random.Random) -
                  for i, (split, shape, dtype) in enumerate(timed_cases(task, config)))
 
 
+def output_cases(task: TaskSpec, backend: str, config: EvalConfig) -> tuple[tuple[tuple[int, ...], str], ...]:
+    """(shape, dtype) of every output file a child of this job writes: one per correctness trial, and on
+    cuda one per timed shape's recheck (child/timing.py). The trials' shapes and dtypes do not depend on
+    their seeds, so every evaluation of (task, backend, config) gets the same, and so do the disk limits
+    derived from them (sandbox/disk.py) that the pre-started children's spec holds."""
+    from kernelgym_gap.core.backend import backend as backend_info
+    rng = random.Random(0)
+    trials = make_trials(task, backend, config, rng)
+    timed = make_timing_trials(task, config, rng) if backend_info(backend).measures_time else ()
+    return tuple((tuple(t.shape), t.dtype) for t in (*trials, *timed))
+
+
 def trial_rng(config: EvalConfig) -> random.Random:
     """Seeds fixed by `config.trial_seed`, else fresh from the OS (a submission cannot predict its inputs)."""
     return random.Random(config.trial_seed) if config.trial_seed is not None else random.SystemRandom()

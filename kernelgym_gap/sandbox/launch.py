@@ -28,10 +28,13 @@ from kernelgym_gap.sandbox.probe import CompileProbe, probe_env, probe_trials
 from kernelgym_gap.sandbox.process import ChildOutcome, ChildSandbox
 
 
-def child_spec(task, dsl: str, backend: str, config: EvalConfig, placement: Placement | None = None) -> ChildSpec:
+def child_spec(task, dsl: str, backend: str, config: EvalConfig, placement: Placement | None = None,
+               outputs=()) -> ChildSpec:
     """What the submission's child is started with (prestart.ChildSpec): its sandbox and environment, where
     `placement` (default Placement()) puts it: its GPU, its lanes, its scratch root. The child reads its task
-    from the registry's directory: one outside the project is bound too."""
+    from the registry's directory: one outside the project is bound too. `outputs`: the (shape, dtype) of
+    each output file the job's child writes (engine/trials.output_cases), from which its disk limits are
+    derived (disk.job_limits); empty: the configured limits."""
     placement = placement or Placement()
     sandbox = ChildSandbox(**{f.name: getattr(config.sandbox, f.name) for f in dataclasses.fields(config.sandbox)},
                            lane_dir=placement.lane_dir)
@@ -45,8 +48,9 @@ def child_spec(task, dsl: str, backend: str, config: EvalConfig, placement: Plac
     # the interpreter accepts Triton kernels that cannot compile for a GPU: on the cpu backend a probe
     # compiles them for sm_90 (probe.py); the DSL's adapter says whether it needs one
     probe = tuple(sorted(probe_env().items())) if needs_compile_probe(dsl, backend) else None
-    # the evaluation's disk quota, shared with the probes when there are any (sandbox/disk.py)
-    sandbox = disk.child_sandbox(sandbox, with_probe=probe is not None)
+    # the evaluation's disk quota, shared with the probes when there are any, and raised with the largest
+    # file to what this job's honest outputs need (sandbox/disk.py)
+    sandbox = disk.apply(sandbox, disk.job_limits(sandbox, task, outputs, with_probe=probe is not None))
     return ChildSpec(dsl=dsl, backend=backend, sandbox=sandbox, env=tuple(sorted(backend_env(backend).items())),
                      scratch_root=placement.scratch_root, probe_env=probe)
 
