@@ -178,3 +178,22 @@ def test_honest_outputs_over_a_tiny_configured_quota_pass_and_hostile_writers_st
         assert record.status is Status.OUTPUT_TOO_LARGE, (fixture.name, record.status, record.message)
         assert record.reward == 0.0
     assert "quota" in record.message
+
+
+def test_an_evaluation_on_a_host_without_room_raises_before_its_child_starts(registry, tmp_path, monkeypatch):
+    """Scaled down: LayerNorm's cpu outputs under the tiny configured disk (a derived job) on a scratch file
+    system that reports 1 KiB free. evaluate raises ScratchSpaceError (the machine, not the submission) and
+    starts no child; the evaluation service makes it that request's protocol_error record, never cached."""
+    from kernelgym_gap.engine.evaluation import harness_failure_record, is_misuse
+
+    task = registry.get("LayerNorm")
+    honest = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda p: type("U", (), {"free": 1 << 10})())
+    with pytest.raises(disk.ScratchSpaceError) as caught:
+        evaluate(task, task.solution_path(honest).read_text(), "triton", "cpu", _tiny(),
+                 placement=Placement(scratch_root=str(tmp_path)))
+    assert "has 0.00 GiB free" in str(caught.value) and "Placement.scratch_root" in str(caught.value)
+    assert not list(tmp_path.glob("kgg-eval-*"))            # no child, no scratch directory left
+    assert not is_misuse(caught.value)
+    record = harness_failure_record(task, "x", "triton", "cpu", _tiny(), caught.value)
+    assert record.status is Status.PROTOCOL_ERROR and "ScratchSpaceError" in record.message
