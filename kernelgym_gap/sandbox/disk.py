@@ -6,8 +6,8 @@ shape's recheck output, as a tensor file into its scratch directory's outputs/ (
 job, the source and the DSL's compile caches (Triton's cache, TileLang's tmp: megabytes). The configured
 SandboxConfig.scratch_quota_bytes (6 GiB) and fsize_bytes (1 GiB) were measured over the tasks of
 2026-12-05 (the largest cuda evaluation then: BiasGELU-v0, 4.25 GiB of outputs over 16 trials, the largest
-512 MiB). Issue 34's tasks pass both with honest outputs: CrossEntropyBackward's [T, V] float32 gradients
-over its trials and rechecks, MoeTokenPermute's [T x K, H] rows (1.5 GiB in one file: EFBIG).
+512 MiB). Issue 34's tasks exceed both with honest outputs: CrossEntropyBackward's [T, V] gradients over
+its trials and rechecks (quota), MoeTokenPermute's [T x K, H] rows (1.5 GiB in one file: EFBIG).
 
 So the limits are derived per job, here on the trusted side before the child starts (`job_limits`, from
 launch.child_spec), from each output file's expected bytes (output_sizes.py says how they are computed and
@@ -20,8 +20,8 @@ tmpfs); the largest output once more is room for a file system that allocates ah
 written (xfs's speculative preallocation, seen in st_blocks by the watcher while the child writes); the
 child writes one file at a time. CACHE_ALLOWANCE (1 GiB, or half the configured share where that is smaller:
 a configuration that scales the disk down, as tests do, scales the caches' room with it) is the compile
-caches'. A submission can still
-write no more than that: the honest outputs, the margin and the caches' allowance. Where the cheap bound
+caches'. A submission can still write no more than that: the honest outputs, the margin and the caches'
+allowance. Where the cheap bound
 (min_bytes) already fits the configured limits, they stand and no task code runs (output_sizes.need with
 exact=False: most jobs); where an output's size cannot be computed at all, the configured limits stand and
 a warning says so (output_sizes.py). Over every built-in task's cuda job (scripts/disk_need.py: the default
@@ -45,8 +45,9 @@ The quota is the evaluation's, not each child's: on the cpu backend a Triton sub
 (probe.py) imports and runs the submission too, as a second child in its own directory, and a follow-up
 probe may run a third. `split(total)` gives each probe a share (PROBE_DISK_BYTES, at most a quarter of the
 total: it compiles, it writes no outputs) and the submission's child the rest, so the three together stay
-within the total. A derived quota raises the child's share only (the probes write no outputs), and
-`probe_quota` gives the probes the same share from it. A probe over its share is the submission's
+within the total. A derived quota raises the child's share only (the probes write no outputs): from it
+`probe_quota` gives each probe PROBE_DISK_BYTES, its share of any configured total of 2 GiB or more (the
+default's 512 MiB; below that a probe's share is half the child's derived quota, at most 512 MiB). A probe over its share is the submission's
 output_too_large like the child's own (launch.Launcher folds it into the outcome), never an inconclusive
 probe and an ok score.
 
@@ -151,10 +152,11 @@ def ensure_free(scratch_root: str | None, limits: JobDisk) -> None:
     free = shutil.disk_usage(root).free
     need = limits.honest_bytes()
     if free < need:
+        quota = "none" if limits.quota is None else f"{limits.quota / 2**30:.2f} GiB"
         raise ScratchSpaceError(
             f"the scratch file system at {os.path.abspath(root)} has {free / 2**30:.2f} GiB free; this job's honest "
             f"outputs need {need / 2**30:.2f} GiB ({limits.need.count} files, the largest "
-            f"{limits.need.largest / 2**30:.2f} GiB) and its quota is {limits.quota / 2**30:.2f} GiB: free space "
+            f"{limits.need.largest / 2**30:.2f} GiB) and its quota is {quota}: free space "
             "there or point the scratch root (Placement.scratch_root) at a larger file system")
 
 
