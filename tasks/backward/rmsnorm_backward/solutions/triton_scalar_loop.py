@@ -14,8 +14,8 @@
 # any split between a >= 28 ns (50 cycles) and b >= 0.14 us (250 cycles) gives, with ceil(M / 1056) x 3N
 # steps of a and ceil(N / 1056) x M steps of b: [16384, 4096] ~20 ms, [8192, 8192] ~20 ms, [6000, 5001]
 # ~9.1 ms, [65536, 1000] ~20 ms: 6.7x torch eager's time at each shape (2.93, 2.92, 1.36, 2.90 ms), at least
-# 3.1x 2.93 ms, and ~45x the optimized two-stage solution (0.20-0.25 ms). Far below the calls' too_slow bound
-# (200 x the library's time).
+# 3.1x 2.93 ms, and 40-100x the optimized two-stage solution (0.20-0.25 ms). Far below the calls'
+# too_slow bound (200 x the library's time).
 import torch
 import triton
 import triton.language as tl
