@@ -39,7 +39,8 @@ def main(argv=None) -> int:
     found = list(rows(registry, args.backend, config))
     unknown = [t.id for t, need, _ in found if need is None]
     known = [(t, n, lim) for t, n, lim in found if n is not None]
-    print(f"{len(found)} tasks on {args.backend}; configured quota {config.sandbox.scratch_quota_bytes / GIB:.2f} GiB, "
+    print(f"{len(found)} tasks on {args.backend}; configured quota "
+          f"{config.sandbox.scratch_quota_bytes / GIB:.2f} GiB, "
           f"largest file {config.sandbox.fsize_bytes / GIB:.2f} GiB; sizes unknown: {unknown or 'none'}")
     for title, key in (("largest total", lambda r: r[1].total), ("largest single output", lambda r: r[1].largest)):
         print(f"\n{title}:")

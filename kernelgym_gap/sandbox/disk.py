@@ -47,9 +47,9 @@ probe may run a third. `split(total)` gives each probe a share (PROBE_DISK_BYTES
 total: it compiles, it writes no outputs) and the submission's child the rest, so the three together stay
 within the total. A derived quota raises the child's share only (the probes write no outputs): from it
 `probe_quota` gives each probe PROBE_DISK_BYTES, its share of any configured total of 2 GiB or more (the
-default's 512 MiB; below that a probe's share is half the child's derived quota, at most 512 MiB). A probe over its share is the submission's
-output_too_large like the child's own (launch.Launcher folds it into the outcome), never an inconclusive
-probe and an ok score.
+default's 512 MiB; below that a probe's share is half the child's derived quota, at most 512 MiB). A
+probe over its share is the submission's output_too_large like the child's own (launch.Launcher folds it
+into the outcome), never an inconclusive probe and an ok score.
 
 The scratch directory is watched once a second while the child runs and once more after it exited
 (process.SandboxedChild.wait): a child that fills its quota and exits at once is caught too. Between two
@@ -154,8 +154,8 @@ def ensure_free(scratch_root: str | None, limits: JobDisk) -> None:
     if free < need:
         quota = "none" if limits.quota is None else f"{limits.quota / 2**30:.2f} GiB"
         raise ScratchSpaceError(
-            f"the scratch file system at {os.path.abspath(root)} has {free / 2**30:.2f} GiB free; this job's honest "
-            f"outputs need {need / 2**30:.2f} GiB ({limits.need.count} files, the largest "
+            f"the scratch file system at {os.path.abspath(root)} has {free / 2**30:.2f} GiB free; this job's "
+            f"honest outputs need {need / 2**30:.2f} GiB ({limits.need.count} files, the largest "
             f"{limits.need.largest / 2**30:.2f} GiB) and its quota is {quota}: free space "
             "there or point the scratch root (Placement.scratch_root) at a larger file system")
 
