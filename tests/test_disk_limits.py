@@ -197,3 +197,21 @@ def test_an_evaluation_on_a_host_without_room_raises_before_its_child_starts(reg
     assert not is_misuse(caught.value)
     record = harness_failure_record(task, "x", "triton", "cpu", _tiny(), caught.value)
     assert record.status is Status.PROTOCOL_ERROR and "ScratchSpaceError" in record.message
+
+
+def test_an_imported_problem_is_sized_by_its_bound_never_under_fake_mode(registry, monkeypatch):
+    """An importer-made task (origin set) is not run under fake mode (its Problem caches real models per
+    shape that the checker then calls): with no written_bytes its outputs are sized by min_bytes, widened
+    where the output is wider than the trial's dtype (here float32 outputs at a float16 trial: x2)."""
+    base = registry.get("LayerNorm")
+    calls = []
+
+    def make_inputs(*a, **k):
+        calls.append(a)
+        return base.make_inputs(*a, **k)
+
+    task = dataclasses.replace(base, name="ImportedLayerNorm", origin="kernelbench", make_inputs=make_inputs,
+                               output_dtype=lambda d: "float32")
+    size, source = output_sizes.expected_bytes(task, (16, 128), "float16")
+    assert source == "bound" and calls == []
+    assert size == 2 * task.min_bytes((16, 128), "float16") >= 16 * 128 * 4
