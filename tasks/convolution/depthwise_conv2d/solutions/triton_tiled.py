@@ -8,8 +8,8 @@ import triton.language as tl
 
 @triton.jit
 def _dwconv3x3(x_ptr, w_ptr, y_ptr, C, H, W, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    nc = tl.program_id(1)
+    nc = tl.program_id(0)        # planes on the x axis: N * C reaches 122880 (gridDim.y stops at 65535)
+    pid = tl.program_id(1)
     HW = H * W
     pix = pid * BLOCK + tl.arange(0, BLOCK)
     p_ok = pix < HW
@@ -37,5 +37,5 @@ def depthwise_conv2d(x, weight):
     y = torch.empty_like(x)
     block = min(1024, triton.next_power_of_2(h * w))
     num_warps = max(1, min(8, block // 128))
-    _dwconv3x3[(triton.cdiv(h * w, block), n * c)](x, weight, y, c, h, w, BLOCK=block, num_warps=num_warps)
+    _dwconv3x3[(n * c, triton.cdiv(h * w, block))](x, weight, y, c, h, w, BLOCK=block, num_warps=num_warps)
     return y

@@ -24,7 +24,9 @@ def _build(dtype):
     @T.prim_func
     def unpermute_kernel(E: T.Tensor((n, h), dtype), M: T.Tensor((t, k), "int32"), W: T.Tensor((t, k), "float32"),
                          Y: T.Tensor((t, h), dtype)):
-        with T.Kernel(T.ceildiv(h, BLOCK_H), t, threads=BLOCK_H) as (bx, tok):
+        # tokens on the grid's x axis (up to 2^31 - 1 blocks): gridDim.y is at most 65535 on NVIDIA GPUs and
+        # the cuda shapes route 65536 tokens (grid=(8, 65536) failed to launch on an H100)
+        with T.Kernel(t, T.ceildiv(h, BLOCK_H), threads=BLOCK_H) as (tok, bx):
             for i in T.Parallel(BLOCK_H):
                 col = bx * BLOCK_H + i
                 if col < h:

