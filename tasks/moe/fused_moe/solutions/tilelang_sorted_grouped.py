@@ -215,11 +215,16 @@ def fused_moe(hidden, topk_ids, topk_weights, w1, w2):
     dtype = str(hidden.dtype).removeprefix("torch.")
     key = (d, f, e, dtype)
     if key not in _kernels:
-        # the GEMMs first: on the cpu backend they are what decides the status (compiled, unverified)
-        _kernels[key] = (_build_gate_up(*key), _build_down(*key), _build_combine(dtype))
+        # the GEMMs first: on the cpu backend they are what decides the status (compiled, unverified). They
+        # are specialised on (D, F, E, dtype): one pair of compiles per cuda shape and dtype (16 over the
+        # task's cuda workload, each an nvcc run of seconds); the combine is symbolic, built once per dtype.
+        _kernels[key] = (_build_gate_up(*key), _build_down(*key))
+    if ("combine", dtype) not in _kernels:
+        _kernels[("combine", dtype)] = _build_combine(dtype)
     if "sort" not in _kernels:
         _kernels["sort"] = (_build_hist(), _build_place())
-    gate_up, down, combine = _kernels[key]
+    gate_up, down = _kernels[key]
+    combine = _kernels[("combine", dtype)]
     hist_k, place_k = _kernels["sort"]
     dev = hidden.device
     tiles = -(-n // BLOCK_M) + e                     # an upper bound on the padded runs' row blocks
