@@ -348,5 +348,9 @@ def test_gpu_a_first_launch_that_hangs_is_killed_soon_after_its_compile(registry
                       placement=where)
     elapsed = time.monotonic() - start
     assert record.status in (Status.TIMEOUT, Status.TOO_SLOW), record.message
-    assert "after its compiles" in record.message and elapsed < 45, (elapsed, record.message)
+    # The launch bound decided: its message names the 10 x 2 s after the compiles, where the compile bound's
+    # would say "ran past 60.0 s". The wall time is only a guard: on the H100 (2026-12-06, beside another
+    # evaluation's compiles) the whole evaluation took 54.7 s, the child's start and compiles included, so
+    # a bound on it cannot tell the two deadlines apart
+    assert "ran past 20.0 s after its compiles" in record.message and elapsed < 90, (elapsed, record.message)
     assert evaluate(task, honest, "triton", "cuda", cfg, placement=where).ok
