@@ -9,8 +9,10 @@
 # scalar dot adds D dependent steps per key, each at least an L1-hit load (~20 ns; the MoE/RMSNorm scalar
 # loops measured 37-40 ns a step at full occupancy). Per key >= 0.56 + D x 0.02 us; with 4 warps an SM holds
 # 16 programs (2112 at once). [32, 32, 4096, 128, 16]: 1024 programs, 4096 keys x 3.1 us >= 13 ms (torch
-# 1.98: E <= 0.15). [128, 32, 1024, 128, 16]: 4096 programs, 2 waves x 1024 x 3.1 us >= 6.4 ms (at the 37 ns
-# step: 10.8 ms; torch 1.99: E <= 0.31). [4, 40, 30000, 128, 16]: 160 programs, 30000 x 3.1 us ~ 95 ms
+# 1.98: E <= 0.15). [128, 32, 1024, 128, 16]: 4096 programs fill every SM (64 warps each), so a step is
+# bound by issue as well: >= 6 instructions x 64 warps / 4 per cycle ~ 50 ns; 4096 x 640 keys (the mean
+# length, 5/8 of L) x (0.56 + 128 x 0.05) us / 2112 slots >= 8.7 ms (torch 1.99: E <= 0.23).
+# [4, 40, 30000, 128, 16]: 160 programs, 30000 x 3.1 us ~ 95 ms
 # (torch 2.40: E ~0.03, below the 200x too_slow bound). [48, 32, 3001, 64, 32]: 1536 programs, 3001 x
 # (0.56 + 1.3) us >= 5.6 ms (torch 1.11: E <= 0.2). The optimized split-KV solution runs 0.36-0.93 ms.
 import math
