@@ -264,3 +264,19 @@ def test_a_heavy_problem_that_cannot_reach_2_30_flops_is_kept_up_to_2_31(monkeyp
         plan(path)
     _, _, _, cpu, _, _ = plan(SHRINK / "fixed_wide_state.py")      # reaches 2^30: the shape it had
     assert analysis.meta_facts(SHRINK / "fixed_wide_state.py", cpu)["flops"] <= shrink.HEAVY_FLOPS
+
+
+def test_a_group_count_shrinks_with_its_features_keeping_members_in_each_group():
+    """level2 37: with num_groups kept whole, 1024 features in 64 groups shrank to 64 in 64, one value per group,
+    and the reference became rounding noise (refused as degenerate). The count shrinks with what it divides."""
+    from kernelgym_gap.importers.shrink import MIN_PER_GROUP, keeps_groups
+    cpu, facts, sizes, _ = _plan("groupnorm_many_groups")
+    assert _within(facts) and cpu["num_groups"] < sizes["num_groups"]
+    assert cpu["out_features"] % cpu["num_groups"] == 0 and cpu["out_features"] // cpu["num_groups"] >= MIN_PER_GROUP
+    original = {"out_features": 1024, "num_groups": 64, "groups": 1, "channels": 6, "D": 128, "batch_size": 64}
+    assert keeps_groups(original, dict(original, out_features=256, num_groups=64))        # 4 a group
+    assert not keeps_groups(original, dict(original, out_features=128, num_groups=64))    # 2 a group
+    assert not keeps_groups(original, dict(original, out_features=100, num_groups=8))     # not divisible
+    assert keeps_groups({"c": 8, "num_groups": 4}, {"c": 4, "num_groups": 2})     # 2 a group, as the problem had
+    assert keeps_groups(original, dict(original, channels=1))                    # groups = 1 divides anything
+    assert keeps_groups(original, dict(original, D=2, batch_size=1))       # depth and batch are not grouped

@@ -6,8 +6,8 @@ The rule, and why each part (issue 36 found the old rule, "halve the largest int
   from them (bias_shape = (out_features,) follows out_features).
 - Sizes that were equal shrink together, so a square problem stays square and a structural equality
   (in_features == out_features, H == W) survives: they are one group, halved as one.
-- Kernel-like sizes (kernel_size, stride, padding, dilation, groups, ...) are never shrunk: a 5x5 kernel
-  stays 5x5. Sizes at or under MIN_HALVED are kept in the first pass (axes, head counts, channel counts of 3).
+- Kernel-like sizes (kernel_size, stride, padding, dilation, ...) are never shrunk: a 5x5 kernel
+  stays 5x5. Group counts shrink with what they divide, keeping MIN_PER_GROUP members a group. Sizes at or under MIN_HALVED are kept in the first pass (axes, head counts, channel counts of 3).
 - When that is not enough, a second pass takes the batch-like size down to 1 and the other sizes that
   started above MIN_HALVED down to 2 (a 5-D problem at batch 16 cannot fit otherwise).
 - The budget is work, not elements: inputs + state + output elements (memory traffic) and the counted
@@ -26,7 +26,15 @@ CPU_ELEMENTS = 1 << 14      # inputs + state + output of a cpu shape
 CPU_FLOPS = 1 << 19         # counted matmul/conv flops of a cpu shape (2^18 multiply-adds)
 MIN_HALVED = 8              # sizes at or under this are kept in the first pass
 # sizes the op's structure needs as they are: never shrunk
-_KEPT = re.compile(r"kernel|stride|padding|pad$|dilation|groups|output_padding|window|pool_size", re.I)
+_KEPT = re.compile(r"kernel|stride|padding|pad$|dilation|output_padding|window|pool_size", re.I)
+# A group count (GroupNorm's num_groups, a grouped conv's groups) shrinks, but never below MIN_PER_GROUP
+# members per group (or the problem's own count, if fewer): kept whole while its channels shrank, level2
+# 37_Matmul_Swish_Sum_GroupNorm (4096 features in 64 groups) reached 64 features in 64 groups, one value per
+# group, and GroupNorm's output was rounding noise: refused as degenerate, an artifact of the shrink
+# (75_Gemm_GroupNorm_Min_BiasAdd likewise: 2 values a group normalise to +-1, and their min is a constant)
+_GROUPS = re.compile(r"groups", re.I)
+_GROUPED = re.compile(r"channels|features|hidden", re.I)     # what a group count divides (not D, H, W, batch)
+MIN_PER_GROUP = 4
 
 
 # A problem whose state the sizes do not reach (a level-3 network's layer widths written in __init__) cannot
@@ -59,6 +67,19 @@ def kept(name: str) -> bool:
     return bool(_KEPT.search(name))
 
 
+def keeps_groups(original: dict[str, int], trial: dict[str, int]) -> bool:
+    """Every channel or feature count that a group count divided in the problem still divides into that many
+    groups with at least min(MIN_PER_GROUP, its own count) members each."""
+    for g in (n for n in original if _GROUPS.search(n) and original[n] > 1):
+        for a in original:
+            if a == g or not _GROUPED.search(a) or original[a] <= original[g] or original[a] % original[g]:
+                continue
+            members = min(MIN_PER_GROUP, original[a] // original[g])
+            if trial[a] % trial[g] or trial[a] // trial[g] < members:
+                return False
+    return True
+
+
 def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
                    budget: tuple[int, int] = (CPU_ELEMENTS, CPU_FLOPS)) -> tuple[dict[str, int], list[str]]:
     """The cpu sizes and the steps taken (`name/2`), or ImportRefused saying what is left over `budget`
@@ -88,6 +109,8 @@ def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
             for combo in itertools.chain(tries, pairs, [groups] if len(groups) > 2 else []):
                 names = [n for g in combo for n in g]
                 trial = dict(sizes, **{n: max(1, sizes[n] // 2) for n in names})
+                if not keeps_groups(original, trial):
+                    continue
                 try:
                     analysis.meta_facts(path, trial)
                 except Exception:  # noqa: BLE001 - that halving breaks the problem: try the next
