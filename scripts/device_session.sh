@@ -146,14 +146,14 @@ for step in "$@"; do
         tests/test_gpu_fused_moe.py tests/test_gpu_top_p_sample.py tests/test_task_source.py tests/test_prestart.py
         tests/test_warm.py tests/test_placement.py tests/test_import_tolerance.py tests/test_gpu_moe_backward_tasks.py
         tests/test_gpu_tilelang_v2.py"}
-      # JOBS (default 1) tests at once: their timings still take the GPU's lane one at a time (lane_dir
+      # PER_TEST: one test's limit (default 150 s). JOBS (default 1) tests at once: their timings still take the GPU's lane one at a time (lane_dir
       # "auto" is one directory per user and host), so only the compiles and correctness calls overlap
       end=$(( $(date +%s) + STEP_S ))
       mkdir -p "$OUT/owed"
       run_node() {     # $1 the test node, $2 its order number; OUT, end from the step
         local left=$(( end - $(date +%s) )) log="$OUT/owed/$(printf %03d "$2").txt" t0 rc limit
         (( left > 20 )) || { echo "not run (time): $1" >> "$OUT/owed_summary.txt"; return; }
-        limit=$(( left < 150 ? left : 150 ))
+        limit=$(( left < ${PER_TEST:-150} ? left : ${PER_TEST:-150} ))
         echo "=== $1" > "$log"
         t0=$(date +%s)
         timeout "$limit" python3 -m pytest -q -s -m gpu --tb=short -p no:cacheprovider "$1" >> "$log" 2>&1
