@@ -20,9 +20,16 @@ def _last_line(e: BaseException) -> str:
 
 
 def _tilelang_programs(func) -> int:
-    """Blocks launched: the product of the blockIdx extents bound in the prim_func (0 when dynamic)."""
+    """Blocks launched: the product of the blockIdx extents bound in the prim_func (0 when dynamic).
+
+    Where the blocks are bound depends on the version: TileLang 0.1.15's T.Kernel is a `For` over a
+    thread_binding to blockIdx.x in `tvm.tirx`; older ones an AttrStmt "thread_extent" in `tvm.tir`. Reading
+    only the old form gave 0 on 0.1.15, so the "too few programs" diagnosis never fired for TileLang."""
     try:
-        from tvm import tir
+        try:
+            from tvm import tirx as tir
+        except ImportError:
+            from tvm import tir
         extents = {}
 
         def visit(node):
@@ -30,6 +37,10 @@ def _tilelang_programs(func) -> int:
                 tag = node.node.thread_tag
                 if tag.startswith("blockIdx") and isinstance(node.value, tir.IntImm):
                     extents[tag] = int(node.value)
+            binding = getattr(node, "thread_binding", None) if isinstance(node, tir.For) else None
+            if binding is not None and binding.thread_tag.startswith("blockIdx") \
+                    and isinstance(node.extent, tir.IntImm):
+                extents[binding.thread_tag] = int(node.extent)
 
         tir.stmt_functor.post_order_visit(func.body, visit)
         return math.prod(extents.values()) if extents else 0
