@@ -43,6 +43,9 @@ class Placement:
     # checker (child/outputs.py); on the cpu backend at most CPU_HELD_OUTPUT_BYTES. 0: each output written as
     # it comes, inside the lane.
     held_output_bytes: int = 4 << 30
+    # how long an evaluation waits for its disk reservation (sandbox/disk_ledger.py: jobs on one scratch root
+    # reserve what they may write) before ScratchSpaceError; long enough for a big cuda job ahead of it to end
+    disk_wait_s: float = 900.0
 
     def __post_init__(self):
         if isinstance(self.gpu_index, bool) or not isinstance(self.gpu_index, int) or self.gpu_index < 0:
@@ -50,6 +53,9 @@ class Placement:
         if isinstance(self.held_output_bytes, bool) or not isinstance(self.held_output_bytes, int) \
                 or self.held_output_bytes < 0:
             raise ValueError("held_output_bytes must be a non-negative int")
+        if isinstance(self.disk_wait_s, bool) or not isinstance(self.disk_wait_s, (int, float)) \
+                or not self.disk_wait_s >= 0:
+            raise ValueError(f"disk_wait_s must be a non-negative number of seconds, not {self.disk_wait_s!r}")
 
     def replace(self, **changes) -> "Placement":
         return dataclasses.replace(self, **changes)

@@ -21,7 +21,7 @@ from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.core.terms import TERMS_VERSION, Terms
 from kernelgym_gap.engine.correctness_order import order_for_correctness
 from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
-from kernelgym_gap.sandbox import disk
+from kernelgym_gap.sandbox import disk, disk_ledger
 from kernelgym_gap.sandbox.launch import ChildResult, Launcher, child_spec
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class Evaluation:
         self.sandbox = None                  # the child's sandbox, its disk limits this job's (launch)
         self._private: Path | None = None
         self._early = None                   # the check started while the child runs (judge/early_check.py)
+        self._disk = None                    # the disk reservation (sandbox/disk_ledger.py), from launch to close
 
     # ---- what the stages call ------------------------------------------------------------------------
 
@@ -70,9 +71,14 @@ class Evaluation:
         outputs = tuple((tuple(t.shape), t.dtype) for t in (*self.trials, *timing_trials))
         spec = child_spec(self.task, self.dsl, self.backend.name, self.config, self.placement, outputs)
         self.sandbox = spec.sandbox
-        disk.ensure_free(self.placement.scratch_root, disk.job_limits(
-            self.config.sandbox, self.task, outputs, with_probe=spec.probe_env is not None))
+        # and reserved from the other evaluations on this scratch root (sandbox/disk_ledger.py), waiting for
+        # them when it does not fit; released in close, once the scratch directory is gone
+        probe = spec.probe_env is not None
+        self._disk = disk_ledger.reserve(self.placement.scratch_root, disk.job_limits(
+            self.config.sandbox, self.task, outputs, with_probe=probe), with_probe=probe,
+            wait_s=self.placement.disk_wait_s)
         self._launcher = launcher = Launcher(spec, self.children)
+        self._disk.attach(launcher.scratch)
         scratch = launcher.scratch
         source_file = scratch / "submission.py"
         source_file.write_text(self.source)
@@ -158,13 +164,18 @@ class Evaluation:
         return message, failure, terms
 
     def close(self) -> None:
-        """Ends whatever still runs and removes the directories (unless placement.keep_scratch)."""
-        if self._launcher is not None:
-            self._launcher.close(keep=self.placement.keep_scratch)
-        if self._early is not None:
-            self._early.close()
-        if self._private is not None and not self.placement.keep_scratch:
-            shutil.rmtree(self._private, ignore_errors=True)
+        """Ends whatever still runs and removes the directories (unless placement.keep_scratch), then gives
+        the disk reservation back, whatever raised before."""
+        try:
+            if self._launcher is not None:
+                self._launcher.close(keep=self.placement.keep_scratch)
+            if self._early is not None:
+                self._early.close()
+            if self._private is not None and not self.placement.keep_scratch:
+                shutil.rmtree(self._private, ignore_errors=True)
+        finally:
+            if self._disk is not None:
+                self._disk.release()
 
 
 def assemble_terms(correct: bool | None, parts: dict | None, flags: list[str]) -> Terms:

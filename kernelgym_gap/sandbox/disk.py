@@ -38,8 +38,10 @@ scratch file system's free space before its child starts (`ensure_free`): less t
 is ScratchSpaceError (a HarnessError: the caller's machine, not the submission; in a batch that request's
 protocol_error record, never cached), never an obscure ENOSPC inside the child blamed on the kernel. Free
 space between the honest need and the quota is allowed: a hostile writer there meets ENOSPC before its
-quota (a failed evaluation all the same). The check is per job: concurrent jobs on one file system do not
-reserve space for each other (the operator sizes the scratch disk for the slots it runs).
+quota (a failed evaluation all the same). Concurrent jobs on one scratch root reserve their disk from each
+other before their children start (sandbox/disk_ledger.py, engine/evaluation.py): a job that does not fit
+beside the others' reservations waits for them, up to Placement.disk_wait_s, instead of two big jobs both
+passing this check and one of them dying of ENOSPC mid-write.
 
 The quota is the evaluation's, not each child's: on the cpu backend a Triton submission's compile probe
 (probe.py) imports and runs the submission too, as a second child in its own directory, and a follow-up
@@ -143,13 +145,14 @@ def apply(sandbox, limits: JobDisk):
     return dataclasses.replace(sandbox, scratch_quota_bytes=limits.quota, fsize_bytes=limits.fsize)
 
 
-def ensure_free(scratch_root: str | None, limits: JobDisk) -> None:
+def ensure_free(scratch_root: str | None, limits: JobDisk, free: int | None = None) -> None:
     """Raises ScratchSpaceError where the scratch file system (scratch_root, else the system temp) has less
-    free space than a derived job's honest outputs need; configured limits are not checked (as before)."""
+    free space (`free`, else statvfs's) than a derived job's honest outputs need; configured limits are not
+    checked here (disk_ledger.reserve reserves their quota)."""
     if not limits.derived:
         return
     root = scratch_root or tempfile.gettempdir()
-    free = shutil.disk_usage(root).free
+    free = shutil.disk_usage(root).free if free is None else free
     need = limits.honest_bytes()
     if free < need:
         quota = "none" if limits.quota is None else f"{limits.quota / 2**30:.2f} GiB"
