@@ -63,6 +63,7 @@ def test_a_second_reservation_that_does_not_fit_waits_for_the_first(tmp_path):
     got["r"].release()
     first.release()                                   # idempotent
     assert _ledger(tmp_path) == []
+    assert not list(tmp_path.glob("kgg-disk-*"))       # the last release leaves the scratch root as it was
 
 
 def test_what_a_reservations_directory_already_holds_is_not_counted_twice(tmp_path):
@@ -232,3 +233,35 @@ def test_an_evaluation_waits_for_the_disk_another_holds_then_raises(registry, tm
     assert not list(tmp_path.glob("kgg-eval-*"))
     holder.release()
     assert _ledger(tmp_path) == []
+
+
+# ------------------------------------------------------------------- on a GPU (the H100's 64 GiB disk)
+
+@pytest.mark.gpu
+def test_gpu_two_big_jobs_at_once_both_pass_and_leave_the_ledger_empty(tmp_path):
+    """Two CrossEntropyBackward cuda jobs (14.6 GiB of honest outputs each, an 18.1 GiB derived quota) on two
+    slots of one GPU, one scratch root: before the ledger, on a disk that holds one but not both, the second
+    died of ENOSPC mid-write (a false zero). Both must come back with the verdict a lone evaluation gives;
+    where the free space cannot hold both reservations, one of them waited for the other."""
+    from kernelgym_gap.api.service import EvalRequest, EvalService
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.engine.trials import output_cases
+
+    task = default_registry().get("CrossEntropyBackward")
+    honest = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
+    config = EvalConfig(trial_seed=0)
+    limits = disk.job_limits(config.sandbox, task, output_cases(task, "cuda", config), with_probe=False)
+    want = disk_ledger.reserve_bytes(limits, with_probe=False)
+    free = disk.shutil.disk_usage(tmp_path).free
+    if free < limits.honest_bytes():
+        pytest.skip(f"{free / GiB:.1f} GiB free at {tmp_path}: not even one job fits")
+    where = Placement(scratch_root=str(tmp_path))
+    source = task.solution_path(honest).read_text()
+    with EvalService("cuda", config, gpus=[0], per_gpu=2, placement=where) as svc:
+        recs = svc.map([EvalRequest(task.id, source, backend="cuda") for _ in range(2)])
+    assert [r.status for r in recs] == [Status.OK, Status.OK], [(r.status, r.message[:300]) for r in recs]
+    waits = sorted(r.latency["disk_wait"] for r in recs)
+    if free < 2 * want:
+        assert waits[1] > 1.0, waits          # the second waited for the first's scratch to be gone
+    assert _ledger(tmp_path) == [] and not list(tmp_path.glob("kgg-eval-*"))

@@ -77,6 +77,7 @@ class Evaluation:
         self._disk = disk_ledger.reserve(self.placement.scratch_root, disk.job_limits(
             self.config.sandbox, self.task, outputs, with_probe=probe), with_probe=probe,
             wait_s=self.placement.disk_wait_s)
+        self.latency["disk_wait"] = self._disk.waited_s
         self._launcher = launcher = Launcher(spec, self.children)
         self._disk.attach(launcher.scratch)
         scratch = launcher.scratch

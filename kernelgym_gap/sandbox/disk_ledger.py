@@ -4,7 +4,8 @@ two big jobs that each see enough free space do not both write and one of them d
 honest kernel's false zero). sandbox/disk.py derives what a job needs; this module keeps the book.
 
 The book is one ledger per user and scratch root: `<root>/kgg-disk-<uid>.ledger` (JSON, replaced atomically)
-guarded by flock(2) on `<root>/kgg-disk-<uid>.lock`, as the GPU lanes are (core/lane.py). Per user because a
+guarded by flock(2) on `<root>/kgg-disk-<uid>.lock`, as the GPU lanes are (core/lane.py); both are removed
+when the last reservation goes. Per user because a
 file another user made in a sticky /tmp cannot be opened by this one (fs.protected_regular); both are 0600,
 so the sandboxed children (fresh uids) can neither read nor forge it. Each entry: the reserving process's pid
 and its start time (/proc/<pid>/stat field 22: a recycled pid is not trusted), a random token (one process
@@ -178,15 +179,33 @@ class _Book:
             raise
 
 
+def _open_locked(lock_path: str) -> int:
+    """The lock file, open and flock'ed. The last release removes the files (a scratch root is left as it was
+    found), so a lock taken on a file that was unlinked meanwhile is let go and taken again on the new one."""
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def _locked(root: str) -> Iterator[_Book]:
     """The ledger under its lock, live entries only. A ledger that cannot be parsed (written by something
     else) is moved aside, named in a warning, and the book starts empty: blocking every evaluation on the
-    host would be worse than over-committing the jobs in flight once."""
+    host would be worse than over-committing the jobs in flight once. A book left empty removes both files."""
     lock_path, path = ledger_paths(root)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = _open_locked(lock_path)
+    book = None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         entries = []
         try:
             with open(path, encoding="utf-8") as f:
@@ -208,6 +227,10 @@ def _locked(root: str) -> Iterator[_Book]:
             book.save()             # dead processes' entries go for everyone
         yield book
     finally:
+        if book is not None and not book.entries:
+            for p in (path, lock_path):             # the ledger first: the lock still guards it
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(p)
         os.close(fd)                # releases the flock
 
 
