@@ -35,10 +35,13 @@ def test_reference_solution(task_id, solution, registry):
         assert info["record"]["trials_checked"] > 0
         assert info["terms"]["launches_per_call"] >= 1
         if solution.dsl == "triton":
-            # the compile probe reached every specialization the interpreter launched through the entry
-            # point: no follow-up probe, no flag
+            # the compile probe ran, and it or its follow-up (sandbox/probe.CompileProbe.cover) compiled every
+            # specialization the interpreter launched: no flag. Whether the follow-up was needed is not
+            # asserted: on a loaded 2-core host LinearReLU's autotuned triton_fused.py needed it in 2 of 3
+            # runs (its probe 68 s) and not in the third (103 s), on the same code (2026-12-06): a load-dependent
+            # cause not found yet (docs/measurement.md, owed)
             latency = env.unwrapped.last_record.latency
-            assert "compile_probe" in latency and "compile_probe_specs" not in latency, info["terms"].get("flags")
+            assert "compile_probe" in latency, latency
             assert not info["terms"].get("flags"), info["terms"]["flags"]
     else:
         assert info["correct"] is None and reward == 0.0
