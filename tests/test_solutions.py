@@ -39,7 +39,7 @@ def test_reference_solution(task_id, solution, registry):
             # specialization the interpreter launched: no flag. Whether the follow-up was needed is not
             # asserted: on a loaded 2-core host LinearReLU's autotuned triton_fused.py needed it in 2 of 3
             # runs (its probe 68 s) and not in the third (103 s), on the same code (2026-12-06): a load-dependent
-            # cause not found yet (docs/measurement.md, owed)
+            # cause not found yet (docs/journal.md, 2026-12-06 clean-clone CI run)
             latency = env.unwrapped.last_record.latency
             assert "compile_probe" in latency, latency
             assert not info["terms"].get("flags"), info["terms"]["flags"]
