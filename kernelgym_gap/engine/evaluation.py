@@ -21,7 +21,7 @@ from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.core.terms import TERMS_VERSION, Terms
 from kernelgym_gap.engine.correctness_order import order_for_correctness
 from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
-from kernelgym_gap.sandbox import disk, disk_ledger
+from kernelgym_gap.sandbox import disk_ledger
 from kernelgym_gap.sandbox.launch import ChildResult, Launcher, child_spec
 
 log = logging.getLogger(__name__)
@@ -73,10 +73,8 @@ class Evaluation:
         self.sandbox = spec.sandbox
         # and reserved from the other evaluations on this scratch root (sandbox/disk_ledger.py), waiting for
         # them when it does not fit; released in close, once the scratch directory is gone
-        probe = spec.probe_env is not None
-        self._disk = disk_ledger.reserve(self.placement.scratch_root, disk.job_limits(
-            self.config.sandbox, self.task, outputs, with_probe=probe), with_probe=probe,
-            wait_s=self.placement.disk_wait_s)
+        self._disk = disk_ledger.reserve(self.placement.scratch_root, spec.disk,
+                                         with_probe=spec.probe_env is not None, wait_s=self.placement.disk_wait_s)
         self.latency["disk_wait"] = self._disk.waited_s
         self._launcher = launcher = Launcher(spec, self.children)
         self._disk.attach(launcher.scratch)

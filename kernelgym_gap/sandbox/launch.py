@@ -50,9 +50,10 @@ def child_spec(task, dsl: str, backend: str, config: EvalConfig, placement: Plac
     probe = tuple(sorted(probe_env().items())) if needs_compile_probe(dsl, backend) else None
     # the evaluation's disk quota, shared with the probes when there are any, and raised with the largest
     # file to what this job's honest outputs need (sandbox/disk.py)
-    sandbox = disk.apply(sandbox, disk.job_limits(sandbox, task, outputs, with_probe=probe is not None))
-    return ChildSpec(dsl=dsl, backend=backend, sandbox=sandbox, env=tuple(sorted(backend_env(backend).items())),
-                     scratch_root=placement.scratch_root, probe_env=probe)
+    limits = disk.job_limits(sandbox, task, outputs, with_probe=probe is not None)
+    return ChildSpec(dsl=dsl, backend=backend, sandbox=disk.apply(sandbox, limits),
+                     env=tuple(sorted(backend_env(backend).items())), scratch_root=placement.scratch_root,
+                     probe_env=probe, disk=limits)
 
 
 @dataclasses.dataclass(frozen=True)

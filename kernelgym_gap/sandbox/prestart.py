@@ -50,6 +50,9 @@ class ChildSpec:
     env: tuple[tuple[str, str], ...]       # the backend's variables (child.backend_env), sorted
     scratch_root: str | None = None
     probe_env: tuple[tuple[str, str], ...] | None = None   # cpu + triton: the compile probe's (probe.probe_env)
+    # the job's disk limits (disk.JobDisk) that `sandbox` holds, kept for the disk reservation
+    # (disk_ledger.reserve); not compared: `sandbox` already carries what they change
+    disk: object | None = dataclasses.field(default=None, compare=False)
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "kernelgym_gap.child.runner", "--wait", "--dsl", self.dsl, "--backend",
