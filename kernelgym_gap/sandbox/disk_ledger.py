@@ -262,8 +262,7 @@ def reserve(scratch_root: str | None, limits: disk.JobDisk, *, with_probe: bool,
             avail = free(root)
             written = {e["token"]: sum(used_bytes(d) for d in e.get("dirs", [])) for e in book.entries}
             capacity = avail + sum(written.values())
-            if limits.honest_bytes() > capacity:
-                disk.ensure_free(root, limits, free=capacity)   # never fits here, even alone: raises at once
+            disk.ensure_free(root, limits, free=capacity)   # the honest need never fits here, even alone: raises
             bytes_ = max(limits.honest_bytes(), min(want, capacity))
             pending = sum(max(0, e["bytes"] - written[e["token"]]) for e in book.entries)
             if bytes_ <= avail - pending:
