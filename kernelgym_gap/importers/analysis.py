@@ -28,6 +28,12 @@ class ImportRefused(Exception):
     """A problem the importer cannot take; the message says why (kernelbench.py re-exports it)."""
 
 
+class InputIndependent(ImportRefused):
+    """The import audit's refusal of a reference whose output does not depend on its input enough to be
+    checked (degenerate, or passed by an output that ignores the input): the one refusal that re-initialised
+    parameters can lift (importers/state_init.py), so kernelbench.build_meta retries on it."""
+
+
 def _refused(message: str) -> ImportRefused:
     return ImportRefused(message)
 
@@ -176,12 +182,13 @@ class _OpLog(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def real_run(path: Path, sizes: dict[str, int]) -> dict:
+def real_run(path: Path, sizes: dict[str, int], init: dict | None = None) -> dict:
     """The problem run for real at the cpu sizes: the refusals (forward raising, randomness, a non-tensor
-    or non-finite output, mixed float dtypes) and what the task needs (ops, dtypes, output magnitude)."""
+    or non-finite output, mixed float dtypes) and what the task needs (ops, dtypes, output magnitude).
+    `init`: META["state_init"] (None: the default init)."""
     module = load_module(path, sizes)
     try:
-        model = build_model(module)
+        model = build_model(module, init=init)
     except Exception as e:  # noqa: BLE001
         raise _refused(f"building Model(*get_init_inputs()) failed: {type(e).__name__}: {e}") from None
     try:
@@ -221,7 +228,7 @@ def real_run(path: Path, sizes: dict[str, int]) -> dict:
     out_dtype = str(out.dtype).removeprefix("torch.")
     rms = 1.0
     if out.is_floating_point() and float_dtype is not None:
-        m64 = build_model(module).double()      # afresh: a deep copy can keep calling float32 layers
+        m64 = build_model(module, init=init).double()      # afresh: a deep copy can keep calling float32 layers
         with torch.no_grad(), seeded(1, "cpu"):
             o64 = m64(*[t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in ins])
         rms = float(o64.double().pow(2).mean().sqrt()) if o64.numel() else 1.0

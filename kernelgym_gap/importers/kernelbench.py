@@ -31,9 +31,9 @@ import torch
 
 from kernelgym_gap.core.errors import KernelGymError
 from kernelgym_gap.core.task import DSLS
-from kernelgym_gap.importers import analysis, conditioning, modelnew, sandboxed, soundness
-from kernelgym_gap.importers.analysis import ImportRefused
-from kernelgym_gap.importers.problem import DISTRIBUTIONS, Problem, load_module
+from kernelgym_gap.importers import analysis, conditioning, modelnew, sandboxed, soundness, state_init
+from kernelgym_gap.importers.analysis import ImportRefused, InputIndependent
+from kernelgym_gap.importers.problem import DISTRIBUTIONS, Problem, build_model, load_module
 from kernelgym_gap.importers.runtime import FORMAT, shape_key
 from kernelgym_gap.importers.shrink import BATCHNORM_FEW, CPU_ELEMENTS, CPU_FLOPS, heldout_of, plan
 from kernelgym_gap.importers.tolerance import RULE_DOT, RULE_POINTWISE
@@ -284,7 +284,32 @@ def _line_of(e: BaseException, path: Path) -> str:
 
 
 def build_meta(path: Path, name: str) -> dict:
-    """Every fact the generated task holds, or ImportRefused."""
+    """Every fact the generated task holds, or ImportRefused. A problem the import audit refuses because its
+    output does not depend on the input at KernelBench's default parameter init is analysed once more, from
+    the start, with conditioned parameters (importers/state_init.py): every fact that depends on the values
+    (the output's magnitude, the tolerance, the dtypes and distributions kept, the whole audit) is derived
+    again on them. It is imported that way if that passes; else the first refusal stands, with the second."""
+    try:
+        return _build_meta(path, name, None)
+    except InputIndependent as first:
+        why = str(first)
+        try:
+            touched = state_init.conditioned_names(build_model(load_module(path), "meta"))
+        except Exception:  # noqa: BLE001 - a model that builds only for real (Swin's tables): try it anyway
+            touched = ["?"]
+        if not touched:
+            raise       # no parameter the rule re-draws: a second analysis would repeat the first
+        try:
+            meta = _build_meta(path, name, state_init.record(why))
+        except ImportRefused as second:
+            again = "the same" if str(second) == why else str(second)
+            raise ImportRefused(f"{why}; with conditioned parameters (importers/state_init.py) as well: "
+                                f"{again}") from None
+    return meta
+
+
+def _build_meta(path: Path, name: str, init: dict | None) -> dict:
+    """build_meta with the parameters as `init` (META["state_init"]; None: the default init) says."""
     if not path.is_file():
         raise ImportRefused(f"{path} is not a file")
     try:
@@ -298,7 +323,7 @@ def build_meta(path: Path, name: str) -> dict:
         raise ImportRefused(f"importing the problem file failed: {type(e).__name__}{_line_of(e, path)}{named}") from None
     analysis.check_definitions(module)
     sizes, own, batch, cpu_sizes, steps, heavy = plan(path)
-    run = analysis.real_run(path, cpu_sizes)        # refusals: randomness, non-tensor output, forward errors
+    run = analysis.real_run(path, cpu_sizes, init)  # refusals: randomness, non-tensor output, forward errors
     configs = {"cuda": (sizes, heldout_of(path, sizes, batch)),
                "cpu": (cpu_sizes, heldout_of(path, cpu_sizes, batch, sizes))}
     names = list(sizes)
@@ -339,6 +364,8 @@ def build_meta(path: Path, name: str) -> dict:
                              f"leaves a training-mode BatchNorm under {BATCHNORM_FEW} values per channel)",
                   "tolerance_magnitude": round(magnitude, 4), "counted_dot_flops": dot},
     }
+    if init is not None:
+        meta["state_init"] = init           # before Problem: every model below is built that way
     problem = Problem(path, meta)
     cpu_shape = [cpu_sizes[n] for n in names]
     if run["float_dtype"] is not None and run["output_float"]:
@@ -371,4 +398,10 @@ def build_meta(path: Path, name: str) -> dict:
     used = set(meta["workloads"]["cuda"]["dtypes"]) | set(meta["workloads"]["cpu"]["dtypes"])
     meta["tolerances"] = {d: v for d, v in meta["tolerances"].items() if d in used}
     meta["signature"], meta["statement"] = analysis.describe(name, path, meta, run)
+    if init is not None:
+        meta["statement"] += (
+            " The reference Model's parameters are not torch's default initialisation: at that init its output "
+            "does not depend on the input enough to be checked, so they are re-drawn by a fixed rule ("
+            f"{init['rule']}). They are the state inputs above; a ModelNew gets them by parameter name, so "
+            "name your parameters as the Model does.")
     return soundness.finish(path, meta)    # per-shape tolerance, degenerate refusals, the input audit (issue 36)

@@ -10,7 +10,8 @@ rewritten before it runs, so derived globals (`bias_shape = (out_features,)`) an
 
 Inputs of one trial are `get_inputs()`'s tensors followed by the reference model's parameters and buffers
 (`named_parameters()` then `named_buffers()`, in that order): the model is built from `get_init_inputs()`
-under a fixed seed, and its state travels as inputs, so the child, the checker and the submission see the
+under a fixed seed (its parameters then conditioned where META["state_init"] says: importers/state_init.py),
+and its state travels as inputs, so the child, the checker and the submission see the
 same values, the integrity checks (input digests, mutation) cover them, and a function submission can take
 them. The file's code runs wherever this module runs: at import only inside the sandbox
 (importers/sandboxed.py); at evaluation in the trusted parent and checker only for a task imported with
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from kernelgym_gap.importers import state_init
 from kernelgym_gap.importers.sizes import compile_with_sizes
 
 MODEL_SEED = 0          # the reference model's (and a ModelNew's) parameters: built under this seed
@@ -89,10 +91,12 @@ def seeded(seed: int, device: str):
         yield
 
 
-def build_model(module, device: str = "cpu"):
-    """The problem's Model from get_init_inputs() under MODEL_SEED (on `device`: cpu or meta)."""
+def build_model(module, device: str = "cpu", init: dict | None = None):
+    """The problem's Model from get_init_inputs() under MODEL_SEED (on `device`: cpu or meta), its parameters
+    then as META["state_init"] (`init`; None: the default init) says (importers/state_init.py)."""
     with seeded(MODEL_SEED, "cpu"), torch.device(device), cuda_calls_to(device):
-        return module.Model(*module.get_init_inputs())
+        model = module.Model(*module.get_init_inputs())
+    return state_init.apply(model, init)
 
 
 def state_tensors(model) -> list[tuple[str, torch.Tensor]]:
@@ -151,6 +155,7 @@ class Problem:
         self.size_names = list(meta["size_names"])
         self.names = list(meta["state_names"])
         self.n_data = int(meta["n_data_inputs"])
+        self.init = meta.get("state_init")      # None: the default init; else every model is built so
         self._modules: dict = {}
         self._models: dict = {}
         self._state: dict = {}
@@ -165,7 +170,7 @@ class Problem:
     def base_model(self, shape):
         shape = tuple(int(s) for s in shape)
         if shape not in self._models:
-            model = build_model(self.module(shape))
+            model = build_model(self.module(shape), init=self.init)
             self._state[shape] = [t.clone() for _, t in state_tensors(model)]
             self._models[shape] = model
         return self._models[shape]
@@ -177,7 +182,7 @@ class Problem:
             # 44_MiniGPTBlock's `mlpf`) keeps calling the original's float32 layers from a copy (issue 36);
             # the values are the same (MODEL_SEED) and the trial's state is bound over them anyway
             self.base_model(shape)
-            self._models[key] = build_model(self.module(shape)).to(device=device, dtype=dtype)
+            self._models[key] = build_model(self.module(shape), init=self.init).to(device=device, dtype=dtype)
         return self._models[key]
 
     def make_inputs(self, shape, dtype: str, gen, distribution: str, device: str) -> tuple:
@@ -214,7 +219,8 @@ class Problem:
         shape's get_init_inputs() under the reference's seed, on `device` in that dtype. Parameters and
         buffers whose names and shapes match the reference's are bound to the trial's state inputs (strict
         when every name matches); others keep the values ModelNew built (KernelBench's own rule: the same
-        seed and creation order give the same values)."""
+        seed and creation order give the same values; on a task with conditioned state those are the default
+        init's, not the reference's: docs/importing.md says so)."""
         instances = {}
         for shape, dtype in sorted(set((tuple(int(s) for s in sh), d) for sh, d in cases)):
             want = getattr(torch, dtype)

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from kernelgym_gap.core.task import Solution, TaskSpec, Workload, itemsize
-from kernelgym_gap.importers import tolerance
+from kernelgym_gap.importers import state_init, tolerance
 from kernelgym_gap.importers.problem import Problem
 
 # 2: META["trusted"] (issue 32); 3: sizes are literals set before the module runs, tuple elements
@@ -52,6 +52,7 @@ def build_task(task_file: str | Path, meta: dict) -> TaskSpec:
             f"{meta.get('name')!r} was imported without --trust: its reference is the problem file's own code, "
             f"which the trusted checker would run as this user, outside the sandbox. Read its problem.py, then "
             f"import it again with `kernelgym-gap import kernelbench --trust`")
+    state_init.validate(meta.get("state_init"))     # a kind this version cannot build: re-import, said now
     directory = Path(task_file).resolve().parent
     problem_path = directory / meta["problem_file"]
     problem = Problem(problem_path, meta)

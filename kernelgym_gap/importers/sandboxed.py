@@ -28,7 +28,9 @@ from kernelgym_gap.sandbox.child_io import backend_env, read_child_file
 from kernelgym_gap.sandbox.process import child_env, run_sandboxed
 
 MAX_REPORT_BYTES = 4 << 20      # a META is a few kB: shapes, signatures, a statement
-MAX_MESSAGE = 400               # a refusal's text, as the child wrote it (cut, one line)
+# a refusal's text, as the child wrote it (cut, one line): one refusal is under 400 characters; one retried on
+# conditioned parameters (importers/state_init.py) carries both reasons
+MAX_MESSAGE = 1000
 SAFE_NAME = re.compile(r"[A-Za-z0-9_]{1,100}")
 _REPORT = "report.json"
 

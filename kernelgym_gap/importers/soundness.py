@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from kernelgym_gap.importers.analysis import ImportRefused
+from kernelgym_gap.importers.analysis import ImportRefused, InputIndependent
 from kernelgym_gap.importers.runtime import build_task
 from kernelgym_gap.importers.tolerance import INPUT_GUARD, rule
 
@@ -104,7 +104,7 @@ def _cell(task, cell, path, given: str, dropped: dict, bad_dtypes: dict) -> None
                                    for x in ins))
     why = degenerate(r, r32)
     if why and cell.distribution == TIMED:
-        raise ImportRefused(f"a degenerate reference on get_inputs()'s own values {where}: {why}; a check against "
+        raise InputIndependent(f"a degenerate reference on get_inputs()'s own values {where}: {why}; a check against "
                             f"it cannot tell a kernel that reads its input from one that does not")
     if why:
         dropped.setdefault(cell.distribution, f"degenerate reference {where}: {why}")
@@ -169,7 +169,7 @@ def finish(path, meta: dict) -> dict:
         owns = {}
     own = "; ".join(owns.values()) or None
     if own and not catching:
-        raise ImportRefused(f"the check passes an output that ignores the input on get_inputs()'s own values "
+        raise InputIndependent(f"the check passes an output that ignores the input on get_inputs()'s own values "
                             f"({own}), and no other input distribution catches it; the output does not depend on "
                             "the input enough to be checked")
     for backend in ("cuda", "cpu"):
