@@ -71,6 +71,9 @@ def _kind(owner: torch.nn.Module, leaf: str, p: torch.Tensor) -> str | None:
 def _draw(kind: str, p: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     """A conditioned value for `p` (float64 on cpu: the same draws whatever the model's dtype)."""
     if kind == "he":
+        # torch.nn.init's fans, as torch's own init computes them: for a ConvTranspose (weight [in, out/groups,
+        # k...]) that "fan_in" is out_channels / groups x kernel, not the in_channels x kernel / stride^d terms
+        # each output sums over; the two agree for equal channel counts at stride 1, and the audit judges the rest
         fan_in, _ = torch.nn.init._calculate_fan_in_and_fan_out(p)
         return torch.randn(p.shape, generator=g, dtype=torch.float64) * math.sqrt(2.0 / max(1, fan_in))
     if kind == "norm_weight":
