@@ -280,3 +280,15 @@ def test_a_group_count_shrinks_with_its_features_keeping_members_in_each_group()
     assert keeps_groups({"c": 8, "num_groups": 4}, {"c": 4, "num_groups": 2})     # 2 a group, as the problem had
     assert keeps_groups(original, dict(original, channels=1))                    # groups = 1 divides anything
     assert keeps_groups(original, dict(original, D=2, batch_size=1))       # depth and batch are not grouped
+
+
+
+def test_a_group_count_the_sizes_do_not_show_still_keeps_channels_a_group():
+    """level2 27: GroupNorm's num_groups=4 is an __init__ default, so the size rule above cannot see it, and
+    out_channels 16 -> 4 left one channel a group: the per-channel spatial mean after the norm is its bias
+    whatever the input, refused as degenerate. The groups are counted on the model (analysis.group_members)."""
+    from kernelgym_gap.importers.shrink import MIN_PER_GROUP
+    cpu, facts, sizes, path = _plan("groupnorm_default_groups")
+    assert _within(facts) and facts["group_members"] >= MIN_PER_GROUP, (cpu, facts["group_members"])
+    meta = _meta("groupnorm_default_groups")          # imported, at torch's default init
+    assert "state_init" not in meta and meta["workloads"]["cpu"]["public"] == [[cpu[n] for n in sizes]]

@@ -73,6 +73,14 @@ def _facts(model, ins, flops: int, out) -> dict:
             "fixed_bytes": int(fixed), "signature": sig, "out_shape": list(out.shape)}
 
 
+def group_members(model) -> int | None:
+    """The fewest channels a group of the model's GroupNorms has (None without one): the shrink keeps it, since
+    one channel a group normalises each channel alone (importers/shrink.py), whether the group count is a size
+    global or, as in level2 27, an __init__ default the sizes do not show."""
+    counts = [m.num_channels // m.num_groups for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
+    return min(counts) if counts else None
+
+
 @functools.lru_cache(maxsize=256)
 def _meta_facts(path: str, sizes: tuple) -> dict:
     module = load_module(path, dict(sizes))
@@ -84,7 +92,8 @@ def _meta_facts(path: str, sizes: tuple) -> dict:
             out = model(*ins)
         if not isinstance(out, torch.Tensor):
             raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor")
-        return dict(_facts(model, ins, fc.get_total_flops(), out), bn_fewest=bn.fewest)
+        return dict(_facts(model, ins, fc.get_total_flops(), out), bn_fewest=bn.fewest,
+                    group_members=group_members(model))
     except Exception as meta_error:  # noqa: BLE001 - data-dependent ops cannot run on meta: run for real
         if isinstance(meta_error, ImportRefused):
             raise
@@ -111,7 +120,8 @@ def _meta_facts(path: str, sizes: tuple) -> dict:
             out = model(*ins)
         if not isinstance(out, torch.Tensor):
             raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor") from None
-        return dict(_facts(model, ins, fc.get_total_flops(), out), bn_fewest=bn.fewest)
+        return dict(_facts(model, ins, fc.get_total_flops(), out), bn_fewest=bn.fewest,
+                    group_members=group_members(model))
 
 
 def meta_facts(path, sizes: dict[str, int]) -> dict:

@@ -80,10 +80,22 @@ def keeps_groups(original: dict[str, int], trial: dict[str, int]) -> bool:
     return True
 
 
+def keeps_members(own: int | None, facts: dict) -> bool:
+    """The model's GroupNorms (counted on it: analysis.group_members) keep min(MIN_PER_GROUP, the problem's own)
+    channels a group. keeps_groups sees only group counts that are size globals; level2 27's GroupNorm takes
+    num_groups=4 from an __init__ default, and out_channels 16 -> 4 left one channel a group, whose spatial
+    mean after the norm is its bias whatever the input (refused as degenerate: an artifact of the shrink)."""
+    if own is None:
+        return True
+    members = facts.get("group_members")
+    return members is not None and members >= min(MIN_PER_GROUP, own)
+
+
 def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
                    budget: tuple[int, int] = (CPU_ELEMENTS, CPU_FLOPS)) -> tuple[dict[str, int], list[str]]:
     """The cpu sizes and the steps taken (`name/2`), or ImportRefused saying what is left over `budget`
     (elements, counted flops)."""
+    own_members = analysis.meta_facts(path, sizes).get("group_members")
     original = dict(sizes)
     sizes, steps = dict(sizes), []
     free = [n for n in sizes if not kept(n)]
@@ -112,8 +124,10 @@ def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
                 if not keeps_groups(original, trial):
                     continue
                 try:
-                    analysis.meta_facts(path, trial)
+                    trial_facts = analysis.meta_facts(path, trial)
                 except Exception:  # noqa: BLE001 - that halving breaks the problem: try the next
+                    continue
+                if not keeps_members(own_members, trial_facts):
                     continue
                 sizes = trial
                 steps.append("+".join("=".join(g) for g in combo) + "/2")
