@@ -292,3 +292,16 @@ def test_a_group_count_the_sizes_do_not_show_still_keeps_channels_a_group():
     assert _within(facts) and facts["group_members"] >= MIN_PER_GROUP, (cpu, facts["group_members"])
     meta = _meta("groupnorm_default_groups")          # imported, at torch's default init
     assert "state_init" not in meta and meta["workloads"]["cpu"]["public"] == [[cpu[n] for n in sizes]]
+
+
+def test_a_problem_degenerate_at_a_cpu_batch_of_one_is_imported_at_a_batch_of_two():
+    """level2 77: the cpu batch 2's held-out 3/4 is 1, where a training-mode BatchNorm's statistics are the one
+    sample's own and the global pool returns the norm's bias whatever the input: refused as degenerate. The
+    import tries the cpu batch kept >= 2 (public and held-out), at torch's default init, and says so."""
+    meta = _meta("batchnorm_global_pool")
+    rule = meta["rules"]["cpu_batch"]
+    assert rule["min"] == 2 and "degenerate reference" in rule["why"] and "state_init" not in meta
+    cpu = meta["workloads"]["cpu"]
+    batch = meta["size_names"].index("batch_size")
+    assert cpu["public"][0][batch] >= 2 and cpu["heldout"][0][batch] >= 2, cpu
+    assert meta["workloads"]["cuda"]["heldout"][0][batch] == 12          # the cuda shapes keep their own rule

@@ -285,31 +285,59 @@ def _line_of(e: BaseException, path: Path) -> str:
 
 def build_meta(path: Path, name: str) -> dict:
     """Every fact the generated task holds, or ImportRefused. A problem the import audit refuses because its
-    output does not depend on the input at KernelBench's default parameter init is analysed once more, from
-    the start, with conditioned parameters (importers/state_init.py): every fact that depends on the values
-    (the output's magnitude, the tolerance, the dtypes and distributions kept, the whole audit) is derived
-    again on them. It is imported that way if that passes; else the first refusal stands, with the second."""
+    output does not depend on the input (InputIndependent) is analysed again, from the start, where something
+    other than its algebra can be the cause (`_repairs`): with conditioned parameters (importers/state_init.py:
+    torch's default init makes a mean over a GroupNorm 0), and, where the shrink took its batch to 1, at a cpu
+    batch of 2 (a training-mode BatchNorm's statistics over one sample are that sample's own). Every fact that
+    depends on the values or the shape (the output's magnitude, the tolerance, the dtypes and distributions
+    kept, the whole audit) is derived again. The first repair that passes is imported; if none does, the
+    first refusal stands, with each repair's."""
     try:
         return _build_meta(path, name, None)
     except InputIndependent as first:
-        why = str(first)
+        refused = first
+    why = str(refused)
+    tried = []
+    for what, init, cpu_batch in _repairs(path, why):
         try:
-            touched = state_init.conditioned_names(build_model(load_module(path), "meta"))
-        except Exception:  # noqa: BLE001 - a model that builds only for real (Swin's tables): try it anyway
-            touched = ["?"]
-        if not touched:
-            raise       # no parameter the rule re-draws: a second analysis would repeat the first
-        try:
-            meta = _build_meta(path, name, state_init.record(why))
-        except ImportRefused as second:
-            again = "the same" if str(second) == why else str(second)
-            raise ImportRefused(f"{why}; with conditioned parameters (importers/state_init.py) as well: "
-                                f"{again}") from None
-    return meta
+            return _build_meta(path, name, init, cpu_batch)
+        except ImportRefused as again:
+            tried.append(f"{what} as well: {'the same' if str(again) == why else again}")
+    if not tried:
+        raise refused
+    raise ImportRefused("; ".join([why, *tried]))
 
 
-def _build_meta(path: Path, name: str, init: dict | None) -> dict:
-    """build_meta with the parameters as `init` (META["state_init"]; None: the default init) says."""
+def _repairs(path: Path, why: str) -> list[tuple[str, dict | None, dict | None]]:
+    """(what it is called in a refusal, META["state_init"], META["rules"]["cpu_batch"]) of each analysis worth
+    trying after an InputIndependent refusal (`why`), in order."""
+    try:
+        touched = state_init.conditioned_names(build_model(load_module(path), "meta"))
+    except Exception:  # noqa: BLE001 - a model that builds only for real (Swin's tables): try it anyway
+        touched = ["?"]
+    conditioned = state_init.record(why) if touched else None   # none re-drawn: it would repeat the first
+    sizes, _, batch, cpu_sizes, _, _ = plan(path)
+    batch_two = None
+    held = heldout_of(path, cpu_sizes, batch, sizes)        # 3/4 of a cpu batch of 2 is 1 (level2 77)
+    if min(cpu_sizes[batch], held[batch]) == 1 and sizes[batch] >= 2:
+        batch_two = {"min": 2, "why": why,
+                     "rule": f"{batch} kept >= 2 on cpu (public and held-out): at 1 a training-mode BatchNorm's "
+                             "batch statistics are the one sample's own, and a per-sample pool of its output is "
+                             "its bias for every input (level2 77)"}
+    out = []
+    if conditioned:
+        out.append(("with conditioned parameters (importers/state_init.py)", conditioned, None))
+    if batch_two:
+        out.append((f"at a cpu {batch} of 2", None, batch_two))
+        if conditioned:
+            out.append((f"at a cpu {batch} of 2 with conditioned parameters", conditioned, batch_two))
+    return out
+
+
+def _build_meta(path: Path, name: str, init: dict | None, cpu_batch: dict | None = None) -> dict:
+    """build_meta with the parameters as `init` (META["state_init"]; None: the default init) says, and the cpu
+    batch-like size kept >= cpu_batch["min"] (META["rules"]["cpu_batch"]; None: the shrink's own rule)."""
+    min_batch = int(cpu_batch["min"]) if cpu_batch else 1
     if not path.is_file():
         raise ImportRefused(f"{path} is not a file")
     try:
@@ -322,10 +350,10 @@ def _build_meta(path: Path, name: str, init: dict | None) -> dict:
                  if isinstance(missing, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,80}", missing) else "")
         raise ImportRefused(f"importing the problem file failed: {type(e).__name__}{_line_of(e, path)}{named}") from None
     analysis.check_definitions(module)
-    sizes, own, batch, cpu_sizes, steps, heavy = plan(path)
+    sizes, own, batch, cpu_sizes, steps, heavy = plan(path, min_batch)
     run = analysis.real_run(path, cpu_sizes, init)  # refusals: randomness, non-tensor output, forward errors
     configs = {"cuda": (sizes, heldout_of(path, sizes, batch)),
-               "cpu": (cpu_sizes, heldout_of(path, cpu_sizes, batch, sizes))}
+               "cpu": (cpu_sizes, heldout_of(path, cpu_sizes, batch, sizes, min_batch))}
     names = list(sizes)
     shapes: dict[str, dict] = {}
     for pub, held in configs.values():
@@ -366,6 +394,8 @@ def _build_meta(path: Path, name: str, init: dict | None) -> dict:
     }
     if init is not None:
         meta["state_init"] = init           # before Problem: every model below is built that way
+    if cpu_batch is not None:
+        meta["rules"]["cpu_batch"] = cpu_batch
     problem = Problem(path, meta)
     cpu_shape = [cpu_sizes[n] for n in names]
     if run["float_dtype"] is not None and run["output_float"]:

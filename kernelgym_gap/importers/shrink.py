@@ -92,9 +92,11 @@ def keeps_members(own: int | None, facts: dict) -> bool:
 
 
 def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
-                   budget: tuple[int, int] = (CPU_ELEMENTS, CPU_FLOPS)) -> tuple[dict[str, int], list[str]]:
+                   budget: tuple[int, int] = (CPU_ELEMENTS, CPU_FLOPS),
+                   min_batch: int = 1) -> tuple[dict[str, int], list[str]]:
     """The cpu sizes and the steps taken (`name/2`), or ImportRefused saying what is left over `budget`
-    (elements, counted flops)."""
+    (elements, counted flops). `min_batch`: the batch-like size is not halved below it (nor below its own
+    value): kernelbench.build_meta's repair of a problem degenerate at batch 1."""
     own_members = analysis.meta_facts(path, sizes).get("group_members")
     original = dict(sizes)
     sizes, steps = dict(sizes), []
@@ -129,6 +131,8 @@ def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
                     continue
                 if not keeps_members(own_members, trial_facts):
                     continue
+                if batch is not None and trial[batch] < min(min_batch, original[batch]):
+                    continue
                 sizes = trial
                 steps.append("+".join("=".join(g) for g in combo) + "/2")
                 break
@@ -143,9 +147,9 @@ def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
         + (f" (kept as the op needs them: {', '.join(fixed)})" if fixed else ""))
 
 
-def plan(path: Path):
+def plan(path: Path, min_batch: int = 1):
     """(sizes, their meta facts, the batch-like size, the cpu sizes, the steps taken, why the cpu shape is
-    over the interpreter's budget or None), or ImportRefused."""
+    over the interpreter's budget or None), or ImportRefused. `min_batch`: as shrink_for_cpu's."""
     sizes = analysis.size_globals(path)
     try:
         own = analysis.meta_facts(path, sizes)      # the problem's own sizes, on the meta device
@@ -156,14 +160,14 @@ def plan(path: Path):
                             f"{str(e).strip().splitlines()[-1] if str(e).strip() else ''}") from None
     batch = analysis.batch_size_name(path, sizes, own)
     try:
-        cpu_sizes, steps = shrink_for_cpu(path, sizes, batch)
+        cpu_sizes, steps = shrink_for_cpu(path, sizes, batch, min_batch=min_batch)
         return sizes, own, batch, cpu_sizes, steps, None
     except ImportRefused as light:
         try:                            # a larger shape, if the analysis and the interpreter can hold it
-            cpu_sizes, steps = shrink_for_cpu(path, sizes, batch, (HEAVY_ELEMENTS, HEAVY_FLOPS))
+            cpu_sizes, steps = shrink_for_cpu(path, sizes, batch, (HEAVY_ELEMENTS, HEAVY_FLOPS), min_batch)
         except ImportRefused:
             try:
-                cpu_sizes, steps = shrink_for_cpu(path, sizes, batch, (HEAVY_ELEMENTS, HEAVY_FLOPS_MAX))
+                cpu_sizes, steps = shrink_for_cpu(path, sizes, batch, (HEAVY_ELEMENTS, HEAVY_FLOPS_MAX), min_batch)
             except ImportRefused:
                 raise ImportRefused(f"{light}; nor under the {HEAVY_ELEMENTS} elements and {HEAVY_FLOPS_MAX} flops "
                                     f"a cpu-heavy task may have") from None
@@ -185,20 +189,22 @@ def _fewer_batchnorm_values(public: int | None, heldout: int | None) -> bool:
     return public is not None and heldout is not None and heldout < public and heldout < BATCHNORM_FEW
 
 
-def heldout_of(path: Path, sizes: dict[str, int], batch: str, original: dict[str, int] | None = None) -> dict[str, int]:
+def heldout_of(path: Path, sizes: dict[str, int], batch: str, original: dict[str, int] | None = None,
+               min_batch: int = 1) -> dict[str, int]:
     """The held-out shape: the batch-like size scaled by 3/4 (a size that is no power of two, so edge masks
     run), doubled when that leaves it unchanged or breaks the problem, and grown by 3/2 instead where 3/4 would
     leave a training-mode BatchNorm fewer values per channel, under BATCHNORM_FEW (a shrink that makes the
     problem ill-conditioned, not the problem itself). Where the batch alone cannot move, the
     sizes the problem wrote equal to it move with it (HingeLoss broadcasts targets of [batch] against
-    predictions of [batch, input_shape[0]], both 32768: that equality is the problem's structure)."""
+    predictions of [batch, input_shape[0]], both 32768: that equality is the problem's structure).
+    `min_batch`: a held-out batch under it is not taken (3/4 of 2 is 1), as in shrink_for_cpu."""
     original = original or sizes
     v = sizes[batch]
     tied = [n for n in sizes if original[n] == original[batch] and sizes[n] == v and not kept(n)]
     fewest = analysis.meta_facts(path, sizes).get("bn_fewest")
     for names in ([batch], tied) if len(tied) > 1 else ([batch],):
         for new in (v * 3 // 4, v * 2):
-            if new < 1 or new == v:
+            if new < max(1, min(min_batch, original[batch])) or new == v:
                 continue
             cfg = dict(sizes, **{n: new for n in names})
             try:
