@@ -130,6 +130,37 @@ def test_the_child_can_neither_lengthen_a_bound_nor_restart_or_reopen_a_call(tmp
         assert watch.overdue(6.0) == "call 1 (c1) ran past 5.0 s", junk
 
 
+def test_a_later_calls_done_mark_ends_the_call_being_timed(tmp_path):
+    """The watch polls every 0.1 s and a later call takes milliseconds: it may see `call 0`, miss `done 0`,
+    `call 1` and see `done 1` while the child waits for the lane in its next checkpoint. On the H100
+    (2026-12-06) the mark was ignored, call 0's clock ran on, and honest kernels were killed as too_slow."""
+    watch = _watch(tmp_path)
+    _mark(tmp_path, "call 0 2.000\n")
+    assert watch.overdue(0.0) is None
+    _mark(tmp_path, "done 1\n")                            # call 0 and call 1 both ended between polls
+    assert watch.overdue(30.0) is None and watch.current is None
+    _mark(tmp_path, "call 1 5.000\n")                      # an earlier call than the last seen: ignored
+    assert watch.overdue(40.0) is None
+    _mark(tmp_path, "call 2 5.000\n")                      # the next call is timed as usual
+    assert watch.overdue(41.0) is None and watch.overdue(46.5) == "call 2 (c2) ran past 5.0 s"
+
+
+def test_a_later_calls_compile_mark_times_that_call_from_when_it_was_seen(tmp_path):
+    watch = CallWatch(tmp_path / CALL_MARKER, [CallBound("c0", 2.0), CallBound("c1", 60.0, launch_s=5.0)])
+    _mark(tmp_path, "call 0 2\n")
+    assert watch.overdue(0.0) is None
+    _mark(tmp_path, "compiling 1 1\n")                     # `done 0` and `call 1` missed: call 1 compiles
+    assert watch.overdue(10.0) is None and watch.current == (1, 10.0)
+    _mark(tmp_path, "compiled 1 1\n")
+    assert watch.overdue(20.0) is None
+    assert watch.overdue(25.5) == "call 1 (c1) ran past 5.0 s after its compiles"
+    watch = CallWatch(tmp_path / CALL_MARKER, [CallBound("c0", 2.0), CallBound("c1", 60.0, launch_s=5.0)])
+    _mark(tmp_path, "call 0 2\n")
+    watch.overdue(0.0)
+    _mark(tmp_path, "compiled 1 1\n")                      # only its compile's end seen: the launch clock from now
+    assert watch.overdue(3.0) is None and watch.overdue(8.5) == "call 1 (c1) ran past 5.0 s after its compiles"
+
+
 def test_once_its_compiles_are_marked_done_a_call_has_only_its_launch_bound(tmp_path):
     watch = CallWatch(tmp_path / CALL_MARKER, [CallBound("c0", 60.0, launch_s=5.0), CallBound("c1", 60.0)])
     _mark(tmp_path, "call 0 60\n")

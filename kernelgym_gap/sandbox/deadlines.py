@@ -102,7 +102,8 @@ def read_marker(path: Path) -> str | None:
 class CallWatch:
     """The parent's view of a child's calls: which one runs (from the marker) and since when (the parent's
     clock, when it first saw it). Calls only move forward: a call's clock starts once and never restarts,
-    and a marker naming an earlier call, an unknown one, or anything else is ignored."""
+    and a marker naming an earlier call, an unknown one, or anything else is ignored. A done or compile mark of a
+    later call than the last one seen ends the one being timed (its own marks fell between two polls)."""
 
     def __init__(self, marker: Path, bounds: Sequence[CallBound]):
         self.marker, self.bounds = Path(marker), tuple(bounds)
@@ -123,6 +124,20 @@ class CallWatch:
         kind, i = m.group(1), int(m.group(2))
         if kind == "call" and self.last < i < len(self.bounds):
             self.current, self.last, self.launched = (i, now), i, None
+        elif self.last < i < len(self.bounds):
+            # A later call than the last one seen, by its done or compile mark: the child moved on between two
+            # polls (0.1 s apart; a later call takes milliseconds), so the call the watch was timing ended.
+            # Ignoring the mark left that call's clock running while the child waited for the lane in its next
+            # checkpoint, and killed honest kernels as too_slow on the H100 (2026-12-06, docs/journal.md).
+            # The skipped call is not timed: the child could always claim to be between calls (module doc).
+            self.last, self.launched = i, None
+            if kind == "done":
+                self.current = None
+                return
+            self.current = (i, now)                     # inside call i, whose own mark was missed: timed from now
+            if kind == "compiled":
+                self.launched = (m.group(3), now)
+            return
         elif self.current is None or self.current[0] != i:
             return                                      # about no call that runs: ignored
         elif kind == "done":
