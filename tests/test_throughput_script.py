@@ -149,3 +149,23 @@ def test_the_host_sampler_writes_memory_and_load_on_the_modes_clock(tmp_path):
     assert len(lines) >= 2 and all(x["mode"] == "lanes" for x in lines)
     assert lines[0]["mem_available_gib"] > 0 and lines[0]["load1"] >= 0
     assert lines == sorted(lines, key=lambda x: x["at_s"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_library_warm_up_runs_first_and_is_not_counted(tmp_path):
+    """`--warm-library on`: one optimized solution per task is evaluated before the variants, into its own
+    records file, so that no variant pays the library's measurements for the others (the H100 light batch of
+    2026-12-06 had the defaults, always first, 20-30% slower for that alone)."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--tasks", "AddReLU", "--max", "2",
+                           "--fixtures", "none", "--serial", "0", "--per-gpu", "2", "--warm-library", "on",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=280, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(tmp_path.glob("throughput_cpu_*.json")).read_text())
+    assert out["library_warm_up"]["warm_up_evaluations"] == 1
+    assert [m["mode"] for m in out["modes"]] == ["lanes x2"]
+    warm = [json.loads(x) for x in (tmp_path / "throughput_warmup_records.jsonl").read_text().splitlines()]
+    assert [(r["mode"], r["submission"]) for r in warm] == [("warm-up", "AddReLU/triton_blocked.py")]
+    records = [json.loads(x) for x in (tmp_path / "throughput_records.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and {r["mode"] for r in records} == {"lanes"}
+    assert "warm-up: 1 optimized solutions" in proc.stderr
