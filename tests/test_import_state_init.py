@@ -46,6 +46,8 @@ def imported():
     out.chmod(0o755)
     results = import_paths([GN_MEAN, KB / "soundness" / "9_Matmul_Subtract_Multiply_ReLU_zero.py"], out, trust=True)
     assert all(r.ok for r in results), [r.message for r in results if not r.ok]
+    # the import line says so, where the user reads the result
+    assert all("parameters conditioned (importers/state_init.py)" in r.message for r in results), results
     yield out, TaskRegistry(out)
     shutil.rmtree(out, ignore_errors=True)
 

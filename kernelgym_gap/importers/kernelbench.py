@@ -229,6 +229,11 @@ def import_file(path: Path, out: Path, taken: set[str] | None = None, trust: boo
                         f"{meta['workloads']['cpu']['public']}, cuda {meta['workloads']['cuda']['public']}; "
                         f"dtypes {meta['workloads']['cuda']['dtypes']}" + note
                         + (f"; {meta['cpu_over_budget']}" if meta.get("cpu_over_budget") else "")
+                        # a repair after an input-independent refusal is said where the user reads the result
+                        + ("; parameters conditioned (importers/state_init.py): at torch's default init the "
+                           "output does not depend on the input" if meta.get("state_init") else "")
+                        + (f"; cpu batch kept >= {meta['rules']['cpu_batch']['min']}: at 1 the output does not "
+                           "depend on the input" if meta.get("rules", {}).get("cpu_batch") else "")
                         + ("" if trust else "; not trusted (--trust): evaluating it is refused, docs/importing.md"))
 
 
