@@ -5,6 +5,9 @@ past the calibration table is a prediction.
     python3 scripts/simulate_throughput.py                      # the three tables, predictions last
     python3 scripts/simulate_throughput.py --seed 2 --json results/simulate_throughput/simulate_throughput.json
     python3 scripts/simulate_throughput.py --trace-out results/simulate_throughput   # trace JSON + PNG per run
+    python3 scripts/simulate_throughput.py --light-only --records results/h100_2026-12-06_levers/call3/light
+        # a light batch alone: each row replayed, the levers predicted from the defaults row beside the rows
+        # that ran them, the refit shares, and what 1,000 per GPU-hour takes on that batch
 
 The model (kernelgym_gap/sim/): each measured evaluation's stages replayed with its own recorded durations,
 less the waits the lanes made, through 4 slots per GPU and the GPU's lane (writer-preferring reader/writer, as
@@ -52,6 +55,49 @@ def write_traces(inp, out: Path) -> list[Path]:
     return written
 
 
+def light_only(args) -> int:
+    """The tables of a light-batch-only folder (see study.load_light)."""
+    from kernelgym_gap.sim import study
+    try:
+        inp = study.load_light(args.records, args.corpus)
+    except (study.StudyError, OSError, ValueError) as e:
+        print(f"simulate_throughput: {e}", file=sys.stderr)
+        return 2
+    calib = study.light_calibration(inp)
+    preds = study.light_predictions(inp)
+    sens = study.light_sensitivity(inp, args.seed)
+    rf = inp.refit
+    print(f"records {inp.folder} ({inp.device})")
+    print(f"refit from these records: compile share {rf.compile_share:.3f} of the correctness calls "
+          f"({rf.compile_records} records letting compiles go); reference share {rf.reference_share:.3f} of the "
+          f"check ({rf.reference_records} records; {rf.early_wait_records} with check_early_wait); measured "
+          f"repetitions {rf.measure_share:.3f} of the timing (the rest {rf.timing_fixed_s:.2f} s per evaluation); "
+          f"graph replay + interval stop keep "
+          + (f"{rf.graph_interval_measure_factor:.3f} of the measured part ({rf.paired_submissions} submissions)"
+             if rf.graph_interval_measure_factor is not None else "(no row ran both)"))
+    print(f"\n== calibration: each row replayed from its own records; measured ({inp.device}) against simulated")
+    print(table(calib, ("row", "evaluations", "measured", "simulated", "error", "measured_wall_p50_s",
+                        "simulated_wall_p50_s")))
+    worst = max(abs(r["error"]) for r in calib)
+    print(f"worst error {worst:.1%} ({'within' if worst <= TOLERANCE else 'OUTSIDE'} the {TOLERANCE:.0%} bound)")
+    print("\n== what 1,000 per GPU-hour takes (PREDICTIONS: the defaults row x4 with every lever, the timing and the "
+          "shared stretches scaled)")
+    print(table(sens, ("timing_x", "shared_x", "slots_4", "slots_6")))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, "seed": args.seed,
+                                               "refit": inp.refit.__dict__, "calibration": calib,
+                                               "predictions": preds, "sensitivity": sens,
+                                               "note": "simulated figures are predictions; measured ones are the "
+                                                       "summary's, on the device named"}, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    print("\n== the levers predicted from the DEFAULTS row (SIMULATED), beside the row of this call that ran them "
+          f"(measured, {inp.device})")
+    print(table(preds, ("scenario", "simulated", "measured", "error", "simulated_wall_p50_s", "step_p50_s",
+                        "variant")))
+    return 0 if worst <= TOLERANCE else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     from kernelgym_gap.sim import study
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -60,9 +106,14 @@ def main(argv: list[str] | None = None) -> int:
                                                         "timing fit")
     ap.add_argument("--seed", type=int, default=1, help="the random gate orders of the calibration and the order "
                                                         "of each GPU's copy of the mix in the scaling")
+    ap.add_argument("--light-only", action="store_true",
+                    help="the records folder holds a light batch alone (throughput_records.jsonl with a defaults row "
+                         "'lanes' and any variants' rows, and its summary): no full mix")
     ap.add_argument("--json", help="also write every table here")
     ap.add_argument("--trace-out", help="write the simulated full mix's trace JSON and PNG to this folder")
     args = ap.parse_args(argv)
+    if args.light_only:
+        return light_only(args)
     try:
         inp = study.load(args.records, args.corpus)
     except (study.StudyError, OSError, ValueError) as e:

@@ -232,3 +232,123 @@ def test_a_slow_reward_server_bounds_every_gpu_as_the_cluster_bound_says():
     assert fast.evals_per_gpu_hour * 4 > 3600 / 2.0            # without the server the GPUs would do more
     assert slow.evals_per_gpu_hour * 4 == pytest.approx(3600 / 2.0, rel=0.08)
     assert slow.server_busy_s / slow.makespan > 0.9
+
+
+# ---- the H100 light batch of 2026-12-06 (a light-batch-only folder) and the refit from its records ----
+H100_CALL3 = ROOT / "results" / "h100_2026-12-06_levers" / "call3" / "light"
+
+
+@pytest.fixture(scope="module")
+def light():
+    return study.load_light(H100_CALL3, CORPUS)
+
+
+def test_a_light_only_folder_replays_through_the_cli(tmp_path, capsys):
+    """call3's folder has no full mix: --light-only replays each row and predicts the levers from the defaults
+    row, beside the row that ran them; every row's measured figure is the summary's."""
+    rc = _script().main(["--light-only", "--records", str(H100_CALL3), "--json", str(tmp_path / "light.json")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "H100" in out and "SIMULATED" in out
+    data = json.loads((tmp_path / "light.json").read_text())
+    calib = {r["row"]: r for r in data["calibration"]}
+    summary = json.loads((H100_CALL3 / "throughput_hbm3_2026-12-06.json").read_text())
+    assert calib["lanes"]["measured"] == summary["evals_per_gpu_hour"]["lanes x4"]
+    assert len(calib) == 3 and all(abs(r["error"]) <= BOUND for r in calib.values())
+    preds = {r["scenario"]: r for r in data["predictions"]}
+    levers_row = next(v for k, v in summary["evals_per_gpu_hour"].items() if "graph_replay=1" in k)
+    assert preds["all levers, 4 slots"]["measured"] == levers_row
+    # the prediction is made from the defaults row, not from the row it is compared with
+    assert preds["all levers, 4 slots"]["simulated"] != calib[next(k for k in calib if "graph_replay" in k)]["simulated"]
+    assert preds["as measured (4 slots)"]["simulated"] == calib["lanes"]["simulated"]
+
+
+def test_a_folder_without_what_it_needs_is_a_clear_error(tmp_path, capsys):
+    # the full calibration on a light-only folder names the missing file and the flag
+    with pytest.raises(study.StudyError, match=r"missing throughput_full_records\.jsonl.*--light-only"):
+        study.load(H100_CALL3, CORPUS)
+    assert _script().main(["--records", str(H100_CALL3)]) == 2
+    assert "--light-only" in capsys.readouterr().err
+    # a light-only folder without its records, or without its summary
+    with pytest.raises(study.StudyError, match="no throughput_records.jsonl"):
+        study.load_light(tmp_path, CORPUS)
+    (tmp_path / "throughput_records.jsonl").write_text((H100_CALL3 / "throughput_records.jsonl").read_text())
+    with pytest.raises(study.StudyError, match="no summary"):
+        study.load_light(tmp_path, CORPUS)
+    # records with no defaults row
+    rows = [json.loads(x) for x in (H100_CALL3 / "throughput_records.jsonl").read_text().splitlines()]
+    (tmp_path / "throughput_records.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in rows if r["mode"] != "lanes") + "\n")
+    (tmp_path / "throughput_hbm3_2026-12-06.json").write_text((H100_CALL3 / "throughput_hbm3_2026-12-06.json").read_text())
+    with pytest.raises(study.StudyError, match="no defaults row"):
+        study.load_light(tmp_path, CORPUS)
+
+
+def test_the_refit_constants_are_what_the_committed_records_give():
+    rf = levers.refit(workload.read_records(H100_CALL3 / "throughput_records.jsonl"))
+    assert levers.COMPILE_SHARE == round(rf.compile_share, 2)
+    assert levers.REFERENCE_SHARE == round(rf.reference_share, 2)
+    assert levers.MEASURE_SHARE == round(rf.measure_share, 2)
+    assert levers.GRAPH_INTERVAL_MEASURE_FACTOR == round(rf.graph_interval_measure_factor, 2)
+    assert rf.compile_records == 12 and rf.paired_submissions == 12
+    # the early reference never ran in these rows (a warm checker): no record says how long it was waited for
+    assert rf.early_wait_records == 0
+    with pytest.raises(levers.RefitError, match="child_compile_unlaned"):
+        levers.refit([r for r in workload.read_records(H100_CALL3 / "throughput_records.jsonl")
+                      if r["mode"] == "lanes"])
+
+
+def test_the_checkpoint_let_gos_are_what_the_light_batch_tasks_make():
+    """workload.CHECKPOINT_LET_GOS against child/outputs.checkpoint_due over each light-batch task's correctness
+    order on cuda (the records give the checkpoints' summed write, not their number)."""
+    from kernelgym_gap.child.outputs import checkpoint_due
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.record import first_of_their_shape
+    from kernelgym_gap.core.registry import get_task
+    from kernelgym_gap.engine.correctness_order import order_for_correctness
+    from kernelgym_gap.engine.trials import make_trials
+    for task_id in ("GELU", "LayerNorm", "Softmax", "RMSNorm", "AddReLU", "RowSum"):
+        task = get_task(task_id)
+        trials = order_for_correctness(task, make_trials(task, "cuda", EvalConfig(), random.Random(0)))
+        compiling, covered, n = first_of_their_shape(trials), 0, 0
+        for finished in range(len(trials)):
+            if checkpoint_due(trials, finished, covered, compiling):
+                n, covered = n + 1, finished
+        assert n == workload.CHECKPOINT_LET_GOS, task_id
+
+
+def test_a_checkpoint_let_go_waits_behind_a_timing_that_came_meanwhile():
+    """The correctness stretch is cut by its checkpoints: while one evaluation writes with the lane let go, a
+    waiting timing goes first, so its correctness ends later than without the let-go (the records'
+    child_lane_wait_after_checkpoint); the lane is never held shared and exclusive at once."""
+    # the reader holds the lane shared from 0.1 s for 2 s; the timing comes at 0.5 s and waits at the gate
+    reader = Job(name="reader", cold_start=0.0, setup=0.1, correctness=2.0, timing=0.1, check=0.0, write=0.0)
+    writer = Job(name="timing", cold_start=0.0, setup=0.5, correctness=0.0, timing=3.0, check=0.0, write=0.0)
+    cut = dataclasses.replace(reader, unlaned=0.2, checkpoints=1)
+    plain = simulate([reader, writer], Setup(slots_per_gpu=2))
+    let_go = simulate([cut, writer], Setup(slots_per_gpu=2))
+
+    def held(r, name, stage):
+        return [iv for iv in r.trace if iv.name == name and iv.stage == stage and iv.job >= 0]
+
+    # without the let-go the timing waits for the whole stretch; with it, it gets in at the checkpoint (1.1 s)
+    assert held(plain, "timing", "timing")[0].start == pytest.approx(2.1)
+    assert held(let_go, "timing", "timing")[0].start == pytest.approx(1.1)
+    # and the reader's second half waits behind the 3 s timing (the records' lane_wait_after_checkpoint)
+    halves = held(let_go, "reader", "correctness")
+    assert len(halves) == 2 and halves[1].start == pytest.approx(4.1)
+    assert any(iv.stage == "checkpoint (unlaned)" for iv in let_go.trace)
+
+
+def test_a_record_with_let_go_parts_is_held_only_for_its_own_stretch():
+    r = {"mode": "lanes", "task": "T", "status": "ok", "at_s": 20.0,
+         "latency": {"child": 14.0, "child_correctness": 9.0, "child_correctness_calls": 3.0,
+                     "child_compile_unlaned": 1.0, "child_lane_wait_after_compile": 0.5,
+                     "child_checkpoint_unlaned": 0.4, "child_lane_wait_after_checkpoint": 4.0,
+                     "child_timing": 2.0, "child_timing_measure": 0.6, "child_total": 13.0, "check": 2.0,
+                     "total": 16.5}}
+    j = workload.job_from_record(r)
+    assert j.correctness == pytest.approx(9.0 - 0.4 - 4.0 - 0.5)    # the compile stays inside, as `compile`
+    assert (j.compile, j.unlaned, j.checkpoints, j.timing_measure) == (1.0, 0.4, workload.CHECKPOINT_LET_GOS, 0.6)
+    faster = levers.graph_interval_measured(j)
+    assert faster.timing == pytest.approx(2.0 - 0.6 * (1 - levers.GRAPH_INTERVAL_MEASURE_FACTOR))

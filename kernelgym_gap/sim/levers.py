@@ -2,11 +2,13 @@
 each rests on. Every figure these produce is a prediction; the GPU run that would confirm it is named in
 docs/measurement.md ("The simulator").
 
-Where the timing's seconds go is estimated from the gap-study corpus (results/h200_2026-12-04_corpus/
-gap_study_cuda.json: 60 evaluations on the H200 with each timed shape's repetitions and times): a least-squares
-fit of child_timing = a + b x shapes + c x repetitions + d x GPU seconds of the repetitions. The records of the
-throughput runs have no child_timing_* parts yet (they were added after the last device run), so the fit is
-the only evidence of the per-repetition cost until they do."""
+The shares the lever transforms use (COMPILE_SHARE, REFERENCE_SHARE, MEASURE_SHARE,
+GRAPH_INTERVAL_MEASURE_FACTOR) are refit from the H100 light batch of 2026-12-06, whose records carry the
+stages' parts (child_compile_unlaned, child_timing_*, check_*); `refit` computes them from any such records.
+Graph replay and the interval stop were only ever run together, so each alone still rests on the H200 fit of the
+gap-study corpus (results/h200_2026-12-04_corpus/gap_study_cuda.json: 60 evaluations with each timed shape's
+repetitions): child_timing = a + b x shapes + c x repetitions + d x GPU seconds of the repetitions (`fit_timing`);
+the records have no repetition counts to replace it."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,10 +18,26 @@ from pathlib import Path
 
 from kernelgym_gap.sim.pipeline import Job, Setup
 
-# Assumptions (no measurement yet; each names the run that replaces it)
-COMPILE_SHARE = 0.6      # of child_correctness_calls: the first calls' compiles (warm env.step: calls 1.4-1.7 s,
-                         # each shape's first call compiling); child_compile_unlaned will say
-REFERENCE_SHARE = 0.5    # of the check: its inputs and float64 reference (check_inputs + check_reference)
+# Refit on the H100 light batch of 2026-12-06 (results/h100_2026-12-06_levers/call3/light/
+# throughput_records.jsonl, the call after the library warm-up: defaults and all five levers, 12 evaluations
+# each); `refit` recomputes each from those records and tests/test_simulate_throughput.py checks they agree.
+COMPILE_SHARE = 0.41     # of child_correctness_calls: the compiles, where they were let go (the levers row):
+                         # sum child_compile_unlaned / sum (child_correctness_calls - child_lane_wait_after_compile)
+                         # over its 12 records (calls 1 and 2 of that day: 0.455 and 0.465). H200 assumption: 0.6
+REFERENCE_SHARE = 0.09   # of the check (less check_lane_wait): its inputs and float64 references, check_inputs +
+                         # check_reference, over both rows' 24 records (calls 1 and 2: 0.073, 0.074); most of the
+                         # check is reading the outputs (check_read, 1.5 s median). H200 assumption: 0.5. No record
+                         # has check_early_wait: the early reference never ran there (a warm checker, see refit)
+MEASURE_SHARE = 0.27     # of child_timing: the repetitions measured (child_timing_measure) in the defaults row;
+                         # the rest is the set-up (0.30 s), probe (~1.1 s: it calibrates the repetitions) and recheck
+GRAPH_INTERVAL_MEASURE_FACTOR = 0.54   # the measured part with graph replay and the interval stop together, over
+                         # the defaults' on the same 12 submissions (calls 1 and 2: 0.27, 0.33, whose defaults
+                         # measured the library in full on a cold cache). The two were only ever run together, so
+                         # each alone still rests on the H200 corpus fit below
+# The H200 assumptions these replace (2026-12-05; the predictions made with them are in docs/measurement.md)
+H200_COMPILE_SHARE = 0.6
+H200_REFERENCE_SHARE = 0.5
+# Still the H200 assumptions (the 2026-12-06 records do not say: they carry no repetition counts)
 CI_REPS_FACTOR = 0.3     # repetitions a stopping rule on E's 95% interval (+-1%) keeps of today's (20-500 per
                          # shape, ~200-400 for kernels under 50 us, where the 2% spread rule rarely settles)
 GRAPH_CAPTURE_S = 0.02   # per timed shape: capturing and instantiating the graph of its repetitions
@@ -135,12 +153,91 @@ def ci_stop(fit: TimingFit) -> Callable[[Job], Job]:
     return lambda j: j.scaled(timing=1 - fit.repetition_share * (1 - CI_REPS_FACTOR))
 
 
-def compile_share(j: Job) -> Job:
-    return dataclasses.replace(j, compile=min(j.correctness, COMPILE_SHARE * j.calls))
+def compile_share(j: Job, share: float | None = None) -> Job:
+    """The compiles a defaults record's calls hold (`share` of them; COMPILE_SHARE by default)."""
+    return dataclasses.replace(j, compile=min(j.correctness, (COMPILE_SHARE if share is None else share) * j.calls))
 
 
-def reference_share(j: Job) -> Job:
-    return dataclasses.replace(j, check_ref=REFERENCE_SHARE * j.check)
+def reference_share(j: Job, share: float | None = None) -> Job:
+    """The check's part the early reference takes off it (`share`; REFERENCE_SHARE by default)."""
+    return dataclasses.replace(j, check_ref=(REFERENCE_SHARE if share is None else share) * j.check)
+
+
+def graph_interval_measured(j: Job) -> Job:
+    """Graph replay and the interval stop together, as the H100 records measured them: only the measured
+    repetitions change (to GRAPH_INTERVAL_MEASURE_FACTOR of themselves); the set-up, probe and recheck stay.
+    The job's own child_timing_measure where its record has it, else MEASURE_SHARE of its timing."""
+    if j.timing <= 0:
+        return j
+    measure = j.timing_measure if j.timing_measure > 0 else MEASURE_SHARE * j.timing
+    return dataclasses.replace(j, timing=j.timing - measure * (1 - GRAPH_INTERVAL_MEASURE_FACTOR),
+                               timing_measure=measure * GRAPH_INTERVAL_MEASURE_FACTOR)
+
+
+def all_levers(j: Job) -> Job:
+    """The four job changes of the levers together, refit (the launch bound changes only hung jobs)."""
+    return reference_share(compile_share(graph_interval_measured(j)))
+
+
+def all_levers_h200(fit: TimingFit) -> Callable[[Job], Job]:
+    """The same with the H200 assumptions and the corpus fit: what the simulator predicted on 2026-12-05."""
+    graph, ci = graph_timing(fit), ci_stop(fit)
+    return lambda j: reference_share(compile_share(ci(graph(j)), H200_COMPILE_SHARE), H200_REFERENCE_SHARE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Refit:
+    """The shares the lever transforms use, computed from records of scripts/throughput.py that carry the
+    stages' parts (2026-12-06 on): see the constants above for what each divides."""
+    compile_share: float
+    compile_records: int
+    reference_share: float
+    reference_records: int
+    early_wait_records: int          # records with check_early_wait: 0 where the early reference never ran
+    measure_share: float
+    timing_fixed_s: float            # mean child_timing less child_timing_measure in the defaults row
+    graph_interval_measure_factor: float | None   # None without a row that ran both
+    paired_submissions: int
+
+
+class RefitError(ValueError):
+    """Records that cannot give a share (named, with what is missing)."""
+
+
+def _lat(r: dict, k: str) -> float:
+    return float(r["latency"].get(k, 0.0) or 0.0)
+
+
+def refit(records: list[dict], defaults_mode: str = "lanes") -> Refit:
+    """The shares from one call's records: its defaults row (`defaults_mode`) and its levers rows."""
+    let_go = [r for r in records if _lat(r, "child_compile_unlaned") > 0]
+    checked = [r for r in records if "check_reference" in r["latency"]]
+    defaults = [r for r in records if r.get("mode") == defaults_mode and _lat(r, "child_timing") > 0]
+    if not let_go or not checked or not defaults:
+        raise RefitError(f"the refit needs records with child_compile_unlaned ({len(let_go)}), the check's parts "
+                         f"({len(checked)}) and a {defaults_mode!r} row with a timing ({len(defaults)})")
+    compile_s = sum(_lat(r, "child_compile_unlaned") for r in let_go)
+    calls_s = sum(_lat(r, "child_correctness_calls") - _lat(r, "child_lane_wait_after_compile") for r in let_go)
+    ref_s = sum(_lat(r, "check_inputs") + _lat(r, "check_reference") for r in checked)
+    check_s = sum(_lat(r, "check") - _lat(r, "check_lane_wait") for r in checked)
+    timing_s = sum(_lat(r, "child_timing") for r in defaults)
+    measure_s = sum(_lat(r, "child_timing_measure") for r in defaults)
+    both = [m for m in {r.get("mode", "") for r in records} if "graph_replay=1" in m and "stop_rule=interval" in m]
+    factor, paired = None, 0
+    if both:
+        levers_row = {r.get("submission"): r for r in records if r.get("mode") == sorted(both)[0]
+                      and r.get("status") == "ok"}
+        pairs = [(d, levers_row[d.get("submission")]) for d in defaults
+                 if d.get("status") == "ok" and d.get("submission") in levers_row]
+        if pairs:
+            factor = (sum(_lat(lv, "child_timing_measure") for _, lv in pairs)
+                      / sum(_lat(d, "child_timing_measure") for d, _ in pairs))
+            paired = len(pairs)
+    return Refit(compile_share=compile_s / calls_s, compile_records=len(let_go), reference_share=ref_s / check_s,
+                 reference_records=len(checked),
+                 early_wait_records=sum("check_early_wait" in r["latency"] for r in records),
+                 measure_share=measure_s / timing_s, timing_fixed_s=(timing_s - measure_s) / len(defaults),
+                 graph_interval_measure_factor=factor, paired_submissions=paired)
 
 
 def setup_before_lane(fit: TimingFit) -> Callable[[Job], Job]:
@@ -169,7 +266,7 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
     graph, ci = graph_timing(fit), ci_stop(fit)
     compile_out = lambda s: dataclasses.replace(s, compile_outside_lane=True)        # noqa: E731
     precompute = lambda s: dataclasses.replace(s, precompute_reference=True)         # noqa: E731
-    both = lambda j: reference_share(compile_share(ci(graph(j))))                   # noqa: E731
+    both = all_levers
     all_setup = lambda s: dataclasses.replace(s, compile_outside_lane=True, precompute_reference=True)  # noqa: E731
     rule = RULE_SLOTS
     return [
@@ -179,12 +276,13 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
         Scenario("stop on E's interval", ci, _same,
                  f"timing x (1 - {fit.repetition_share:.2f} x (1 - {CI_REPS_FACTOR})) (fit; reps factor assumed)",
                  INTERVAL),
-        Scenario("graph + interval stop", lambda j: ci(graph(j)), _same, "both timing changes",
+        Scenario("graph + interval stop", graph_interval_measured, _same,
+                 f"the measured repetitions x {GRAPH_INTERVAL_MEASURE_FACTOR} (H100 records, 2026-12-06)",
                  f"{GRAPH},{INTERVAL}"),
         Scenario("reference while child runs", reference_share, precompute,
-                 f"{REFERENCE_SHARE:.0%} of the check (assumed) runs from the child's start", PRECOMPUTE),
+                 f"{REFERENCE_SHARE:.0%} of the check (H100 check parts) runs from the child's start", PRECOMPUTE),
         Scenario("compiles outside the lane", compile_share, compile_out,
-                 f"{COMPILE_SHARE:.0%} of the correctness calls (assumed) off the lane", COMPILE),
+                 f"{COMPILE_SHARE:.0%} of the correctness calls (H100 child_compile_unlaned) off the lane", COMPILE),
         Scenario("hung first launches killed", hung_launch_killed, _same,
                  f"a call hung in its launch ends {LAUNCH_KILL_S:g} s in (compile assumed 5 s + 10 x 2 s), not 60 s",
                  LAUNCH),

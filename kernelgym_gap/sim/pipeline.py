@@ -8,7 +8,9 @@ The stages, in the order engine/pipeline.py runs them (durations in a Job, secon
   setup                      the child's set-up and the submission's import (host)
   correctness                the correctness stretch under the lane held shared (`correctness`, the first
                              calls' compiles `compile` inside it; with compile_outside_lane these run first,
-                             on a host core, with the lane let go)
+                             on a host core, with the lane let go), cut into `checkpoints` + 1 holds by the
+                             checkpoints' writes (`unlaned`, host, lane let go; each hold after one waits
+                             for the lane again)
   timing                     the exclusive lane (`timing`)
   write, misc                the outputs' write after the lanes (host) and the child's unaccounted rest
   check                      the trusted check under the lane held shared (`check`); with a precomputed
@@ -41,7 +43,13 @@ class Job:
     compile: float = 0.0
     calls: float = 0.0         # the correctness calls (child_correctness_calls), first-call compiles included
     correctness: float = 2.5
+    # the checkpoints between correctness calls (child/run.py, issue 38): disk work with the shared lane let go
+    # (`unlaned`: child_checkpoint_unlaned, their sum) in `checkpoints` let-gos, each taken back shared after
+    # it, behind any timing that waits at the gate (the records' child_lane_wait_after_checkpoint)
+    unlaned: float = 0.0
+    checkpoints: int = 0
     timing: float = 2.7
+    timing_measure: float = 0.0   # the timing's measured repetitions (child_timing_measure; 0: not recorded)
     write: float = 0.5
     misc: float = 0.1
     check_ref: float = 0.0
@@ -218,11 +226,22 @@ class _Run:
             self.done.append(Done(i, job.name, t0, self.sim.now, end - t0))
 
     def child_body(self, i, job, gpu, slot):
-        shared = job.correctness
-        if self.setup.compile_outside_lane and job.compile > 0:
-            yield from self.host(i, job, gpu, slot, "compile (unlaned)", job.compile)
-            shared -= job.compile
-        yield from self.laned(i, job, gpu, slot, "correctness", shared, "shared")
+        """The correctness stretch in `checkpoints` + 1 pieces: each after the first begins with a checkpoint's
+        write with the lane let go; with compile_outside_lane each piece's calls compile first with the lane let
+        go (the compiles spread evenly: the first call of each shape compiles, and the checkpoints fall between
+        the shapes). Each let-go is followed by a wait to take the lane back, as child/lanes.py's are: a timing
+        that came meanwhile goes first (the records' lane_wait_after_checkpoint and _after_compile)."""
+        pieces = job.checkpoints + 1 if job.unlaned > 0 and job.checkpoints > 0 else 1
+        compile_out = self.setup.compile_outside_lane and job.compile > 0
+        shared = job.correctness - (job.compile if compile_out else 0.0)
+        for k in range(pieces):
+            if k:
+                yield from self.host(i, job, gpu, slot, "checkpoint (unlaned)", job.unlaned / job.checkpoints)
+            if compile_out:
+                if k:       # taken back after the checkpoint, then let go again as the call compiles
+                    yield from self.laned(i, job, gpu, slot, "correctness", 0.0, "shared")
+                yield from self.host(i, job, gpu, slot, "compile (unlaned)", job.compile / pieces)
+            yield from self.laned(i, job, gpu, slot, "correctness", shared / pieces, "shared")
         yield from self.laned(i, job, gpu, slot, "timing", job.timing, "exclusive")
         yield from self.host(i, job, gpu, slot, "outputs write", job.write)
         t = self.sim.now

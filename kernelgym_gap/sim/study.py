@@ -56,6 +56,10 @@ class Inputs:
 
 def load(records_dir: str | Path, corpus_json: str | Path) -> Inputs:
     d = Path(records_dir)
+    missing = sorted({name for _, name, _, _ in CALIBRATION_RUNS if not (d / name).is_file()})
+    if missing:
+        light = " (a light-batch-only folder: --light-only)" if (d / LIGHT_RECORDS).is_file() else ""
+        raise StudyError(f"{d}: missing {', '.join(missing)}, which the full calibration needs{light}")
     workloads, measured, walls = {}, {}, {}
     try:
         found = sorted(d.glob(SUMMARY))
@@ -198,4 +202,144 @@ def scaling(inp: Inputs, seed: int, slots_rule=None) -> list[dict]:
                      "evals_per_gpu_hour": round(bound), "wall_p50_s": None,
                      "server_utilisation": round(demand * SERVER_S, 3),
                      "store_utilisation": round(demand * STORE_S, 3)})
+    return rows
+
+
+# ---- a light-batch-only records folder (the H100 lever runs of 2026-12-06: no full mix there) ----
+LIGHT_RECORDS = "throughput_records.jsonl"
+DEFAULTS_MODE = "lanes"
+
+
+@dataclasses.dataclass
+class LightInputs:
+    """One call's light batch: its defaults row and each variant's row, as jobs and as measured."""
+    folder: str
+    device: str
+    rows: dict[str, list[Job]]                  # records mode -> the replayed jobs ("lanes" first)
+    variants: dict[str, str]                    # records mode -> its variant ("" for the defaults)
+    measured: dict[str, float]                  # records mode -> the summary's evaluations per GPU-hour
+    measured_wall_p50: dict[str, float]
+    steps: list[Job]
+    measured_step_p50: float | None
+    refit: levers.Refit
+    fit: levers.TimingFit
+
+
+def variant_of(mode: str) -> str:
+    """A records mode's variant: "lanes [a=1,b=2]" -> "a=1,b=2"; "lanes" -> ""."""
+    return mode[mode.index("[") + 1:mode.rindex("]")] if "[" in mode and mode.endswith("]") else ""
+
+
+def _summary(d: Path) -> dict:
+    found = sorted(d.glob(SUMMARY))
+    if not found:
+        raise StudyError(f"{d}: no summary {SUMMARY} beside the records (throughput.py writes it)")
+    try:
+        return json.loads(found[-1].read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise StudyError(f"{found[-1]}: {e}") from None
+
+
+def load_light(records_dir: str | Path, corpus_json: str | Path) -> LightInputs:
+    """A folder of throughput.py's light batch alone: throughput_records.jsonl with a defaults row ("lanes")
+    and the summary beside it. Each row's rate is the summary's (over the row's whole wall time)."""
+    d = Path(records_dir)
+    if not (d / LIGHT_RECORDS).is_file():
+        raise StudyError(f"{d}: no {LIGHT_RECORDS} (the light batch's records) in this folder")
+    summary = _summary(d)
+    try:
+        records = workload.read_records(d / LIGHT_RECORDS)
+        reported = {m["mode"]: m["evals_per_gpu_hour"] for m in summary["modes"]}
+        modes = sorted({r.get("mode", "") for r in records if r.get("mode", "").startswith(DEFAULTS_MODE)},
+                       key=lambda m: (m != DEFAULTS_MODE, m))
+        if DEFAULTS_MODE not in modes:
+            raise StudyError(f"{d / LIGHT_RECORDS}: no defaults row (mode {DEFAULTS_MODE!r}); modes: {modes}")
+        rows, measured, walls, variants = {}, {}, {}, {}
+        for mode in modes:
+            v = variant_of(mode)
+            # the summary names a row "lanes x<per_gpu> [variant]": matched by its variant
+            row = next((k for k in reported if k.startswith("lanes x") and variant_of(k) == v), None)
+            if row is None:
+                raise StudyError(f"{d}: the summary has no row for records mode {mode!r}")
+            rows[mode] = workload.jobs_of_mode(records, mode)
+            variants[mode], measured[mode] = v, float(reported[row])
+            walls[mode] = statistics.median(r["latency"].get("total", 0.0) for r in records if r.get("mode") == mode)
+        step = summary.get("env_step") or {}
+        steps = [workload.step_job(s) for s in step.get("steps", [])]
+        step_p50 = float(step["p50_s"]) if steps else None
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, StudyError):
+            raise
+        raise StudyError(f"{d}: {e}") from None
+    return LightInputs(str(d), str(summary.get("device", "?")), rows, variants, measured, walls, steps, step_p50,
+                       levers.refit(records), levers.fit_timing(corpus_json))
+
+
+def _setup_for(variant: str) -> Setup:
+    """The simulator's setup for a row that ran `variant`: the levers that are the setup's, not the jobs'
+    (the records already carry the jobs' own: shorter timings, compiles let go)."""
+    fields = set(variant.split(",")) if variant else set()
+    return Setup(compile_outside_lane=levers.COMPILE in fields, precompute_reference=levers.PRECOMPUTE in fields)
+
+
+def light_calibration(inp: LightInputs) -> list[dict]:
+    """Each row of the call replayed from its own records, against the summary's rate; and the warm step."""
+    out = []
+    for mode, jobs in inp.rows.items():
+        r = simulate(jobs, _setup_for(inp.variants[mode]))
+        m = inp.measured[mode]
+        out.append({"row": mode, "evaluations": len(jobs), "measured": m, "simulated": round(r.evals_per_gpu_hour, 1),
+                    "error": round(r.evals_per_gpu_hour / m - 1, 4),
+                    "measured_wall_p50_s": round(inp.measured_wall_p50[mode], 2),
+                    "simulated_wall_p50_s": round(r.wall_p50, 2)})
+    if inp.steps:
+        sim = step_p50(inp.steps)
+        out.append({"row": "warm env.step p50 (s)", "evaluations": len(inp.steps), "measured": inp.measured_step_p50,
+                    "simulated": round(sim, 2), "error": round(sim / inp.measured_step_p50 - 1, 4)})
+    return out
+
+
+def light_predictions(inp: LightInputs) -> list[dict]:
+    """Each scenario's transforms applied to the DEFAULTS row's jobs, beside the row of the call that ran that
+    variant where there is one (the 'levers' row ran the launch bound too: it changes only hung jobs, and the
+    light batch has none). The first row is the 2026-12-05 prediction's transforms (H200 assumptions)."""
+    base = inp.rows[DEFAULTS_MODE]
+    ran = {frozenset(v.split(",")) - {levers.LAUNCH}: mode for mode, v in inp.variants.items() if v}
+    h200 = levers.all_levers_h200(inp.fit)
+    cases = [("all levers, 4 slots, H200 transforms (2026-12-05)", h200,
+              lambda s: dataclasses.replace(s, compile_outside_lane=True, precompute_reference=True), levers.ALL)]
+    cases += [(sc.name, sc.job, sc.setup, sc.variant) for sc in levers.scenarios(inp.fit)
+              if sc.variant is not None and "--per-gpu" not in sc.variant]
+    # the levers as they ran in the throughput script's lanes rows: a warm checker, so no early reference
+    # (judge/early_check.start returns None beside one; no record of those rows has check_early_wait)
+    cases.append(("all levers as run: no early reference (warm checker)",
+                  lambda j: levers.compile_share(levers.graph_interval_measured(j)),
+                  lambda s: dataclasses.replace(s, compile_outside_lane=True), levers.ALL))
+    out = []
+    for name, job, setup, variant in cases:
+        r = simulate([job(j) for j in base], setup(Setup()))
+        mode = ran.get(frozenset(variant.split(",")) - {levers.LAUNCH}) if variant else DEFAULTS_MODE
+        m = inp.measured.get(mode) if mode else None
+        out.append({"scenario": name, "variant": variant, "simulated": round(r.evals_per_gpu_hour, 1),
+                    "measured": m, "error": round(r.evals_per_gpu_hour / m - 1, 4) if m else None,
+                    "simulated_wall_p50_s": round(r.wall_p50, 2),
+                    "step_p50_s": round(step_p50([job(s) for s in inp.steps], setup(Setup())), 2) if inp.steps else None})
+    return out
+
+
+def light_sensitivity(inp: LightInputs, seed: int = 1, copies: int = 4) -> list[dict]:
+    """What 1,000 per GPU-hour takes on the light batch: the defaults row `copies` times over (each copy in a
+    seeded order: a steady state rather than one 12-evaluation tail) with every lever (refit), the timing and
+    the shared stretches (correctness, checkpoints' writes, check) scaled, at 4 and 6 slots."""
+    base = [levers.all_levers(j) for j in replicated(inp.rows[DEFAULTS_MODE], copies, seed)]
+    rows = []
+    for kt in (1.0, 0.5, 0.25):
+        for ks in (1.0, 0.5, 0.25):
+            jobs = [j.scaled(timing=kt, timing_measure=kt, correctness=ks, compile=ks, unlaned=ks, check=ks,
+                             check_ref=ks) for j in base]
+            row = {"timing_x": kt, "shared_x": ks}
+            for slots in (4, 6):
+                setup = Setup(slots_per_gpu=slots, compile_outside_lane=True, precompute_reference=True)
+                row[f"slots_{slots}"] = round(simulate(jobs, setup).evals_per_gpu_hour)
+            rows.append(row)
     return rows

@@ -2,7 +2,10 @@
 
 A record of scripts/throughput.py (one line of throughput_records.jsonl) gives an evaluation's stage
 durations *with* the waits it met; the simulator needs them *without*, since it makes its own waits:
-  correctness   child_correctness (held shared; its lane wait is child_lane_wait_shared, apart)
+  correctness   child_correctness (held shared; its lane wait is child_lane_wait_shared, apart), less the
+                checkpoints' writes with the lane let go and the waits to take it back (LET_GO_PARTS, the
+                2026-12-06 records on): those are the Job's `unlaned` and the simulator's own waits; the
+                compiles let go (child_compile_unlaned) are the Job's `compile`
   timing        child_timing (held exclusive; its wait is child_lane_wait_exclusive, apart)
   check         check - check_lane_wait
   setup         child_setup + child_import; write: child_outputs_write; misc: child_total less its stages
@@ -31,6 +34,15 @@ PRE_HOST_S = 0.3
 PRE_CONTEXT_S = 0.1
 HANDOFF_S = 0.1
 COLD_START_S = 3.8        # child - child_total of the cold children of the 2026-12-05 runs: 3.0-4.8 s
+# The checkpoints' let-gos per evaluation (child/outputs.checkpoint_due over the correctness order): 8 for each
+# of the light batch's six tasks (16 trials of 8 shapes: before the second call and before each new group
+# of the order; the one before the timing holds no lane and is not counted). The records give their summed
+# write (child_checkpoint_unlaned), not their number; tests/test_simulate_throughput.py recomputes it.
+CHECKPOINT_LET_GOS = 8
+# the parts of child_correctness that are not held: the checkpoints' writes with the lane let go and the waits
+# to take it back after them and after the compiles (child/lanes.py). The compiles themselves
+# (child_compile_unlaned) stay inside the Job's correctness, whose `compile` they are.
+LET_GO_PARTS = ("child_checkpoint_unlaned", "child_lane_wait_after_checkpoint", "child_lane_wait_after_compile")
 
 
 class RecordError(ValueError):
@@ -96,16 +108,19 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
         cold_start=max(0.0, g("child") - g("child_total")) if cold else COLD_START_S,
         handoff=HANDOFF_S if handoff is None else handoff,
         pre_host=PRE_HOST_S, pre_context=PRE_CONTEXT_S, setup=g("child_setup") + g("child_import"),
-        compile=0.0, calls=g("child_correctness_calls"), correctness=g("child_correctness"),
-        timing=g("child_timing"), write=g("child_outputs_write"),
+        compile=g("child_compile_unlaned"), calls=g("child_correctness_calls"),
+        correctness=max(0.0, g("child_correctness") - sum(g(k) for k in LET_GO_PARTS)),
+        unlaned=g("child_checkpoint_unlaned"),
+        checkpoints=CHECKPOINT_LET_GOS if g("child_checkpoint_unlaned") > 0 else 0,
+        timing=g("child_timing"), timing_measure=g("child_timing_measure"), write=g("child_outputs_write"),
         misc=max(0.0, g("child_total") - sum(g(k) for k in stages)), check=max(0.0, g("check") - g("check_lane_wait")),
         rest=_rest(lat))
 
 
 def dispatch_order(records: list[dict]) -> list[dict]:
     """The records in the order their evaluations started (at_s - total; a records file is in completion
-    order), which is the batch's order as the slots took it."""
-    return sorted(records, key=lambda r: (r["at_s"] - r["latency"].get("total", 0.0), r["at_s"]))
+    order), which is the batch's order as the slots took it; `started_s` where the record has it (2026-12-06 on)."""
+    return sorted(records, key=lambda r: (r.get("started_s", r["at_s"] - r["latency"].get("total", 0.0)), r["at_s"]))
 
 
 def jobs_of_mode(records: list[dict], mode: str) -> list[Job]:
