@@ -100,6 +100,19 @@ def test_it_starts_only_where_asked_and_not_with_a_warm_checker(layernorm, tmp_p
                              CONFIG.replace(precompute_reference=True)) is None
 
 
+def test_asked_for_beside_a_warm_checker_it_says_it_does_nothing(layernorm, tmp_path, caplog, monkeypatch):
+    """The throughput script's lanes rows run a warm checker: on the H100 (2026-12-06) the lever's row ran
+    without it and nothing said so."""
+    job, _ = honest_child(layernorm, tmp_path)
+    monkeypatch.setattr(early_check, "_WARNED_WARM", False)
+    with caplog.at_level("WARNING", logger="kernelgym_gap.judge.early_check"):
+        for _ in range(2):
+            assert early_check.start(layernorm, job, "cpu", CONFIG.replace(precompute_reference=True),
+                                     checker=object()) is None
+    said = [r.getMessage() for r in caplog.records if "warm checker" in r.getMessage()]
+    assert len(said) == 1 and "no effect" in said[0]
+
+
 def test_the_early_checker_process_gives_the_ordinary_verdict(layernorm, tmp_path):
     """The cuda path's protocol (`python -m kernelgym_gap.judge.checker --early`), run on the cpu device: the
     process makes its references after the parent's start line, says so, and checks once the report is in."""

@@ -194,7 +194,9 @@ class EvalConfig:
     compile_outside_lane: bool = False
     # the trusted checker makes its float64 references from the trials' seeds while the child still runs
     # (judge/early_check.py; cpu: a thread of the parent, cuda: the checker's process started early, under the
-    # shared lane while it computes); not with a warm checker. Off by default until the H200 compares it.
+    # shared lane while it computes); not with a warm checker (the default on cuda: then it does nothing, with a
+    # warning). Measured on the H100 (2026-12-06): the references are 9% of the check, most of it is reading
+    # the outputs, so it stays off (docs/measurement.md).
     precompute_reference: bool = False
     # torch.compile of the reference, timed once per device, software, task version, shape and dtype in a
     # trusted process and cached (judge/baselines.py): "measure" (when missing), "cached" (only what the

@@ -32,6 +32,7 @@ from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
 
 log = logging.getLogger(__name__)
+_WARNED_WARM = False        # the warm-checker warning, once per process
 
 
 class InProcess:
@@ -167,7 +168,17 @@ def start(task: TaskSpec, job: Job, backend: str, config: EvalConfig, checker=No
           placement: Placement | None = None):
     """The early check for this evaluation, started now; None where it does not apply (not asked for, a
     warm checker, no trials)."""
-    if not getattr(config, "precompute_reference", False) or checker is not None or not job.trials:
+    if not getattr(config, "precompute_reference", False) or not job.trials:
+        return None
+    if checker is not None:
+        # the warm checker's protocol takes one finished report, so the lever does nothing on the warm path
+        # (env, service, the throughput script's lanes rows): said once, not left for a run to find out that
+        # its "precompute_reference=1" row ran without it, as the H100 light batch of 2026-12-06 did
+        global _WARNED_WARM
+        if not _WARNED_WARM:
+            _WARNED_WARM = True
+            log.warning("precompute_reference has no effect beside a warm checker: the references are made by "
+                        "the warm checker after the child (cold checker: warm=False)")
         return None
     if backend == "cpu":
         return InProcess(task, job, "cpu")
