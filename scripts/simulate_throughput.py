@@ -29,11 +29,51 @@ TOLERANCE = 0.15
 
 
 def table(rows: list[dict], cols: tuple[str, ...]) -> str:
-    cells = [["" if r.get(c) is None else (f"{r[c]:+.1%}" if c == "error" else str(r[c])) for c in cols]
+    cells = [["" if r.get(c) is None else (f"{r[c]:+.1%}" if c == "error" or c.endswith("_gain") else str(r[c]))
+              for c in cols]
              for r in rows]
     widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
     out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)), "  ".join("-" * w for w in widths)]
     return "\n".join(out + ["  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in cells])
+
+
+def checkpoint_plans(task_ids) -> dict:
+    """Each task's checkpoints as its child makes them on cuda (child/outputs.checkpoint_due over the correctness
+    order with the default EvalConfig, trial seed 0: the shapes and dtypes do not depend on it), with the honest
+    outputs' bytes each writes (sandbox/output_sizes.expected_bytes); the simulator's package imports nothing of
+    kernelgym_gap's, so they are computed here. A task that cannot be loaded or sized is left out (its jobs
+    keep the records' even split)."""
+    import random
+
+    from kernelgym_gap.child.outputs import checkpoint_due
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.record import first_of_their_shape
+    from kernelgym_gap.core.registry import get_task
+    from kernelgym_gap.engine.correctness_order import order_for_correctness
+    from kernelgym_gap.engine.trials import make_trials
+    from kernelgym_gap.sandbox.output_sizes import expected_bytes
+    from kernelgym_gap.sim import levers
+    plans = {}
+    for task_id in sorted(set(task_ids)):
+        try:
+            task = get_task(task_id)
+            trials = order_for_correctness(task, make_trials(task, "cuda", EvalConfig(), random.Random(0)))
+            sizes = [expected_bytes(task, tuple(t.shape), t.dtype) for t in trials]
+        except (KeyError, ValueError, TypeError, RuntimeError) as e:
+            print(f"simulate_throughput: no checkpoint plan for {task_id}: {str(e)[:120]}", file=sys.stderr)
+            continue
+        if any(x is None for x in sizes):
+            continue
+        compiling, covered, kinds, chunks = first_of_their_shape(trials), 0, [], []
+        for finished in range(len(trials)):
+            if checkpoint_due(trials, finished, covered, compiling):
+                kinds.append(levers.SECOND_CALL if covered == 0 else levers.REPEATS
+                             if trials[finished].index not in compiling else levers.LARGER_SHAPE)
+                chunks.append(sum(b for b, _ in sizes[covered:finished]))
+                covered = finished
+        plans[task_id] = levers.CheckpointPlan(tuple(kinds), tuple(chunks), sum(b for b, _ in sizes[covered:]),
+                                               len(trials))
+    return plans
 
 
 def write_traces(inp, out: Path) -> list[Path]:
@@ -55,6 +95,18 @@ def write_traces(inp, out: Path) -> list[Path]:
     return written
 
 
+def light_checkpoints(inp, args) -> list[dict]:
+    """The checkpoint candidates' table (study.checkpoint_predictions) for a light-batch folder, with the full mix
+    of --full-records where that folder has it (without it, the light batch's columns alone)."""
+    from kernelgym_gap.sim import study, workload
+    full = None
+    path = Path(args.full_records) / "throughput_full_records.jsonl"
+    if path.is_file():
+        full = workload.jobs_of_mode(workload.read_records(path), "lanes")
+    tasks = {j.task for j in inp.rows[study.DEFAULTS_MODE]} | {j.task for j in full or ()}
+    return study.checkpoint_predictions(inp, checkpoint_plans(tasks), full, args.seed)
+
+
 def light_only(args) -> int:
     """The tables of a light-batch-only folder (see study.load_light)."""
     from kernelgym_gap.sim import study
@@ -66,6 +118,7 @@ def light_only(args) -> int:
     calib = study.light_calibration(inp)
     preds = study.light_predictions(inp)
     sens = study.light_sensitivity(inp, args.seed)
+    ckpt = light_checkpoints(inp, args)
     rf = inp.refit
     print(f"records {inp.folder} ({inp.device})")
     print(f"refit from these records: compile share {rf.compile_share:.3f} of the correctness calls "
@@ -87,7 +140,7 @@ def light_only(args) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, "seed": args.seed,
                                                "refit": inp.refit.__dict__, "calibration": calib,
-                                               "predictions": preds, "sensitivity": sens,
+                                               "predictions": preds, "sensitivity": sens, "checkpoints": ckpt,
                                                "note": "simulated figures are predictions; measured ones are the "
                                                        "summary's, on the device named"}, indent=1) + "\n")
         print(f"wrote {args.json}")
@@ -95,6 +148,15 @@ def light_only(args) -> int:
           f"(measured, {inp.device})")
     print(table(preds, ("scenario", "simulated", "measured", "error", "simulated_wall_p50_s", "step_p50_s",
                         "variant")))
+    print("\n== the checkpoints' lane let-gos (SIMULATED, not measured; none built): the light batch's defaults row, "
+          "x4, "
+          "with the levers as run, its lane waits per evaluation (s); the H200 full mix with its checkpoints imputed;\n"
+          "steady: the light batch x4, mean of 5 seeded orders x 3 gate orders (arrival, random 1, 2), and its range;\n"
+          "_levers: with the levers as they ran (compiles let go, graph replay + interval stop)")
+    print(table(ckpt, ("scenario", "light", "light_gain", "light_x4", "light_x4_gain", "steady", "steady_gain",
+                       "steady_range", "light_levers", "light_levers_gain", "steady_levers", "steady_levers_gain",
+                       "steady_levers_range", "shared_wait_s", "exclusive_wait_s", "full_mix", "full_mix_gain",
+                       "full_mix_x4", "full_mix_x4_gain")))
     return 0 if worst <= TOLERANCE else 1
 
 
@@ -109,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--light-only", action="store_true",
                     help="the records folder holds a light batch alone (throughput_records.jsonl with a defaults row "
                          "'lanes' and any variants' rows, and its summary): no full mix")
+    ap.add_argument("--full-records", default=str(RECORDS),
+                    help="with --light-only: the folder of a full mix's records (throughput_full_records.jsonl) the "
+                         "checkpoint candidates are also predicted on (default: the H200 run of 2026-12-05)")
     ap.add_argument("--json", help="also write every table here")
     ap.add_argument("--trace-out", help="write the simulated full mix's trace JSON and PNG to this folder")
     args = ap.parse_args(argv)

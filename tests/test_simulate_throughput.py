@@ -352,3 +352,98 @@ def test_a_record_with_let_go_parts_is_held_only_for_its_own_stretch():
     assert (j.compile, j.unlaned, j.checkpoints, j.timing_measure) == (1.0, 0.4, workload.CHECKPOINT_LET_GOS, 0.6)
     faster = levers.graph_interval_measured(j)
     assert faster.timing == pytest.approx(2.0 - 0.6 * (1 - levers.GRAPH_INTERVAL_MEASURE_FACTOR))
+
+
+# ---- the checkpoints' lane let-gos (issue 35): candidates (a) keep the lane, (b) fewer, (d) more ----
+def _plan(kinds=("second call", "repeats", "larger shape", "repeats"), sizes=(1, 1, 2, 2), last=2, calls=6):
+    return levers.CheckpointPlan(tuple(kinds), tuple(sizes), last, calls)
+
+
+def test_a_kept_checkpoint_writes_inside_the_hold_and_a_waiting_timing_waits_for_it():
+    """Candidate (a): a checkpoint that keeps the shared lane lets nothing in during its write, takes nothing
+    back, and the timing that came at 0.5 s waits for the whole stretch and the write (against 1.1 s when it is
+    let go: test_a_checkpoint_let_go_waits_behind_a_timing_that_came_meanwhile)."""
+    reader = Job(name="reader", cold_start=0.0, setup=0.1, correctness=2.0, timing=0.1, check=0.0, write=0.0,
+                 unlaned=0.2, checkpoints=1)
+    writer = Job(name="timing", cold_start=0.0, setup=0.5, correctness=0.0, timing=3.0, check=0.0, write=0.0)
+    kept = simulate([dataclasses.replace(reader, kept_checkpoints=(True,)), writer], Setup(slots_per_gpu=2))
+    let_go = simulate([reader, writer], Setup(slots_per_gpu=2))
+
+    def held(r, name, stage):
+        return [iv for iv in r.trace if iv.name == name and iv.stage == stage and iv.job >= 0]
+
+    assert held(kept, "timing", "timing")[0].start == pytest.approx(2.3)
+    assert held(let_go, "timing", "timing")[0].start == pytest.approx(1.1)
+    stretch = held(kept, "reader", "correctness")
+    assert len(stretch) == 1 and stretch[0].end - stretch[0].start == pytest.approx(2.2)
+    assert not any(iv.stage == "checkpoint (unlaned)" for iv in kept.trace)
+
+
+def test_uneven_checkpoint_shares_split_the_writes_as_given():
+    job = Job(name="j", cold_start=0.0, setup=0.0, correctness=3.0, timing=0.0, check=0.0, write=0.0, unlaned=1.0,
+              checkpoints=2, checkpoint_shares=(0.25, 0.75))
+    writes = [iv.end - iv.start for iv in simulate([job]).trace if iv.stage == "checkpoint (unlaned)"]
+    assert writes == [pytest.approx(0.25), pytest.approx(0.75)]
+
+
+def test_the_keep_lane_rule_keeps_the_checkpoints_at_or_under_its_bytes():
+    job = levers.with_checkpoint_plans({"T": _plan(sizes=(1, 1, 5, 5))})(
+        Job(name="j", task="T", unlaned=1.2, checkpoints=4))
+    assert job.checkpoint_shares == pytest.approx((1 / 12, 1 / 12, 5 / 12, 5 / 12))
+    assert levers.checkpoints_keep_lane(1)(job).kept_checkpoints == (True, True, False, False)
+    assert levers.checkpoints_keep_lane(float("inf"))(job).kept_checkpoints == (True,) * 4
+    # a job without its task's plan, or whose checkpoints are not the plan's, is left as it is
+    other = Job(name="k", task="U", unlaned=1.2, checkpoints=4)
+    assert levers.checkpoints_keep_lane(1)(levers.with_checkpoint_plans({"T": _plan()})(other)) == other
+
+
+def test_fewer_checkpoints_leave_their_outputs_to_the_next_one_made():
+    """Candidate (b): a dropped checkpoint's bytes (and write seconds) go to the next one made, or to the one
+    before the timing (no lane: the outputs' write); (b') keeps the smallest shape's repeats too."""
+    job = levers.with_checkpoint_plans({"T": _plan()})(Job(name="j", task="T", unlaned=0.6, checkpoints=4, write=0.1))
+    strict = levers.fewer_checkpoints(frozenset({levers.SECOND_CALL, levers.LARGER_SHAPE}))(job)
+    assert strict.checkpoint_plan == levers.CheckpointPlan(("second call", "larger shape"), (1, 3), 4, 6)
+    assert (strict.checkpoints, strict.unlaned, strict.write) == (2, pytest.approx(0.4), pytest.approx(0.3))
+    assert strict.checkpoint_shares == pytest.approx((0.25, 0.75))
+    b2 = levers.fewer_checkpoints(frozenset({levers.SECOND_CALL, levers.LARGER_SHAPE}), smallest_repeats=True)(job)
+    assert b2.checkpoint_plan.kinds == ("second call", "repeats", "larger shape")
+    assert b2.checkpoint_plan.sizes == (1, 1, 2) and b2.checkpoint_plan.last == 4
+    every = levers.let_go_every_call()(job)
+    assert (every.checkpoints, every.unlaned, every.checkpoint_shares) == (5, 0.6, ())
+
+
+def test_a_record_without_let_gos_gets_its_checkpoints_imputed_from_its_outputs_write():
+    """The H200 full mix of 2026-12-05 predates the checkpoints: its outputs' write is split by the plan's bytes
+    between the let-go checkpoints and the one before the timing (an assumption the table says)."""
+    job = levers.with_checkpoint_plans({"T": _plan(sizes=(1, 1, 2), kinds=("second call", "repeats", "larger shape"),
+                                                   last=4)})(Job(name="j", task="T", write=1.0))
+    assert (job.checkpoints, job.unlaned, job.write) == (3, pytest.approx(0.5), pytest.approx(0.5))
+    with pytest.raises(ValueError, match="kind"):
+        levers.CheckpointPlan(("before lunch",), (1,), 0)
+
+
+def test_the_checkpoint_plans_are_what_the_light_batch_tasks_make():
+    plans = _script().checkpoint_plans({"GELU", "LayerNorm", "Softmax", "RMSNorm", "AddReLU", "RowSum"})
+    assert len(plans) == 6
+    for task_id, plan in plans.items():
+        assert len(plan.sizes) == workload.CHECKPOINT_LET_GOS and plan.calls == 16, task_id
+        # before the second call (the smallest shape's first seed in one dtype), then its other dtype's and
+        # its repeats
+        assert plan.kinds[:3] == ("second call", "repeats", "larger shape"), task_id
+    assert max(plans["RowSum"].sizes) < 4 << 20 <= min(plans["GELU"].sizes)
+
+
+def test_no_checkpoint_candidate_gains_five_percent_in_the_steady_state():
+    """The finding of 2026-12-06 (docs/measurement.md, "The checkpoints' lane waits"): on call 3's light batch
+    none of the candidates is predicted to gain 5% in the steady state, with or without the levers, and keeping
+    the lane through every write costs more than 5%: the let-gos are where a waiting timing gets in, and
+    without them it waits for every reader's whole stretch."""
+    script = _script()
+    inp = study.load_light(H100_CALL3, CORPUS)
+    rows = {r["scenario"]: r for r in study.checkpoint_predictions(
+        inp, script.checkpoint_plans({j.task for j in inp.rows["lanes"]}))}
+    assert len(rows) == 10
+    assert all(r["steady_gain"] < 0.05 and r["steady_levers_gain"] < 0.05 for r in rows.values())
+    keep_all = rows["(a) keep the lane for every write"]
+    assert keep_all["steady_gain"] < -0.05
+    assert keep_all["exclusive_wait_s"] > 2 * rows["checkpoints as today (byte-split writes)"]["exclusive_wait_s"]

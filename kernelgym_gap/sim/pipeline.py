@@ -48,6 +48,14 @@ class Job:
     # it, behind any timing that waits at the gate (the records' child_lane_wait_after_checkpoint)
     unlaned: float = 0.0
     checkpoints: int = 0
+    # each let-go checkpoint's share of `unlaned` (empty: an even split, as the calibration replays them) and
+    # whether its write keeps the shared lane instead of letting it go (empty: none keeps it; a design
+    # candidate, levers.checkpoints_keep_lane)
+    checkpoint_shares: tuple[float, ...] = ()
+    kept_checkpoints: tuple[bool, ...] = ()
+    # the task's checkpoints as the child makes them (levers.CheckpointPlan), for the transforms that change
+    # them; None where the task's plan is not known (the replay itself does not read it)
+    checkpoint_plan: object = None
     timing: float = 2.7
     timing_measure: float = 0.0   # the timing's measured repetitions (child_timing_measure; 0: not recorded)
     write: float = 0.5
@@ -230,18 +238,31 @@ class _Run:
         write with the lane let go; with compile_outside_lane each piece's calls compile first with the lane let
         go (the compiles spread evenly: the first call of each shape compiles, and the checkpoints fall between
         the shapes). Each let-go is followed by a wait to take the lane back, as child/lanes.py's are: a timing
-        that came meanwhile goes first (the records' lane_wait_after_checkpoint and _after_compile)."""
+        that came meanwhile goes first (the records' lane_wait_after_checkpoint and _after_compile). A checkpoint
+        in `kept_checkpoints` writes inside the hold instead: no let-go, no wait to take the lane back, and a
+        waiting timing waits for the write too."""
         pieces = job.checkpoints + 1 if job.unlaned > 0 and job.checkpoints > 0 else 1
         compile_out = self.setup.compile_outside_lane and job.compile > 0
         shared = job.correctness - (job.compile if compile_out else 0.0)
+        shares = job.checkpoint_shares or (1.0 / max(job.checkpoints, 1),) * job.checkpoints
+        kept = job.kept_checkpoints or (False,) * job.checkpoints
+        hold = 0.0          # seconds of the shared hold not yet run (one hold until the lane is let go)
         for k in range(pieces):
             if k:
-                yield from self.host(i, job, gpu, slot, "checkpoint (unlaned)", job.unlaned / job.checkpoints)
+                write = job.unlaned * shares[k - 1]
+                if kept[k - 1]:
+                    hold += write
+                else:
+                    yield from self.laned(i, job, gpu, slot, "correctness", hold, "shared")
+                    hold = 0.0
+                    yield from self.host(i, job, gpu, slot, "checkpoint (unlaned)", write)
             if compile_out:
-                if k:       # taken back after the checkpoint, then let go again as the call compiles
-                    yield from self.laned(i, job, gpu, slot, "correctness", 0.0, "shared")
+                if k:       # taken back after the checkpoint (or held through it), then let go as the call compiles
+                    yield from self.laned(i, job, gpu, slot, "correctness", hold, "shared")
+                    hold = 0.0
                 yield from self.host(i, job, gpu, slot, "compile (unlaned)", job.compile / pieces)
-            yield from self.laned(i, job, gpu, slot, "correctness", shared / pieces, "shared")
+            hold += shared / pieces
+        yield from self.laned(i, job, gpu, slot, "correctness", hold, "shared")
         yield from self.laned(i, job, gpu, slot, "timing", job.timing, "exclusive")
         yield from self.host(i, job, gpu, slot, "outputs write", job.write)
         t = self.sim.now

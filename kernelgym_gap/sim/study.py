@@ -343,3 +343,63 @@ def light_sensitivity(inp: LightInputs, seed: int = 1, copies: int = 4) -> list[
                 row[f"slots_{slots}"] = round(simulate(jobs, setup).evals_per_gpu_hour)
             rows.append(row)
     return rows
+
+
+# ---- the checkpoints' lane let-gos (issue 35): candidates (a), (b), (c) of levers.checkpoint_scenarios ----
+def lane_waits(r, n: int) -> tuple[float, float]:
+    """(shared, exclusive) seconds per evaluation its own stages waited for the lane in a simulated run (the
+    pre-started children's and the early checker's waits apart)."""
+    shared = sum(iv.end - iv.start for iv in r.trace if iv.wait and iv.row == "slot" and iv.stage == "wait shared")
+    excl = sum(iv.end - iv.start for iv in r.trace if iv.wait and iv.row == "slot" and iv.stage == "wait exclusive")
+    return shared / max(n, 1), excl / max(n, 1)
+
+
+# a 12-evaluation replay's rate moves by several % with the order its tail takes: the candidates are also run on
+# the light batch x4 in STEADY_ORDERS seeded orders, each with the gate's waiters in arrival order and in two
+# random orders (flock(2) promises none), and the mean is what a >= 5% gain is judged on
+STEADY_ORDERS = 5
+STEADY_GATES = (None, 1, 2)
+
+
+def checkpoint_predictions(light: LightInputs, plans: dict, full: list[Job] | None = None, seed: int = 1,
+                           copies: int = 4) -> list[dict]:
+    """Each checkpoint candidate (levers.checkpoint_scenarios) on the light batch's DEFAULTS row (as it ran, and
+    `copies` times over in seeded orders), on that row with the levers as they ran (compiles let go, graph replay
+    and the interval stop: levers.compile_share + graph_interval_measured), and on the full mix `full` (the H200
+    records of 2026-12-05, whose checkpoints are imputed: levers.with_checkpoint_plans), with the light batch's
+    lane waits per evaluation, the steady state's mean and range (STEADY_ORDERS x STEADY_GATES runs of the batch x4)
+    and the gain over the first row (the checkpoints as today). SIMULATED."""
+    base = light.rows[DEFAULTS_MODE]
+    longer = replicated(base, copies, seed)
+    as_run = lambda j: levers.compile_share(levers.graph_interval_measured(j))      # noqa: E731
+    lev_setup = Setup(compile_outside_lane=True)
+    full_x4 = replicated(full, copies, seed) if full else None
+    rows, ref = [], None
+    for sc in levers.checkpoint_scenarios(plans):
+        r = simulate([sc.job(j) for j in base], sc.setup(Setup()))
+        shared, excl = lane_waits(r, len(base))
+        x4 = simulate([sc.job(j) for j in longer], sc.setup(Setup()))
+        steady = [simulate([sc.job(j) for j in replicated(base, copies, seed + k)], sc.setup(Setup(gate_seed=g)))
+                  .evals_per_gpu_hour for k in range(STEADY_ORDERS) for g in STEADY_GATES]
+        lev = simulate([sc.job(as_run(j)) for j in base], sc.setup(lev_setup))
+        steady_lev = [simulate([sc.job(as_run(j)) for j in replicated(base, copies, seed + k)],
+                               sc.setup(dataclasses.replace(lev_setup, gate_seed=g))).evals_per_gpu_hour
+                      for k in range(STEADY_ORDERS) for g in STEADY_GATES]
+        row = {"scenario": sc.name, "light": round(r.evals_per_gpu_hour, 1),
+               "light_x4": round(x4.evals_per_gpu_hour, 1),
+               "steady": round(statistics.mean(steady), 1),
+               "steady_range": f"{min(steady):.0f}..{max(steady):.0f}",
+               "light_levers": round(lev.evals_per_gpu_hour, 1), "steady_levers": round(statistics.mean(steady_lev), 1),
+               "steady_levers_range": f"{min(steady_lev):.0f}..{max(steady_lev):.0f}",
+               "shared_wait_s": round(shared, 2),
+               "exclusive_wait_s": round(excl, 2), "light_wall_p50_s": round(r.wall_p50, 2)}
+        if full:
+            row["full_mix"] = round(simulate([sc.job(j) for j in full], sc.setup(Setup())).evals_per_gpu_hour, 1)
+            row["full_mix_x4"] = round(simulate([sc.job(j) for j in full_x4], sc.setup(Setup())).evals_per_gpu_hour, 1)
+        ref = ref or row
+        for k in ("light", "light_x4", "steady", "light_levers", "steady_levers", "full_mix", "full_mix_x4"):
+            if k in row:
+                row[f"{k}_gain"] = round(row[k] / ref[k] - 1, 4)
+        row["basis"] = sc.basis
+        rows.append(row)
+    return rows
