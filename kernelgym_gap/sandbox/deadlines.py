@@ -122,25 +122,17 @@ class CallWatch:
         if m is None:
             return
         kind, i = m.group(1), int(m.group(2))
-        if kind == "call" and self.last < i < len(self.bounds):
+        if self.last < i < len(self.bounds):
+            # Any mark of a later call than the last one seen starts that call, on the parent's clock from now: its
+            # own `call` mark, or its done or compile mark where the child moved on between two polls (0.1 s apart;
+            # a later call takes milliseconds). Ignoring those left the previous call's clock running while the
+            # child waited for the lane in its next checkpoint, and killed honest kernels as too_slow on the H100
+            # (2026-12-06, docs/journal.md). A skipped call is not timed: the child could always claim to be
+            # between calls (module doc).
             self.current, self.last, self.launched = (i, now), i, None
-        elif self.last < i < len(self.bounds):
-            # A later call than the last one seen, by its done or compile mark: the child moved on between two
-            # polls (0.1 s apart; a later call takes milliseconds), so the call the watch was timing ended.
-            # Ignoring the mark left that call's clock running while the child waited for the lane in its next
-            # checkpoint, and killed honest kernels as too_slow on the H100 (2026-12-06, docs/journal.md).
-            # The skipped call is not timed: the child could always claim to be between calls (module doc).
-            self.last, self.launched = i, None
-            if kind == "done":
-                self.current = None
-                return
-            self.current = (i, now)                     # inside call i, whose own mark was missed: timed from now
-            if kind == "compiled":
-                self.launched = (m.group(3), now)
-            return
-        elif self.current is None or self.current[0] != i:
+        if self.current is None or self.current[0] != i:
             return                                      # about no call that runs: ignored
-        elif kind == "done":
+        if kind == "done":
             self.current = self.launched = None
         # what the child says of its compiles can only shorten a call: its compile bound from the call's start
         # holds whatever it writes; "compiled" starts the shorter launch clock, "compiling" stops it again
