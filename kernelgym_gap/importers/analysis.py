@@ -81,6 +81,16 @@ def group_members(model) -> int | None:
     return min(counts) if counts else None
 
 
+def _counted(model, ins) -> dict:
+    """One forward of `model` on `ins` (meta or real) with its flops and BatchNorms counted: the facts the size
+    rules read, or ImportRefused for an output that is no tensor."""
+    with torch.no_grad(), FlopCounterMode(display=False) as fc, BatchNormCount() as bn:
+        out = model(*ins)
+    if not isinstance(out, torch.Tensor):
+        raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor") from None
+    return dict(_facts(model, ins, fc.get_total_flops(), out), bn_fewest=bn.fewest, group_members=group_members(model))
+
+
 @functools.lru_cache(maxsize=256)
 def _meta_facts(path: str, sizes: tuple) -> dict:
     module = load_module(path, dict(sizes))
@@ -88,12 +98,7 @@ def _meta_facts(path: str, sizes: tuple) -> dict:
         model = build_model(module, "meta")
         with torch.device("meta"), cuda_calls_to("meta"):
             ins = list(module.get_inputs())
-        with torch.no_grad(), FlopCounterMode(display=False) as fc, BatchNormCount() as bn:
-            out = model(*ins)
-        if not isinstance(out, torch.Tensor):
-            raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor")
-        return dict(_facts(model, ins, fc.get_total_flops(), out), bn_fewest=bn.fewest,
-                    group_members=group_members(model))
+        return _counted(model, ins)
     except Exception as meta_error:  # noqa: BLE001 - data-dependent ops cannot run on meta: run for real
         if isinstance(meta_error, ImportRefused):
             raise
@@ -116,12 +121,7 @@ def _meta_facts(path: str, sizes: tuple) -> dict:
                            f"of inputs and state, over {META_FALLBACK_ELEMENTS})") from None
         ins = raw_inputs(module, 1, "cpu")
         model = build_model(module)
-        with torch.no_grad(), FlopCounterMode(display=False) as fc, BatchNormCount() as bn:
-            out = model(*ins)
-        if not isinstance(out, torch.Tensor):
-            raise _refused(f"forward returns {_typename(out)}, not a torch.Tensor") from None
-        return dict(_facts(model, ins, fc.get_total_flops(), out), bn_fewest=bn.fewest,
-                    group_members=group_members(model))
+        return _counted(model, ins)
 
 
 def meta_facts(path, sizes: dict[str, int]) -> dict:
