@@ -91,6 +91,12 @@ def keeps_members(own: int | None, facts: dict) -> bool:
     return members is not None and members >= min(MIN_PER_GROUP, own)
 
 
+def batch_floor(min_batch: int, own: int) -> int:
+    """The least a batch-like size may take on the cpu, public or held-out: `min_batch` (kernelbench.build_meta's
+    repair of a problem degenerate at batch 1), never above the problem's own batch `own`, never under 1."""
+    return max(1, min(min_batch, own))
+
+
 def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
                    budget: tuple[int, int] = (CPU_ELEMENTS, CPU_FLOPS),
                    min_batch: int = 1) -> tuple[dict[str, int], list[str]]:
@@ -125,13 +131,13 @@ def shrink_for_cpu(path: Path, sizes: dict[str, int], batch: str | None = None,
                 trial = dict(sizes, **{n: max(1, sizes[n] // 2) for n in names})
                 if not keeps_groups(original, trial):
                     continue
+                if batch is not None and trial[batch] < batch_floor(min_batch, original[batch]):
+                    continue                # before the analysis below: nothing to count for a size not taken
                 try:
                     trial_facts = analysis.meta_facts(path, trial)
                 except Exception:  # noqa: BLE001 - that halving breaks the problem: try the next
                     continue
                 if not keeps_members(own_members, trial_facts):
-                    continue
-                if batch is not None and trial[batch] < min(min_batch, original[batch]):
                     continue
                 sizes = trial
                 steps.append("+".join("=".join(g) for g in combo) + "/2")
@@ -204,7 +210,7 @@ def heldout_of(path: Path, sizes: dict[str, int], batch: str, original: dict[str
     fewest = analysis.meta_facts(path, sizes).get("bn_fewest")
     for names in ([batch], tied) if len(tied) > 1 else ([batch],):
         for new in (v * 3 // 4, v * 2):
-            if new < max(1, min(min_batch, original[batch])) or new == v:
+            if new < batch_floor(min_batch, original[batch]) or new == v:
                 continue
             cfg = dict(sizes, **{n: new for n in names})
             try:
