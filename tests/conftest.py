@@ -35,3 +35,14 @@ def fixture_source():
     def read(*parts: str) -> str:
         return (FIXTURES.joinpath(*parts)).read_text()
     return read
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch's thread pool at one thread for a module's tests (`pytestmark = pytest.mark.usefixtures(...)`): on a
+    loaded 2-core host its pool made the import and input audits 30x slower."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

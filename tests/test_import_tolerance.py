@@ -36,13 +36,7 @@ CFG = EvalConfig(trial_seed=7)
 SEED = 11
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # on a loaded 2-core host torch's thread pool made these checks 30x slower
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from kernelgym_gap.core.registry import TaskRegistry, default_registry
 from kernelgym_gap.core.task import Tolerance
@@ -41,13 +40,7 @@ def _builtin():
         yield pytest.param(task, marks=marks, id=task.name)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # on a loaded 2-core host torch's thread pool made an audit 30x slower
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_the_audit_finds_every_candidate_on_a_check_that_ignores_the_values():
