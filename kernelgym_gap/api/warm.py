@@ -24,6 +24,7 @@ global.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -158,7 +159,7 @@ class WarmChecker:
 
     # ---- checks ------------------------------------------------------------------------------------
 
-    def _ask(self, spec_path: Path, deadline: float) -> dict:
+    def _ask(self, spec_path: Path, deadline: float, lane=None) -> dict:
         if self._state.get("proc") is None or self._state["proc"].poll() is not None:
             self._stop()
             self._start()
@@ -176,16 +177,33 @@ class WarmChecker:
         reply = self._readline(deadline)
         if reply.get("spec") != str(spec_path):
             raise _Died()
+        if "read" not in reply:
+            return reply
+        # the spec asked for the prefetch (judge/prefetch.py): the outputs are in the server's memory; the
+        # copy to the device and the comparison run once this process holds the GPU's shared lane
+        with lane() if lane is not None else contextlib.nullcontext():
+            try:
+                proc.stdin.write(b"go\n")
+            except (BrokenPipeError, OSError):
+                raise _Died() from None
+            reply = self._readline(deadline)
+        if reply.get("spec") != str(spec_path) or "read" in reply:
+            raise _Died()
         return reply
 
-    def check_spec(self, spec_path: Path, result_path: Path, timeout: float) -> CheckResult:
-        """Checks CHECK.json at `spec_path` (the per-evaluation checker's input) and reads `result_path`."""
+    def check_spec(self, spec_path: Path, result_path: Path, timeout: float, lane=None) -> CheckResult:
+        """Checks CHECK.json at `spec_path` (the per-evaluation checker's input) and reads `result_path`.
+        `lane`: for a spec with `"prefetch": true`, a function whose context manager holds the GPU's shared
+        lane (engine/evaluation.checked_alone_if_failed), entered once the server has read the outputs; the
+        caller holds no lane then. A server that dies or hangs in either step is handled as one that dies or
+        hangs today. The lane is taken with this checker's lock held: one WarmChecker serves one worker's
+        evaluations in turn."""
         if self._closed:
             raise RuntimeError("this WarmChecker is closed")
         with self._lock:
             for attempt in (0, 1):
                 try:
-                    reply = self._ask(spec_path, time.monotonic() + timeout)
+                    reply = self._ask(spec_path, time.monotonic() + timeout, lane)
                 except subprocess.TimeoutExpired:
                     args = self._state["proc"].args
                     self._stop()

@@ -198,6 +198,11 @@ class EvalConfig:
     # warning). Measured on the H100 (2026-12-06): the references are 9% of the check, most of it is reading
     # the outputs, so it stays off (docs/measurement.md).
     precompute_reference: bool = False
+    # the trusted check reads the child's output files into host memory (judge/prefetch.py, up to
+    # PREFETCH_BYTES per check) before it takes the GPU's shared lane, and holds the lane only for the copy to
+    # the device and the comparison: reading files is host work. On the H100 light batch (2026-12-06) reading
+    # was 1.86 s of the check's 2.4 s under the lane. Off until the GPU run compares it side by side (issue 35).
+    read_outputs_outside_lane: bool = False
     # torch.compile of the reference, timed once per device, software, task version, shape and dtype in a
     # trusted process and cached (judge/baselines.py): "measure" (when missing), "cached" (only what the
     # cache holds), "off". The first evaluation of a task on a device pays its compile (seconds per shape).

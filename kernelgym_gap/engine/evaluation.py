@@ -111,9 +111,10 @@ class Evaluation:
             done = finished_trials(self)
             job = dataclasses.replace(job, trials=tuple(t for t in job.trials if t.index in done))
         self.check_result, retried = checked_alone_if_failed(
-            lambda: check_in_process(self.task, job, self.child.report, self.backend.name, self._private,
-                                     self.config, self.checker, self._early, self.placement),
-            lane_dir, self.placement.gpu_index, self.latency)
+            lambda lane=None: check_in_process(self.task, job, self.child.report, self.backend.name, self._private,
+                                               self.config, self.checker, self._early, self.placement, lane),
+            lane_dir, self.placement.gpu_index, self.latency,
+            outside_lane=self.config.read_outputs_outside_lane)
         if retried:
             self.flags.append(retried)
         self.latency["check"] = time.perf_counter() - t
@@ -188,16 +189,23 @@ def assemble_terms(correct: bool | None, parts: dict | None, flags: list[str]) -
     return dataclasses.replace(typed, flags=typed.flags + tuple(flags), terms_version=TERMS_VERSION)
 
 
-def checked_alone_if_failed(run: Callable[[], CheckResult], lane_dir: str | None, gpu_index: int,
-                            latency: dict) -> tuple[CheckResult, str | None]:
+def checked_alone_if_failed(run: Callable[..., CheckResult], lane_dir: str | None, gpu_index: int,
+                            latency: dict, outside_lane: bool = False) -> tuple[CheckResult, str | None]:
     """The trusted check under the GPU's shared lane (beside other evaluations' trials and checks); if it
     comes back a protocol_error, once more under the exclusive lane, alone on the GPU. A float64 reference
     can need tens of GiB (attention at S = 16384: B H S^2 scores); beside three others on one GPU the
     checker ran out of memory on the H200 (2026-12-04) where alone it passes, and the submission was
     blamed. A verdict the checker reaches on its own (an unreadable output) comes back the same the second
-    time. Returns the result and, when it was retried, a flag saying so (in the record's terms)."""
-    with held(lane_dir, gpu_index, "shared", latency, "check_lane_wait"):
-        result = run()
+    time. Returns the result and, when it was retried, a flag saying so (in the record's terms).
+
+    `outside_lane` (EvalConfig.read_outputs_outside_lane): the first check is `run(lane=...)`, which takes
+    the shared lane itself once it read the outputs into host memory (judge/prefetch.py); the retry, alone,
+    is `run()` under the exclusive lane and simply reads them again."""
+    if outside_lane:
+        result = run(lane=lambda: held(lane_dir, gpu_index, "shared", latency, "check_lane_wait"))
+    else:
+        with held(lane_dir, gpu_index, "shared", latency, "check_lane_wait"):
+            result = run()
     if lane_dir is None or result.status is not Status.PROTOCOL_ERROR:
         return result, None
     log.warning("the trusted check failed beside other evaluations (%s); checking again alone on GPU %d",

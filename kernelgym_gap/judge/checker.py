@@ -7,7 +7,11 @@ are regenerated with the device's own generator.
 kernelgym_gap.api.warm.WarmChecker): it imports torch and initialises the device once, prints one JSON line
 `{"ready": true, ...}`, then answers each CHECK.json path read from stdin with one JSON line
 (`{"spec": PATH, "ok": true}` once the result file is written, or `{"spec": PATH, "ok": false, "error": TB}`,
-after which it exits, so that no state of a failed check is reused). Only the protocol goes to the real
+after which it exits, so that no state of a failed check is reused). A CHECK.json with `"prefetch": true`
+(EvalConfig.read_outputs_outside_lane) takes two steps: the checker reads the output files into host memory
+(judge/prefetch.py), answers `{"spec": PATH, "read": N}`, and waits for one more stdin line, which the parent
+sends once it holds the GPU's shared lane; then it checks and answers as above. The one-shot
+`checker CHECK.json` does the same two steps when its spec asks for them. Only the protocol goes to the real
 stdout: anything else the process prints goes to stderr."""
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from kernelgym_gap.core.registry import users_tasks_dir
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec, itemsize, numel
 from kernelgym_gap.judge import lowbit, scaled_tolerance
+from kernelgym_gap.judge.prefetch import Fetched, Prefetch, prefetch_outputs
 
 KERNELBENCH_TOL = 1e-2
 SAMPLES = 3          # rejected elements a message shows (expected vs got)
@@ -47,6 +52,18 @@ def _load_output(path: Path, max_bytes: int) -> torch.Tensor:
         return tensor_file.read_tensor(path, max_bytes)
     except (tensor_file.TensorFileError, OSError) as e:
         raise _Fail(Status.PROTOCOL_ERROR, f"output file {path.name} unreadable: {e}") from None
+
+
+def _prefetched_or_load(path: Path, max_bytes: int, fetched: Fetched | None) -> torch.Tensor:
+    """The output as _load_output gives it, from the file read before the lane (judge/prefetch.py) when
+    there is one. The prefetch read it with its own bound; the rules that depend on this output's expected
+    size are applied here: a file too large gets _load_output's own verdict (it stats and refuses it the same
+    way), and a tensor over `max_bytes` is read again by _load_output, which raises exactly as without the
+    prefetch. Every other rule of read_tensor does not depend on the bound, and the prefetch passed them."""
+    if fetched is None or fetched.size > max_bytes + tensor_file.MAX_HEADER + 16 \
+            or fetched.tensor.numel() * fetched.tensor.element_size() > max_bytes:
+        return _load_output(path, max_bytes)
+    return fetched.tensor
 
 
 def _float64(ins: tuple) -> tuple:
@@ -112,9 +129,10 @@ class _Parts:
 
 
 def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, device: str,
-           parts: _Parts | None = None, ref: torch.Tensor | None = None) -> bool:
+           parts: _Parts | None = None, ref: torch.Tensor | None = None, fetched: Fetched | None = None) -> bool:
     """Raises _Fail on the first problem; returns whether a KernelBench-style allclose would pass. `ref`: the
-    reference precomputed from the same inputs (`precompute`), else computed here."""
+    reference precomputed from the same inputs (`precompute`), else computed here. `fetched`: the output
+    file as read before the lane (judge/prefetch.py), else read here."""
     parts = parts or _Parts("cpu")
     public = trial.split == "public"
     reproduce = inputs_mod.reproduce_call(task.id, trial, device, users_tasks_dir(task))
@@ -124,7 +142,7 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
     if ref is None:
         ref = _reference(task, ins)   # on the trials' device: the comparison runs there too
     parts.enter("read")
-    out = _load_output(path, max_bytes=2 * numel(ref.shape) * itemsize("float64") + (1 << 16))
+    out = _prefetched_or_load(path, 2 * numel(ref.shape) * itemsize("float64") + (1 << 16), fetched)
     out = out.to(ref.device)
     parts.enter("compare")
     if out.dtype != expected_dtype:
@@ -246,15 +264,20 @@ def precompute(task: TaskSpec, job: Job, device: str, max_bytes: int = PRECOMPUT
 
 
 def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
-          ready: dict[int, tuple[tuple, torch.Tensor]] | None = None) -> CheckResult:
+          ready: dict[int, tuple[tuple, torch.Tensor]] | None = None, prefetched: Prefetch | None = None
+          ) -> CheckResult:
     """The verdict on the outputs the child saved. `ready`: inputs and references `precompute` made
-    beforehand, by trial index (the rest are made here)."""
+    beforehand, by trial index (the rest are made here). `prefetched`: output files read before the GPU's
+    lane was taken (judge/prefetch.py; the rest are read here); its seconds are the result's `prefetch`."""
     ready = ready or {}
+    fetched = dict(prefetched.files) if prefetched is not None else {}
     outputs = Path(job.outputs_dir)
     by_index = {o.index: o for o in report.trials}
     kb = True
     checked = 0
     parts = _Parts(device)
+    if prefetched is not None:           # outside `check`'s lane hold: the record's check_prefetch
+        parts.seconds["prefetch"] = round(prefetched.seconds, 6)
     try:
         for trial in job.trials:
             outcome = by_index.get(trial.index)
@@ -275,7 +298,8 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
             if outcome.output_aliases_input:
                 raise _Fail(Status.OUTPUT_ALIASES_INPUT, f"{what}: the output shares memory with an input",
                             trial=trial)
-            kb &= _judge(task, trial, outputs / outcome.output_file, ins, what, device, parts, ref)
+            kb &= _judge(task, trial, outputs / outcome.output_file, ins, what, device, parts, ref,
+                         fetched.pop(outcome.output_file, None))
             del ins, ref
             checked += 1
         for timing in report.timings:
@@ -286,7 +310,8 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
             ins = inputs_mod.make_trial_inputs(task, trial, device)
             parts.enter("other")
             _judge(task, trial, outputs / timing.recheck_output_file, ins,
-                   f"the output of a call after timing ({trial_label(trial)})", device, parts)
+                   f"the output of a call after timing ({trial_label(trial)})", device, parts,
+                   fetched=fetched.pop(timing.recheck_output_file, None))
             checked += 1
     except _Fail as f:
         parts.enter("other")    # closes the part that failed
@@ -297,16 +322,35 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
                        seconds=parts.seconds)
 
 
-def _check_spec(spec_path: str) -> None:
-    """One check: CHECK.json names the job, the child's report, the device and where to write the result."""
+def _check_spec(spec_path: str, before_lane=None) -> None:
+    """One check: CHECK.json names the job, the child's report, the device and where to write the result.
+    With `"prefetch": true` in it (EvalConfig.read_outputs_outside_lane) and a `before_lane(n)` given, the
+    output files are read first (judge/prefetch.py), then `before_lane(files read)` tells the parent, which
+    takes the GPU's shared lane and answers; it returns False when the parent went away (no check then)."""
     import json
     from kernelgym_gap.core.registry import find_task
     spec = json.loads(Path(spec_path).read_text())
     job = Job.from_json(Path(spec["job"]).read_text())
     report = ChildReport.from_json(Path(spec["report"]).read_text())
     task = find_task(job.task_id, job.tasks_dir)
-    result = check(task, job, report, spec["device"])
+    prefetched = None
+    if spec.get("prefetch") and before_lane is not None:
+        prefetched = prefetch_outputs(job, report)
+        if not before_lane(len(prefetched.files)):
+            return
+    result = check(task, job, report, spec["device"], prefetched=prefetched)
     Path(spec["result"]).write_text(result.to_json())
+
+
+def _told_go(proto, stdin, spec_path: str):
+    """The prefetch's step of the protocol: `{"spec": PATH, "read": N}` on the protocol channel, then a line
+    from stdin once the parent holds the lane (an empty read: the parent went away)."""
+    import json
+
+    def before_lane(n: int) -> bool:
+        proto.write(json.dumps({"spec": spec_path, "read": n}) + "\n")
+        return bool(stdin.readline().strip())
+    return before_lane
 
 
 def _early(spec_path: str, stdin=None) -> None:
@@ -348,7 +392,7 @@ def serve(device: str = "cuda", stdin=None) -> int:
         if not path:
             continue
         try:
-            _check_spec(path)
+            _check_spec(path, _told_go(proto, stdin, path))
         except BaseException:  # noqa: BLE001 - reported to the parent, then this process ends
             tb = traceback.format_exc()
             sys.stderr.write(tb)
@@ -373,8 +417,22 @@ def main(argv=None) -> int:
             sys.stderr.write(f"--device must be cuda or cpu, not {device!r}\n")
             return 2
         return serve(device)
+    if _wants_prefetch(argv[0]):
+        # the one-shot checker's two steps (judge/trusted.py): the protocol on the real stdout, as `serve`'s
+        proto = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        _check_spec(argv[0], _told_go(proto, sys.stdin, argv[0]))
+        return 0
     _check_spec(argv[0])
     return 0
+
+
+def _wants_prefetch(spec_path: str) -> bool:
+    import json
+    try:
+        return bool(json.loads(Path(spec_path).read_text()).get("prefetch"))
+    except (OSError, ValueError, AttributeError):
+        return False        # _check_spec reports the unreadable spec as before
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""The child's output files read into host memory before the trusted check takes the GPU's shared lane
+(EvalConfig.read_outputs_outside_lane, issue 35).
+
+Reading a file is host work: on the H100 light batch of 2026-12-06 it was 1.86 s of the 2.4 s the check held
+the shared lane per evaluation (docs/measurement.md). With the switch on, the checker reads the output files
+here first, in the order the check judges them, and then, under the lane, copies them to the device and
+compares. The verdict must stay the one without the switch, so this module only ever keeps files that the
+check would have read successfully: the first file that is missing, unreadable, or does not fit the bound
+ends the prefetch, and the check reads it (and everything after it) itself, under the lane, as before, so
+its failure is reported by the very same code at its own trial's turn, after the earlier trials' verdicts.
+The check re-applies the one limit that depends on the reference (the expected output size) to every
+prefetched tensor (judge/checker._prefetched_or_load)."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from kernelgym_gap.core import tensor_file
+from kernelgym_gap.core.record import ChildReport, Job
+
+# Host memory the prefetch may hold per check. 4 GiB: the largest outputs of the corpus (a float32 attention
+# output at S = 16384) are hundreds of MiB each, and a worker runs up to four checks at once on a host with
+# 128+ GiB; files past the bound are read under the lane, as without the switch.
+PREFETCH_BYTES = 4 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    """One output file as read: its size on disk when read (the check's size rule uses it) and its tensor."""
+    size: int
+    tensor: torch.Tensor
+
+
+@dataclasses.dataclass
+class Prefetch:
+    """The files read before the lane, by the name the child's report gives, and the seconds it took."""
+    files: dict[str, Fetched]
+    seconds: float
+
+
+def output_names(job: Job, report: ChildReport) -> list[str]:
+    """The output files in the order judge/checker.check reads them: each trial's, in the job's order, then
+    each call after timing's."""
+    by_index = {o.index: o for o in report.trials}
+    names = [by_index[t.index].output_file for t in job.trials
+             if t.index in by_index and by_index[t.index].output_file is not None]
+    names += [t.recheck_output_file for t in report.timings
+              if t.recheck_output_file is not None and t.recheck_trial is not None]
+    return names
+
+
+def prefetch_outputs(job: Job, report: ChildReport, max_bytes: int = PREFETCH_BYTES,
+                     read: Callable[[Path, int], torch.Tensor] = tensor_file.read_tensor) -> Prefetch:
+    """Reads the job's output files in the check's order until one fails or the next would pass `max_bytes`
+    in all. `read` is tensor_file.read_tensor (a test passes its own to see when it runs). Never raises for
+    what the child wrote: a file it cannot keep is left to the check."""
+    t = time.perf_counter()
+    outputs = Path(job.outputs_dir)
+    files: dict[str, Fetched] = {}
+    held = 0
+    for name in output_names(job, report):
+        if name in files:
+            continue
+        path = outputs / name
+        try:
+            if not path.is_file():
+                break
+            size = path.stat().st_size
+            if held + size > max_bytes:
+                break
+            tensor = read(path, max_bytes - held)
+        except (tensor_file.TensorFileError, OSError, ValueError):
+            break
+        held += size
+        files[name] = Fetched(size=size, tensor=tensor)
+    return Prefetch(files=files, seconds=time.perf_counter() - t)
