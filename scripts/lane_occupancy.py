@@ -35,7 +35,9 @@ def lane_intervals(record: dict) -> dict[str, list[tuple[float, float]]]:
     correctness = (min(t + let_go, end), end)
     t = end + lat.get("child_lane_wait_exclusive", 0.0)
     timing = (t, t + lat.get("child_timing", 0.0))
-    check = (record["at_s"] - lat.get("check", 0.0) + lat.get("check_lane_wait", 0.0), record["at_s"])
+    # the check's outputs read before its lane (EvalConfig.read_outputs_outside_lane), then its wait: not held
+    check = (record["at_s"] - lat.get("check", 0.0) + lat.get("check_lane_wait", 0.0) + lat.get("check_prefetch", 0.0),
+             record["at_s"])
     return {"shared": [correctness, check], "exclusive": [timing]}
 
 

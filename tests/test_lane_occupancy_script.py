@@ -100,3 +100,10 @@ def test_the_checks_parts_are_averaged_and_printed(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "lanes: the trusted check" in proc.stdout and "reference 0.75" in proc.stdout
+
+
+def test_outputs_read_before_the_checks_lane_are_not_counted_as_held():
+    """read_outputs_outside_lane: the check reads its outputs (check_prefetch), then waits, then holds the lane."""
+    mod = _module()
+    rec = _record(6.0, total=6.0, check_lane_wait=0.25, check_prefetch=0.5)
+    assert mod.lane_intervals(rec)["shared"][1] == (5.75, 6.0)

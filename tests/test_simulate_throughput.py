@@ -447,3 +447,59 @@ def test_no_checkpoint_candidate_gains_five_percent_in_the_steady_state():
     keep_all = rows["(a) keep the lane for every write"]
     assert keep_all["steady_gain"] < -0.05
     assert keep_all["exclusive_wait_s"] > 2 * rows["checkpoints as today (byte-split writes)"]["exclusive_wait_s"]
+
+
+# ---- the check's outputs read before its lane (EvalConfig.read_outputs_outside_lane, issue 35) -------------
+
+def _checked_record(**lat):
+    base = {"child": 10.0, "child_correctness": 3.0, "child_timing": 2.0, "child_total": 9.0, "check_lane_wait": 0.5,
+            "check": 3.0, "total": 13.5}
+    return {"mode": "lanes", "task": "T", "status": "ok", "at_s": 20.0, "latency": {**base, **lat}}
+
+
+def test_a_record_that_read_before_the_lane_holds_it_only_for_the_rest():
+    """check_prefetch is neither the lane's wait nor its hold: the job's lane-held check and the trace's shared
+    check interval leave it out, and it is a host stage of its own."""
+    from kernelgym_gap.sim import trace
+    r = _checked_record(check_prefetch=1.2, check_read=0.3)
+    j = workload.job_from_record(r)
+    assert (j.check, j.check_prefetch, j.check_read) == pytest.approx((3.0 - 0.5 - 1.2, 1.2, 0.3))
+    iv = {x.stage: x for x in trace.intervals_from_records([r])}
+    assert iv["check"].end - iv["check"].start == pytest.approx(1.3) and iv["check"].lane == "shared"
+    assert iv["check prefetch"].end - iv["check prefetch"].start == pytest.approx(1.2)
+    assert iv["check prefetch"].lane == "" and iv["check prefetch"].end <= iv["check"].start
+    assert levers.read_outside(j) == j                      # it ran the lever already
+
+
+def test_the_read_lever_moves_the_read_less_its_copy_off_the_lane():
+    j = workload.job_from_record(_checked_record(check_read=2.0))
+    moved = levers.read_outside(j)
+    off = 2.0 * (1 - levers.H2D_SHARE_OF_READ)
+    assert moved.check == pytest.approx(2.5 - off) and moved.check_prefetch == pytest.approx(off)
+    assert moved.check_read == pytest.approx(2.0 * levers.H2D_SHARE_OF_READ)
+    # a record without the part: READ_SHARE of the lane-held check
+    bare = workload.job_from_record(_checked_record())
+    assert levers.read_outside(bare).check_prefetch == pytest.approx(2.5 * levers.READ_SHARE * (1 - levers.H2D_SHARE_OF_READ))
+    # in the pipeline the prefetch is a host stage before the check's wait, never on the lane
+    run = simulate([moved] * 8, Setup(slots_per_gpu=4))
+    stages = [s for s in run.trace if s.stage == "check prefetch"]
+    assert len(stages) == 8 and all(s.lane == "" for s in stages)
+    assert run.makespan < simulate([j] * 8, Setup(slots_per_gpu=4)).makespan
+    sc = next(s for s in levers.scenarios(levers.fit_timing(CORPUS)) if s.variant == levers.READ)
+    assert sc.job is levers.read_outside
+    assert levers.READ in _script_throughput_levers()
+
+
+def _script_throughput_levers():
+    spec = importlib.util.spec_from_file_location("throughput", ROOT / "scripts" / "throughput.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.LEVERS
+
+
+def test_the_read_share_is_what_the_light_batch_records_give():
+    records = workload.read_records(H100_CALL3 / "throughput_records.jsonl")
+    held = sum(r["latency"]["check"] - r["latency"].get("check_lane_wait", 0.0) for r in records
+               if "check_read" in r["latency"])
+    read = sum(r["latency"]["check_read"] for r in records if "check_read" in r["latency"])
+    assert read / held == pytest.approx(levers.READ_SHARE, abs=0.005)

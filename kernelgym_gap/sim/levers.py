@@ -34,6 +34,14 @@ GRAPH_INTERVAL_MEASURE_FACTOR = 0.54   # the measured part with graph replay and
                          # the defaults' on the same 12 submissions (calls 1 and 2: 0.27, 0.33, whose defaults
                          # measured the library in full on a cold cache). The two were only ever run together, so
                          # each alone still rests on the H200 corpus fit below
+READ_SHARE = 0.78        # of the check (less check_lane_wait): reading the outputs and copying them to the GPU,
+                         # check_read, over both rows' 24 records (1.86 s of 2.41 s in the defaults row); for a
+                         # record without the part
+H2D_SHARE_OF_READ = 0.25  # of check_read: the host-to-device copy, which stays under the lane with
+                         # EvalConfig.read_outputs_outside_lane (judge/prefetch.py). ASSUMED, not measured (no
+                         # record splits check_read): the rest is tensor_file.read_tensor (a memset of the host
+                         # buffer and a read from the page cache, ~3.5 GB/s as the H100 wrote the outputs) and the
+                         # copy is from pageable memory over PCIe Gen5 (~10-15 GB/s), about a quarter of the two
 # The H200 assumptions these replace (2026-12-05; the predictions made with them are in docs/measurement.md)
 H200_COMPILE_SHARE = 0.6
 H200_REFERENCE_SHARE = 0.5
@@ -131,6 +139,7 @@ GRAPH, INTERVAL, PRECOMPUTE, COMPILE = ("graph_replay=1", "stop_rule=interval", 
                                         "compile_outside_lane=1")
 ALL = ",".join((COMPILE, GRAPH, INTERVAL, PRECOMPUTE))
 LAUNCH = "launch_bound_after_compile=1"
+READ = "read_outputs_outside_lane=1"
 RULE_SLOTS = 6     # core/slots.slots_per_gpu(16 cores, 1 GPU): the H200 host's slots by the cores' rule (this
                   # package imports nothing of kernelgym_gap's; tests/test_slots.py checks the two agree)
 
@@ -161,6 +170,17 @@ def compile_share(j: Job, share: float | None = None) -> Job:
 def reference_share(j: Job, share: float | None = None) -> Job:
     """The check's part the early reference takes off it (`share`; REFERENCE_SHARE by default)."""
     return dataclasses.replace(j, check_ref=(REFERENCE_SHARE if share is None else share) * j.check)
+
+
+def read_outside(j: Job, h2d: float = H2D_SHARE_OF_READ) -> Job:
+    """The outputs read before the check's lane (EvalConfig.read_outputs_outside_lane): the record's check_read
+    (else READ_SHARE of the check) leaves the lane-held check, less its host-to-device copy (`h2d` of it, which
+    stays), and becomes the host stage check_prefetch before the lane. A record that ran it already is left."""
+    if j.check_prefetch > 0 or j.check <= 0:
+        return j
+    read = min(j.check, j.check_read if j.check_read > 0 else READ_SHARE * j.check)
+    moved = read * (1 - h2d)
+    return dataclasses.replace(j, check=j.check - moved, check_read=read - moved, check_prefetch=moved)
 
 
 def graph_interval_measured(j: Job) -> Job:
@@ -416,6 +436,9 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
                  f"{REFERENCE_SHARE:.0%} of the check (H100 check parts) runs from the child's start", PRECOMPUTE),
         Scenario("compiles outside the lane", compile_share, compile_out,
                  f"{COMPILE_SHARE:.0%} of the correctness calls (H100 child_compile_unlaned) off the lane", COMPILE),
+        Scenario("outputs read before the check's lane", read_outside, _same,
+                 f"check_read (else {READ_SHARE:.0%} of the check) x (1 - {H2D_SHARE_OF_READ}) to a host stage "
+                 f"before the lane; the host-to-device copy ({H2D_SHARE_OF_READ:.0%}, assumed) stays", READ),
         Scenario("hung first launches killed", hung_launch_killed, _same,
                  f"a call hung in its launch ends {LAUNCH_KILL_S:g} s in (compile assumed 5 s + 10 x 2 s), not 60 s",
                  LAUNCH),

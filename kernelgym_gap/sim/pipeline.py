@@ -62,6 +62,11 @@ class Job:
     misc: float = 0.1
     check_ref: float = 0.0
     check: float = 2.0
+    # the check's output files read into host memory before it takes its lane (EvalConfig.
+    # read_outputs_outside_lane, judge/prefetch.py: the record's check_prefetch), a host stage; `check` is the
+    # lane-held rest. check_read: the part of `check` that read (and copied) outputs under the lane
+    check_prefetch: float = 0.0
+    check_read: float = 0.0
     rest: float = 0.1
     hang_s: float = 0.0
     hang_lane: str = ""
@@ -270,6 +275,8 @@ class _Run:
         self.stage(i, job, gpu, slot, "child misc", t)
 
     def check(self, i, job, gpu, slot, ref: Event | None):
+        if job.check_prefetch > 0:     # the outputs read before the lane (EvalConfig.read_outputs_outside_lane)
+            yield from self.host(i, job, gpu, slot, "check prefetch", job.check_prefetch)
         body = job.check
         if ref is not None:
             t = self.sim.now

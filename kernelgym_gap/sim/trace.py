@@ -34,7 +34,9 @@ RECORD_STAGES = (
     ("outputs write", "child_outputs_write", ""),
     ("child misc", "_misc", ""),
     ("parent", "_rest", ""),           # the record's time outside gate, child and check; put here so that
-    ("wait shared (check)", "check_lane_wait", ""),        # the check ends at at_s, as lane_occupancy.py has it
+    ("check prefetch", "check_prefetch", ""),              # the check ends at at_s, as lane_occupancy.py has it;
+    ("wait shared (check)", "check_lane_wait", ""),        # its outputs read first, with no lane (EvalConfig.
+                                                           # read_outputs_outside_lane), then the wait
     ("check", "_check_body", "shared"),
 )
 
@@ -72,7 +74,7 @@ def intervals_from_records(records: list[dict]) -> list[Interval]:
                  "child_lane_wait_exclusive", "child_timing", "child_outputs_write")
         lat["_handoff"] = max(0.0, g("child") - g("child_total")) if "child_total" in lat else g("child")
         lat["_misc"] = max(0.0, g("child_total") - sum(g(k) for k in inner))
-        lat["_check_body"] = max(0.0, g("check") - g("check_lane_wait"))
+        lat["_check_body"] = max(0.0, g("check") - g("check_lane_wait") - g("check_prefetch"))
         lat["_rest"] = max(0.0, g("total") - g("gate") - g("child") - g("check"))
         t = r["at_s"] - g("total")
         name = r.get("submission") or r.get("task", "?")

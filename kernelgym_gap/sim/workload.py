@@ -7,7 +7,8 @@ durations *with* the waits it met; the simulator needs them *without*, since it 
                 2026-12-06 records on): those are the Job's `unlaned` and the simulator's own waits; the
                 compiles let go (child_compile_unlaned) are the Job's `compile`
   timing        child_timing (held exclusive; its wait is child_lane_wait_exclusive, apart)
-  check         check - check_lane_wait
+  check         check - check_lane_wait - check_prefetch (the outputs read before the lane, with
+                EvalConfig.read_outputs_outside_lane: the Job's check_prefetch, a host stage before the wait)
   setup         child_setup + child_import; write: child_outputs_write; misc: child_total less its stages
   cold start    child - child_total, for a record without child_preimport (a cold child: its start and imports)
   rest          total - gate - child - check
@@ -113,7 +114,9 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
         unlaned=g("child_checkpoint_unlaned"),
         checkpoints=CHECKPOINT_LET_GOS if g("child_checkpoint_unlaned") > 0 else 0,
         timing=g("child_timing"), timing_measure=g("child_timing_measure"), write=g("child_outputs_write"),
-        misc=max(0.0, g("child_total") - sum(g(k) for k in stages)), check=max(0.0, g("check") - g("check_lane_wait")),
+        misc=max(0.0, g("child_total") - sum(g(k) for k in stages)),
+        check=max(0.0, g("check") - g("check_lane_wait") - g("check_prefetch")),
+        check_prefetch=g("check_prefetch"), check_read=g("check_read"),
         rest=_rest(lat))
 
 
