@@ -68,8 +68,10 @@ def occupancy(records: list[dict]) -> dict:
 
 TIMING_PARTS = ("child_timing_setup", "child_timing_inputs", "child_timing_first_call", "child_timing_probe",
                 "child_timing_measure", "child_timing_recheck")
-# the trusted check's parts (judge/checker._Parts), measured by the checker itself, lane wait excluded
-CHECK_PARTS = ("check_inputs", "check_reference", "check_read", "check_compare", "check_allclose", "check_other")
+# the trusted check's parts (judge/checker._Parts), measured by the checker itself, lane wait excluded;
+# check_prefetch (EvalConfig.read_outputs_outside_lane) is the outputs read before the lane, not under it
+CHECK_PARTS = ("check_prefetch", "check_inputs", "check_reference", "check_read", "check_compare", "check_allclose",
+               "check_other")
 
 
 def mean_parts(records: list[dict], parts: tuple[str, ...], whole: str) -> dict[str, float] | None:

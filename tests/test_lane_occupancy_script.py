@@ -107,3 +107,5 @@ def test_outputs_read_before_the_checks_lane_are_not_counted_as_held():
     mod = _module()
     rec = _record(6.0, total=6.0, check_lane_wait=0.25, check_prefetch=0.5)
     assert mod.lane_intervals(rec)["shared"][1] == (5.75, 6.0)
+    got = mod.check_parts([rec, _record(7.0, total=6.0, check_read=0.1)])   # a part of the check, printed first
+    assert got["check_prefetch"] == pytest.approx(0.25) and mod.CHECK_PARTS[0] == "check_prefetch"
