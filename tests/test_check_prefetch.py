@@ -322,3 +322,23 @@ def test_the_switch_is_a_throughput_variant():
     overrides = mod.parse_variant("read_outputs_outside_lane=1")
     applied, _ = mod.apply_variant(EvalConfig(), overrides)
     assert applied.read_outputs_outside_lane and not EvalConfig().read_outputs_outside_lane
+
+
+def test_a_retried_check_keeps_the_first_attempts_prefetch_in_the_record(tmp_path):
+    """A protocol_error beside others is checked again alone, re-reading under the exclusive lane: the
+    record's check_prefetch is still the first attempt's, which its `check` seconds include."""
+    from kernelgym_gap.core.record import CheckResult
+    first = CheckResult(status=Status.PROTOCOL_ERROR, message="out of memory", trials_checked=0,
+                        seconds={"prefetch": 0.7, "read": 0.1})
+    again = CheckResult(status=Status.OK, message="", trials_checked=3, seconds={"read": 0.9})
+    answers, lanes, latency = [first, again], [], {}
+
+    def run(lane=None):
+        lanes.append(lane is not None)
+        if lane is not None:
+            with lane():
+                return answers.pop(0)
+        return answers.pop(0)
+    result, flag = checked_alone_if_failed(run, str(tmp_path), 0, latency, outside_lane=True)
+    assert result is again and flag.startswith("check_retried_alone") and lanes == [True, False]
+    assert latency["check_prefetch"] == 0.7 and "check_lane_wait" in latency and "check_retry" in latency

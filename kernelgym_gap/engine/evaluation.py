@@ -203,6 +203,10 @@ def checked_alone_if_failed(run: Callable[..., CheckResult], lane_dir: str | Non
     is `run()` under the exclusive lane and simply reads them again."""
     if outside_lane:
         result = run(lane=lambda: held(lane_dir, gpu_index, "shared", latency, "check_lane_wait"))
+        # the reading outside the lane, kept when a retry's result (which re-reads under its lane) replaces
+        # this one: `check` includes it either way, and the lane-held part is check less it (sim/workload.py)
+        if "prefetch" in result.seconds:
+            latency["check_prefetch"] = result.seconds["prefetch"]
     else:
         with held(lane_dir, gpu_index, "shared", latency, "check_lane_wait"):
             result = run()
