@@ -270,18 +270,19 @@ def table(rows) -> str:
 
 
 # The fields a variant may set: EvalConfig's integers and switches, TimingConfig's (issue 35's levers:
-# graph_replay, stop_rule) and SandboxConfig's launch bound, each with how its value is read
+# graph_replay, stop_rule, recheck_outside_exclusive) and SandboxConfig's launch bound, each with how its value is read
 SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile",
-            "read_outputs_outside_lane")
-TIMING_FIELDS = ("graph_replay", "stop_rule")
+            "read_outputs_outside_lane", "recheck_outside_exclusive")
+TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
 PLACEMENT_FIELDS = ("held_output_bytes",)       # scheduling: on the evaluations' Placement, not their config
 CHOICES = {"stop_rule": ("spread", "interval")}
 VARIANT_FIELDS = ("held_output_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
-                  "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane")
+                  "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane",
+                  "recheck_outside_exclusive")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
-          "launch_bound_after_compile=1", "read_outputs_outside_lane=1",
+          "launch_bound_after_compile=1", "read_outputs_outside_lane=1", "recheck_outside_exclusive=1",
           "compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1")
 
 
@@ -368,6 +369,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variant", action="append", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
                     help="the lanes mode once more with these EvalConfig (or Placement: held_output_bytes) fields (held_output_bytes, timed_shapes, "
                          "compile_outside_lane=0/1, precompute_reference=0/1, read_outputs_outside_lane=0/1, graph_replay=0/1, "
+                         "recheck_outside_exclusive=0/1, "
                          "stop_rule=spread/interval; 'levers' for every lever of issue 35 alone and together; "
                          "'' for the defaults), side by side; repeatable. held_output_bytes=0 writes each output "
                          "inside the lane, as before 2026-12-04")

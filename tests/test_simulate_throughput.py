@@ -503,3 +503,49 @@ def test_the_read_share_is_what_the_light_batch_records_give():
                if "check_read" in r["latency"])
     read = sum(r["latency"]["check_read"] for r in records if "check_read" in r["latency"])
     assert read / held == pytest.approx(levers.READ_SHARE, abs=0.005)
+
+
+# ---- the rechecks after the exclusive lane (TimingConfig.recheck_outside_exclusive, issue 35) ----
+_TIMED = {"child": 14.0, "child_correctness": 5.0, "child_lane_wait_exclusive": 1.0, "child_timing": 2.8,
+          "child_timing_measure": 0.8, "child_timing_recheck": 0.6, "child_total": 13.0, "check": 2.0,
+          "total": 16.5}
+
+
+def test_the_recheck_lever_moves_the_recheck_from_the_exclusive_stretch_to_a_shared_one():
+    j = workload.job_from_record({"mode": "lanes", "task": "T", "status": "ok", "at_s": 20.0, "latency": _TIMED})
+    assert (j.timing, j.timing_recheck, j.recheck) == (2.8, 0.6, 0.0)        # by default inside the timing
+    moved = levers.recheck_outside(j)
+    assert moved.timing == pytest.approx(2.2) and moved.recheck == pytest.approx(0.6)
+    assert levers.recheck_outside(moved) == moved                            # a record that ran it: as it is
+    # a record without the part (the H200 runs): RECHECK_SHARE of its timing
+    old = dataclasses.replace(j, timing_recheck=0.0)
+    assert levers.recheck_outside(old).recheck == pytest.approx(levers.RECHECK_SHARE * 2.8)
+    # alone on the GPU: the timing holds the lane exclusive, then the recheck holds it shared, nothing between
+    run = simulate([moved], Setup(slots_per_gpu=1))
+    held = [iv for iv in run.trace if iv.lane]
+    timing = next(iv for iv in held if iv.stage == "timing")
+    recheck = next(iv for iv in held if iv.stage == "recheck")
+    assert (timing.lane, recheck.lane) == ("exclusive", "shared") and recheck.start == pytest.approx(timing.end)
+    assert recheck.end - recheck.start == pytest.approx(0.6)
+    assert run.done[0].wall == pytest.approx(simulate([j], Setup(slots_per_gpu=1)).done[0].wall)
+
+
+def test_a_record_whose_rechecks_ran_after_the_timing_is_read_with_them_shared():
+    lat = {**_TIMED, "child_timing": 2.2, "child_lane_wait_recheck": 0.3, "child_recheck": 0.6}
+    r = {"mode": "lanes [recheck_outside_exclusive=1]", "task": "T", "status": "ok", "at_s": 20.0, "latency": lat}
+    j = workload.job_from_record(r)
+    assert (j.timing, j.recheck) == (2.2, 0.6)
+    # the recheck and its wait are stages of the child, not its unaccounted rest
+    assert j.misc == pytest.approx(13.0 - 5.0 - 1.0 - 2.2 - 0.3 - 0.6)
+    from kernelgym_gap.sim.trace import intervals_from_records
+    stages = {iv.stage: iv for iv in intervals_from_records([r])}
+    assert stages["recheck"].lane == "shared" and stages["timing"].lane == "exclusive"
+    assert stages["wait shared (recheck)"].wait and stages["recheck"].start == pytest.approx(
+        stages["wait shared (recheck)"].end)
+
+
+def test_the_recheck_lever_is_a_prediction_of_its_gpu_variant():
+    sc = next(s for s in levers.scenarios(levers.fit_timing(CORPUS)) if s.variant == levers.RECHECK)
+    assert sc.name == "rechecks after the exclusive lane"
+    rf = levers.refit(workload.read_records(H100_CALL3 / "throughput_records.jsonl"))
+    assert levers.RECHECK_SHARE == round(rf.recheck_share, 2)

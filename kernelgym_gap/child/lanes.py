@@ -13,7 +13,8 @@ LET_GO_WAIT_S in all, its later compiles keep the lane. Only first calls let go:
 small multiple of the library's time, too short to queue behind a timing.
 
 Phases (seconds, the record's latency as child_<name>): `lane_wait_<mode>` and `lane_timeout_<mode>` as
-before; `compile_unlaned`, the compile time spent with the lane let go; `lane_wait_after_compile`, the waits
+before (`lane_wait_recheck`: the shared stretch of the timed shapes' rechecks after the timing, with
+TimingConfig.recheck_outside_exclusive); `compile_unlaned`, the compile time spent with the lane let go; `lane_wait_after_compile`, the waits
 to take it again (both summed over the calls).
 
 Disk work between correctness calls lets the shared lane go too (`unlaned`): a checkpoint (child/run.py)
@@ -47,21 +48,23 @@ class ChildLane:
         return None if self.budget_s is None else max(self.budget_s - self.waited, 0.0)
 
     @contextlib.contextmanager
-    def stage(self, mode: str) -> Iterator[None]:
+    def stage(self, mode: str, name: str | None = None) -> Iterator[None]:
         """Holds the lane for a stretch: shared for the correctness trials, exclusive for the timing. The wait
-        goes into the phases as `lane_wait_<mode>`. Without a lane the stretch just runs; past the wait budget
-        (or on a descriptor the submission broke) it runs without the lane, and `lane_timeout_<mode>` says how
-        long it waited."""
+        goes into the phases as `lane_wait_<name>` (`name` defaults to the mode; a second stretch of the same
+        mode names itself, as the rechecks after the timing do with "recheck", so that it does not overwrite
+        the first one's wait). Without a lane the stretch just runs; past the wait budget (or on a descriptor
+        the submission broke) it runs without the lane, and `lane_timeout_<name>` says how long it waited."""
+        key = name or mode
         with hold_if_possible(self.lane, mode, self._left()) as got:
             if isinstance(got, LaneTimeout):
                 self.waited += got.waited_s
-                self.phases[f"lane_timeout_{mode}"] = got.waited_s
+                self.phases[f"lane_timeout_{key}"] = got.waited_s
             elif isinstance(got, Hold):
                 self.waited += got.wait_s
-                self.phases[f"lane_wait_{mode}"] = got.wait_s
+                self.phases[f"lane_wait_{key}"] = got.wait_s
                 self.holding = mode
             elif self.lane is not None:         # its descriptors failed
-                self.phases[f"lane_timeout_{mode}"] = 0.0
+                self.phases[f"lane_timeout_{key}"] = 0.0
             try:
                 yield
             finally:

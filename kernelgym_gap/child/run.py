@@ -28,7 +28,7 @@ from kernelgym_gap.child.outputs import HeldOutputs, checkpoint_due
 from kernelgym_gap.child.report_parts import (aliases_an_input, device_info, is_tensor, type_name_of, versions,
                                               write_report)
 from kernelgym_gap.child.module_entry import resolve_entry
-from kernelgym_gap.child.timing import time_submission
+from kernelgym_gap.child.timing import recheck_timed, time_submission
 from kernelgym_gap.child.timing_watch import timing_entry
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.lane import inherited
@@ -99,9 +99,19 @@ class ChildRun:
         if done is None and self.job.timing is not None:
             done = self.checkpoint()    # outside both lanes: a kernel killed while timed was checked everywhere
         if done is None and self.job.timing is not None:
-            with self.lane.stage("exclusive"):
-                done = self.time_calls()
+            done = self.timing_stages()
         return self.wrap_up() if done is None else done
+
+    def timing_stages(self) -> int | None:
+        """The timing under the exclusive lane; with TimingConfig.recheck_outside_exclusive, then the timed
+        shapes' rechecks under the shared lane, taken again once the exclusive one is let go: a recheck is a
+        correctness check, not a measurement, and needs no GPU to itself."""
+        with self.lane.stage("exclusive"):
+            done = self.time_calls()
+        if done is None and self.job.timing.recheck_outside_exclusive:
+            with self.lane.stage("shared", "recheck"):
+                done = self.recheck_calls()
+        return done
 
     @contextlib.contextmanager
     def _compiling(self):
@@ -310,8 +320,9 @@ class ChildRun:
         return None
 
     def time_calls(self) -> int | None:
-        """Times the entry point (child/timing.py), a share of the calls watched (`timing_entry`)."""
-        watched_entry, timing_ops = timing_entry(self.entry, integ)
+        """Times the entry point (child/timing.py), a share of the calls watched (`timing_entry`); each timed
+        shape's recheck inside its timing, or after it (`recheck_calls`) with recheck_outside_exclusive."""
+        self.timing_watch = watched_entry, timing_ops = timing_entry(self.entry, integ)
         t = time.perf_counter()
         try:
             # one call mark per timed shape, after the correctness trials' (Job.call_bounds' order)
@@ -323,6 +334,32 @@ class ChildRun:
             return self.failed_stretch(e, "while timing", timing_ops, trials=tuple(self.outcomes))
         self.marks.end()
         self.phases["timing"] = time.perf_counter() - t
+        return self.verdict("while timing", timing_ops, trials=tuple(self.outcomes), timings=self.timings)
+
+    def recheck_calls(self) -> int | None:
+        """Each timed shape's recheck after the exclusive stage (TimingConfig.recheck_outside_exclusive): the
+        same calls, on the same entry as watched in the timing, with the same outputs for the checker
+        (child/timing.recheck_timed). Each call has its own call mark, after the timed shapes' (Job.call_bounds
+        has one per recheck there: a later call's bound, sandbox/deadlines.py), so a recheck that hangs is killed
+        at its own deadline, and judged from the checkpoint before the timing as a kill in the timing is."""
+        watched_entry, timing_ops = self.timing_watch
+        first = len(self.job.trials) + len(self.job.timing_trials)
+
+        @contextlib.contextmanager
+        def call_mark(k):
+            self.marks.begin(first + k)
+            yield
+            self.marks.end()
+
+        t = time.perf_counter()
+        try:
+            self.timings = recheck_timed(self.task, self.job, watched_entry, self.held, self.timings,
+                                         call_mark=call_mark, phases=self.phases)
+        except BaseException as e:  # noqa: BLE001
+            self.marks.end()
+            # "while timing" as when the recheck runs inside it: the record reads the same either way
+            return self.failed_stretch(e, "while timing", timing_ops, trials=tuple(self.outcomes))
+        self.phases["recheck"] = time.perf_counter() - t
         return self.verdict("while timing", timing_ops, trials=tuple(self.outcomes), timings=self.timings)
 
     def write_outputs(self) -> int | None:

@@ -27,6 +27,7 @@ here only steer this child's own loop; a submission that patches them changes no
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -42,6 +43,9 @@ from kernelgym_gap.core.timing_stats import DEVICE_EXCESS, Readings, TimingReadi
 from kernelgym_gap.child.graph_timing import GraphReplay
 # the bench is a leaf both sides import (device/bench.py); bound here too, where the snapshots watch it
 from kernelgym_gap.device.bench import SPIN_MS, Bench, Measurement, side_stream_suspected  # noqa: F401
+
+
+_nullcontext = contextlib.nullcontext     # bound before the submission loads, as every name used after it
 
 
 class GraphBench(GraphReplay, Bench):
@@ -93,7 +97,11 @@ def time_submission(task, job, entry, adapter, held, on_shape=None,
     released, not while the GPU waits for the disk. `phases` (optional) gets where the exclusive stretch's
     time went, summed over the shapes, in seconds: `timing_setup` (the flush buffer, the clock warm-up, the
     synchronize and spin calibration), `timing_inputs`, `timing_first_call`, `timing_probe` (warm-up and the
-    library check), `timing_measure`, `timing_recheck` (its call and the output's host copy)."""
+    library check), `timing_measure`, `timing_recheck` (its inputs, call and the output's host copy).
+
+    With TimingConfig.recheck_outside_exclusive no shape is rechecked here: each ShapeTiming comes back
+    without its recheck fields, and child/run.py fills them after the exclusive stage with `recheck_timed`,
+    under the shared lane; `timing_release` is then each shape's inputs freed (what followed the recheck)."""
     cfg: TimingConfig = job.timing
     clock = _PhaseClock(phases)
     bench = GraphBench(cfg) if cfg.graph_replay else Bench(cfg)
@@ -118,27 +126,81 @@ def time_submission(task, job, entry, adapter, held, on_shape=None,
             kernel, library = time_shape(bench, cfg, lambda i: entry(*sets[i % len(sets)]),
                                          lambda i: task.reference(*sets[i % len(sets)]),
                                          hints.get((tuple(trial.shape), trial.dtype)), clock)
-        # the output of a call made after timing, on inputs it has not seen, is checked again
-        recheck = dataclasses.replace(trial, seed=trial.seed + 7919, index=trial.index + 5000)
-        ins = inputs_mod.make_trial_inputs(task, recheck, "cuda")
-        del sets
-        with torch.no_grad():
-            out = entry(*ins)
-        torch.cuda.synchronize()
-        name = None
-        if type(out) is torch.Tensor:
-            name = output_name("recheck", trial.index)
-            held.add(name, out)
+        recheck: dict = dict(recheck_output_file=None, recheck_trial=None)
+        if not cfg.recheck_outside_exclusive:
+            # made while this shape's timing inputs are still held, so that the recheck's buffers are never
+            # the timing's (a cache keyed by data_ptr sees new pointers)
+            ins = recheck_inputs(task, trial)
+            del sets
+            recheck = recheck_call(entry, trial, ins, held)
+            del ins
+        else:
+            del sets
         results.append(ShapeTiming(
             shape=trial.shape, dtype=trial.dtype, split=trial.split, kernel_ms=kernel.median_ms,
             kernel_spread=kernel.spread, kernel_reps=kernel.reps, launches_per_call=launches,
-            programs=programs, recheck_output_file=name, recheck_trial=recheck if name else None,
-            side_stream=side_stream_suspected(kernel), stream_ms=kernel.stream_ms, device_ms=kernel.device_ms,
-            handed_bytes=handed or None, **library))
-        del ins, out
+            programs=programs, side_stream=side_stream_suspected(kernel), stream_ms=kernel.stream_ms,
+            device_ms=kernel.device_ms, handed_bytes=handed or None, **recheck, **library))
+        torch.cuda.empty_cache()
+        clock.lap("timing_release" if cfg.recheck_outside_exclusive else "timing_recheck")
+    return tuple(results)
+
+
+# The recheck (issue 2's post-timing check): the output of a call made after a shape's timing, on inputs it has
+# not seen, is checked again by the parent's checker, so a submission that behaves only while it is checked
+# before the timing is still caught. One function for both places it runs: inside each shape's exclusive
+# timing (the default) and after the whole exclusive stretch (TimingConfig.recheck_outside_exclusive).
+
+def recheck_of(trial):
+    """The recheck's own trial: new seeds, an index apart from every correctness and timing trial's."""
+    return dataclasses.replace(trial, seed=trial.seed + 7919, index=trial.index + 5000)
+
+
+def recheck_inputs(task, trial) -> tuple:
+    """The recheck's inputs for timed `trial`, on the GPU."""
+    return inputs_mod.make_trial_inputs(task, recheck_of(trial), "cuda")
+
+
+def recheck_call(entry, trial, ins, held, call_mark=None) -> dict:
+    """One recheck call on `ins`, synchronized; its output's host copy kept in `held` for the checker. The
+    ShapeTiming fields it gives (`recheck_output_file`, `recheck_trial`; both None when the output is not a
+    tensor: the checker has nothing to compare then, as for a trial). `call_mark` (a context manager) is
+    around the call and its synchronize alone, as a correctness trial's call mark is (child/run.py)."""
+    with call_mark if call_mark is not None else _nullcontext():
+        with torch.no_grad():
+            out = entry(*ins)
+        torch.cuda.synchronize()
+    name = None
+    if type(out) is torch.Tensor:
+        name = output_name("recheck", trial.index)
+        held.add(name, out)
+    del out
+    return dict(recheck_output_file=name, recheck_trial=recheck_of(trial) if name else None)
+
+
+def recheck_timed(task, job, entry, held, timings: tuple[ShapeTiming, ...], call_mark=None,
+                  phases: dict | None = None) -> tuple[ShapeTiming, ...]:
+    """Every timed shape's recheck, in shape order, after the exclusive stretch (child/run.py, under the shared
+    lane): `timings` (time_submission's, without recheck fields) with them filled in, field for field what the
+    recheck inside the timing gives. `call_mark(k)` is the k-th recheck's call mark (a context manager);
+    `phases` gets `timing_recheck` as the recheck inside the timing does (its inputs, call, host copy and the
+    cache emptied).
+
+    What the submission can see change: its calls on one shape no longer end with that shape's recheck before
+    the next shape's first call; the rechecks come after every shape's timing, one per shape in the same order,
+    each on fresh buffers after a wait for the shared lane. A recheck was already recognisable (new buffers
+    after the timing's rotation of n_input_sets): the new order tells it that a call is a recheck no sooner
+    than the buffers did, and what it is checked on (new seeds) is unchanged."""
+    clock = _PhaseClock(phases)
+    out = []
+    for k, (trial, timing) in enumerate(zip(job.timing_trials, timings)):
+        ins = recheck_inputs(task, trial)
+        fields = recheck_call(entry, trial, ins, held, call_mark(k) if call_mark is not None else None)
+        del ins
+        out.append(dataclasses.replace(timing, **fields))
         torch.cuda.empty_cache()
         clock.lap("timing_recheck")
-    return tuple(results)
+    return tuple(out)
 
 
 class _PhaseClock:

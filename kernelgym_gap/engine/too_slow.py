@@ -61,8 +61,9 @@ def _where(t: Trial) -> str:
 
 
 def _killed_call(ev) -> tuple[str, Trial | None, bool]:
-    """What the killed call was: its description, its correctness trial (None in the timing), whether it
-    was a shape's first call (its time includes the compilation)."""
+    """What the killed call was: its description, its trial (a correctness trial, or a timed shape's for a
+    recheck after the timing; None in the timing, whose bound covers many calls), whether it was a shape's
+    first call (its time includes the compilation)."""
     i, _, _ = ev.child.outcome.stage_overrun
     trials = ev.job.trials
     if i < len(trials):
@@ -74,6 +75,12 @@ def _killed_call(ev) -> tuple[str, Trial | None, bool]:
     if k < len(timed):
         t = timed[k]
         return f"the timing of {_where(t)}", None, False
+    k -= len(timed)
+    if k < len(timed) and ev.job.timing is not None and ev.job.timing.recheck_outside_exclusive:
+        # a recheck after the timing (sandbox/deadlines.call_bounds): one later call on the timed shape, so the
+        # bound on E and U holds for it as for a correctness trial's later call
+        t = timed[k]
+        return f"the recheck after the timing of {_where(t)}", t, False
     return f"call {i}", None, False
 
 

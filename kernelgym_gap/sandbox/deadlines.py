@@ -35,7 +35,8 @@ def _shape_text(trial: Trial) -> str:
 def call_bounds(job: Job, sandbox: SandboxConfig) -> tuple[CallBound, ...]:
     """The stage deadline of every call `job`'s child makes, in the child's order (child/marks.py): the
     correctness trials, then one per timed shape; in a compile probe, one per trial (each a compilation);
-    in a specs probe, one per specialization. Empty when call deadlines are off."""
+    in a specs probe, one per specialization; with TimingConfig.recheck_outside_exclusive, one per timed shape's
+    recheck after those. Empty when call deadlines are off."""
     compile_s = sandbox.compile_call_s
     if compile_s is None:
         return ()
@@ -79,6 +80,13 @@ def call_bounds(job: Job, sandbox: SandboxConfig) -> tuple[CallBound, ...]:
             after = runs if compiles and has_launch_bound(key) else None
             bounds.append(CallBound(f"timing of {_shape_text(trial)}", runs + (compile_s if compiles else 0.0),
                                     after))
+        if t.recheck_outside_exclusive:
+            # the rechecks after the exclusive stretch (child/run.py, recheck_calls): one call each, on a shape
+            # its timing has compiled, so a later call's bound, as a correctness call of that shape has; the
+            # timed shapes' bounds above still count one recheck among TIMING_EXTRA_CALLS (a little slack)
+            for trial in job.timing_trials:
+                bounds.append(CallBound(f"recheck after the timing of {_shape_text(trial)}",
+                                        later_call_s((tuple(trial.shape), trial.dtype))))
     return tuple(bounds)
 
 

@@ -12,6 +12,8 @@ The stages, in the order engine/pipeline.py runs them (durations in a Job, secon
                              checkpoints' writes (`unlaned`, host, lane let go; each hold after one waits
                              for the lane again)
   timing                     the exclusive lane (`timing`)
+  recheck                    the timed shapes' rechecks after it, under the lane held shared (`recheck`; 0:
+                             inside the timing, as by default)
   write, misc                the outputs' write after the lanes (host) and the child's unaccounted rest
   check                      the trusted check under the lane held shared (`check`); with a precomputed
                              reference its `check_ref` part runs from the child's start instead
@@ -58,6 +60,10 @@ class Job:
     checkpoint_plan: object = None
     timing: float = 2.7
     timing_measure: float = 0.0   # the timing's measured repetitions (child_timing_measure; 0: not recorded)
+    # the timed shapes' rechecks (child_timing_recheck): inside `timing` while `recheck` is 0; with
+    # TimingConfig.recheck_outside_exclusive they are `recheck`, a shared hold after the timing (child_recheck)
+    timing_recheck: float = 0.0
+    recheck: float = 0.0
     write: float = 0.5
     misc: float = 0.1
     check_ref: float = 0.0
@@ -269,6 +275,8 @@ class _Run:
             hold += shared / pieces
         yield from self.laned(i, job, gpu, slot, "correctness", hold, "shared")
         yield from self.laned(i, job, gpu, slot, "timing", job.timing, "exclusive")
+        if job.recheck > 0:         # the rechecks after the timing: the lane taken again, shared (child/run.py)
+            yield from self.laned(i, job, gpu, slot, "recheck", job.recheck, "shared")
         yield from self.host(i, job, gpu, slot, "outputs write", job.write)
         t = self.sim.now
         yield Delay(job.misc)

@@ -31,6 +31,8 @@ RECORD_STAGES = (
     ("correctness", "child_correctness", "shared"),
     ("wait exclusive", "child_lane_wait_exclusive", ""),
     ("timing", "child_timing", "exclusive"),
+    ("wait shared (recheck)", "child_lane_wait_recheck", ""),   # TimingConfig.recheck_outside_exclusive's
+    ("recheck", "child_recheck", "shared"),                     # rechecks, after the timing
     ("outputs write", "child_outputs_write", ""),
     ("child misc", "_misc", ""),
     ("parent", "_rest", ""),           # the record's time outside gate, child and check; put here so that
@@ -71,7 +73,8 @@ def intervals_from_records(records: list[dict]) -> list[Interval]:
         lat = dict(r["latency"])
         g = lambda k: float(lat.get(k, 0.0) or 0.0)     # noqa: E731
         inner = ("child_setup", "child_import", "child_lane_wait_shared", "child_correctness",
-                 "child_lane_wait_exclusive", "child_timing", "child_outputs_write")
+                 "child_lane_wait_exclusive", "child_timing", "child_lane_wait_recheck", "child_recheck",
+                 "child_outputs_write")
         lat["_handoff"] = max(0.0, g("child") - g("child_total")) if "child_total" in lat else g("child")
         lat["_misc"] = max(0.0, g("child_total") - sum(g(k) for k in inner))
         lat["_check_body"] = max(0.0, g("check") - g("check_lane_wait") - g("check_prefetch"))
@@ -127,7 +130,7 @@ def write_trace(intervals: list[Interval], path: str | Path, title: str = "") ->
 COLOURS = {"correctness": "tab:blue", "timing": "tab:red", "check": "tab:green", "outputs write": "tab:purple",
            "setup": "tab:gray", "child start / hand-off": "tab:olive", "cold child start": "tab:olive",
            "hand-off": "tab:olive", "compile (unlaned)": "tab:cyan", "check reference (early)": "tab:orange",
-           "preimport": "tab:pink", "cuda context": "tab:pink", "hung": "black"}
+           "preimport": "tab:pink", "cuda context": "tab:pink", "hung": "black", "recheck": "gold"}
 
 
 def write_png(intervals: list[Interval], path: str | Path, title: str = "") -> Path | None:

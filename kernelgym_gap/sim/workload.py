@@ -7,6 +7,9 @@ durations *with* the waits it met; the simulator needs them *without*, since it 
                 2026-12-06 records on): those are the Job's `unlaned` and the simulator's own waits; the
                 compiles let go (child_compile_unlaned) are the Job's `compile`
   timing        child_timing (held exclusive; its wait is child_lane_wait_exclusive, apart)
+  recheck       child_recheck (held shared, after the timing: a record of TimingConfig.recheck_outside_exclusive;
+                its wait is child_lane_wait_recheck, apart); child_timing_recheck is the rechecks' part wherever
+                they ran (inside child_timing without child_recheck)
   check         check - check_lane_wait - check_prefetch (the outputs read before the lane, with
                 EvalConfig.read_outputs_outside_lane: the Job's check_prefetch, a host stage before the wait)
   setup         child_setup + child_import; write: child_outputs_write; misc: child_total less its stages
@@ -102,7 +105,8 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
                                                                                           - g("gate")),
                    hang_s=g("child"), hang_lane="shared" if in_call else "")
     stages = ("child_setup", "child_import", "child_lane_wait_shared", "child_correctness",
-              "child_lane_wait_exclusive", "child_timing", "child_outputs_write")
+              "child_lane_wait_exclusive", "child_timing", "child_lane_wait_recheck", "child_recheck",
+              "child_outputs_write")
     cold = "child_preimport" not in lat
     return Job(
         name=name, task=r.get("task", ""), status=r.get("status", ""), gate=g("gate"),
@@ -113,7 +117,8 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
         correctness=max(0.0, g("child_correctness") - sum(g(k) for k in LET_GO_PARTS)),
         unlaned=g("child_checkpoint_unlaned"),
         checkpoints=CHECKPOINT_LET_GOS if g("child_checkpoint_unlaned") > 0 else 0,
-        timing=g("child_timing"), timing_measure=g("child_timing_measure"), write=g("child_outputs_write"),
+        timing=g("child_timing"), timing_measure=g("child_timing_measure"),
+        timing_recheck=g("child_timing_recheck"), recheck=g("child_recheck"), write=g("child_outputs_write"),
         misc=max(0.0, g("child_total") - sum(g(k) for k in stages)),
         check=max(0.0, g("check") - g("check_lane_wait") - g("check_prefetch")),
         check_prefetch=g("check_prefetch"), check_read=g("check_read"),
