@@ -5,7 +5,8 @@ scripts/throughput.py keeps (throughput_records.jsonl: each record's end time `a
 
 The records hold durations, not the stages' start times, so each evaluation's lane intervals are rebuilt from
 its end time and the stages' known order: the child's pre-import, set-up, import and shared-lane wait, then
-the correctness stretch (shared lane), the exclusive-lane wait and the timing (exclusive lane); the trusted
+the correctness stretch (shared lane), the exclusive-lane wait and the timing (exclusive lane), the rechecks
+after it where they ran there (shared lane, after their own wait: TimingConfig.recheck_outside_exclusive); the trusted
 check ends at `at_s` and holds the shared lane for its duration less its own lane wait. The rebuild is
 approximate (unrecorded gaps move intervals by up to a second or so); the lanes forbid shared and exclusive
 holders at once, so the time the rebuilt intervals overlap that way is printed as the rebuild's error. A
@@ -35,10 +36,16 @@ def lane_intervals(record: dict) -> dict[str, list[tuple[float, float]]]:
     correctness = (min(t + let_go, end), end)
     t = end + lat.get("child_lane_wait_exclusive", 0.0)
     timing = (t, t + lat.get("child_timing", 0.0))
+    # the timed shapes' rechecks after the timing (TimingConfig.recheck_outside_exclusive): the lane taken
+    # again, shared, after its own wait; records without them have none (the recheck inside the timing)
+    shared = [correctness]
+    if lat.get("child_recheck", 0.0) > 0:
+        t = timing[1] + lat.get("child_lane_wait_recheck", 0.0)
+        shared.append((t, t + lat["child_recheck"]))
     # the check's outputs read before its lane (EvalConfig.read_outputs_outside_lane), then its wait: not held
     check = (record["at_s"] - lat.get("check", 0.0) + lat.get("check_lane_wait", 0.0) + lat.get("check_prefetch", 0.0),
              record["at_s"])
-    return {"shared": [correctness, check], "exclusive": [timing]}
+    return {"shared": shared + [check], "exclusive": [timing]}
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:

@@ -109,3 +109,14 @@ def test_outputs_read_before_the_checks_lane_are_not_counted_as_held():
     assert mod.lane_intervals(rec)["shared"][1] == (5.75, 6.0)
     got = mod.check_parts([rec, _record(7.0, total=6.0, check_read=0.1)])   # a part of the check, printed first
     assert got["check_prefetch"] == pytest.approx(0.25) and mod.CHECK_PARTS[0] == "check_prefetch"
+
+
+def test_rechecks_after_the_timing_are_a_shared_hold_after_their_own_wait():
+    """TimingConfig.recheck_outside_exclusive: the timing [3, 4) exclusive, a 0.5 s wait, the rechecks [4.5, 5)
+    shared; the check [5, 6). Without child_recheck nothing is added."""
+    mod = _module()
+    rec = _record(6.0, total=6.0, child_lane_wait_recheck=0.5, child_recheck=0.5)
+    iv = mod.lane_intervals(rec)
+    assert iv["exclusive"] == [(3.0, 4.0)]
+    assert iv["shared"] == [(1.0, 3.0), (4.5, 5.0), (5.0, 6.0)]
+    assert len(mod.lane_intervals(_record(6.0, total=6.0))["shared"]) == 2
