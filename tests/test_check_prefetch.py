@@ -342,3 +342,19 @@ def test_a_retried_check_keeps_the_first_attempts_prefetch_in_the_record(tmp_pat
     result, flag = checked_alone_if_failed(run, str(tmp_path), 0, latency, outside_lane=True)
     assert result is again and flag.startswith("check_retried_alone") and lanes == [True, False]
     assert latency["check_prefetch"] == 0.7 and "check_lane_wait" in latency and "check_retry" in latency
+
+
+def test_a_lane_that_cannot_be_taken_ends_the_waiting_server(task, tmp_path):
+    """The server read the outputs and waits for its go line; the lane raises instead (a lane timeout): the
+    error reaches the caller, the waiting server is ended rather than reused, and the next check works."""
+    job, report = _case(task, tmp_path, ("ok", "ok", "ok"))
+    spec, result = _spec(tmp_path, job, report, True)
+
+    def refused():
+        raise TimeoutError("the lane was not free in time")
+    with WarmChecker(device="cpu") as w:
+        with pytest.raises(TimeoutError):
+            w.check_spec(spec, result, timeout=60, lane=refused)
+        assert not w.alive()
+        assert w.check_spec(spec, result, timeout=60, lane=lambda: held(None, 0, "shared")).status is Status.OK
+        assert w.starts == 2

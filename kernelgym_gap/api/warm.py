@@ -181,12 +181,18 @@ class WarmChecker:
             return reply
         # the spec asked for the prefetch (judge/prefetch.py): the outputs are in the server's memory; the
         # copy to the device and the comparison run once this process holds the GPU's shared lane
-        with lane() if lane is not None else contextlib.nullcontext():
-            try:
-                proc.stdin.write(b"go\n")
-            except (BrokenPipeError, OSError):
-                raise _Died() from None
-            reply = self._readline(deadline)
+        try:
+            with lane() if lane is not None else contextlib.nullcontext():
+                try:
+                    proc.stdin.write(b"go\n")
+                except (BrokenPipeError, OSError):
+                    raise _Died() from None
+                reply = self._readline(deadline)
+        except (_Died, subprocess.TimeoutExpired):
+            raise
+        except BaseException:
+            self._stop()        # the lane could not be taken: the server waits for a go line that never comes
+            raise
         if reply.get("spec") != str(spec_path) or "read" in reply:
             raise _Died()
         return reply
