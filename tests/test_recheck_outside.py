@@ -334,3 +334,32 @@ def _killed_evaluation(task, job: Job, overrun):
         backend=types.SimpleNamespace(measures_time=False, name="cpu"),
         check_result=CheckResult(status=Status.OK, message="", trials_checked=len(outcomes),
                                  kernelbench_allclose=True))
+
+
+def test_on_cuda_a_killed_recheck_bounds_e_as_one_later_call_and_the_timing_does_not(layernorm, monkeypatch,
+                                                                                     tmp_path):
+    """A recheck is one call on a compiled shape: its kill bounds E by the library's time over the time
+    reached, as a correctness trial's later call does; a kill in the timing (many calls under one mark) does not."""
+    from kernelgym_gap.judge.calibrate import Calibration
+    cal = Calibration(device_key="k", device_name="NVIDIA H100 80GB HBM3", copy_bytes_per_s=3.0e12,
+                      matmul_flops_per_s={"float32": 6e13, "tf32": 4e14, "float16": 8e14, "bfloat16": 8e14},
+                      source="datasheet")
+    monkeypatch.setattr("kernelgym_gap.judge.measure.get_calibration", lambda report, config: cal)
+    monkeypatch.setattr("kernelgym_gap.judge.measure.best_known_efficiency", lambda *a: None)
+    lib_ms = 0.02
+    terms = {}
+    for outside in (False, True):
+        job = timed_job(layernorm.id, outside, tmp_path)
+        job = dataclasses.replace(job, library_hint=((SHAPES[0], "float32", lib_ms),))
+        job = dataclasses.replace(job, call_bounds=call_bounds(job, SANDBOX))
+        i = len(job.trials) + (len(job.timing_trials) if outside else 0)
+        bound = job.call_bounds[i].bound_s
+        ev = _killed_evaluation(layernorm, job, (i, bound, bound + 0.1))
+        ev.backend = types.SimpleNamespace(measures_time=True, name="cuda")
+        status, message, fields = too_slow.decide(ev)
+        assert status is Status.TOO_SLOW, message
+        terms[outside] = fields["terms"]
+    assert terms[False]["E_upper"] is None
+    reached_ms = (SANDBOX.call_floor_s + 0.1) * 1e3        # 200 x 0.02 ms is under the floor: the floor is the bound
+    assert terms[True]["E_upper"] == pytest.approx(lib_ms / reached_ms)
+    assert terms[True]["too_slow_by_rule"] is True and terms[True]["first_call"] is False
