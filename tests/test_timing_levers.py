@@ -251,6 +251,111 @@ def test_synthetic_readings_follow_the_interval_rule():
     assert stats.stop_rule_problem(r, INTERVAL, True) is None
 
 
+# ---- the clock warm-up's end and the warm-up done once (issue 35) ----------------------------------------
+
+class ScriptedClock(Bench):
+    """Bench._warm_clocks over a scripted clock: each reading is the next of `rates` (kHz), each busy stretch
+    advances a fake wall clock by the time asked (no device)."""
+
+    def __init__(self, cfg, rates):
+        self.cfg, self.rates, self.now, self.busy = cfg, list(rates), 0.0, 0
+
+    def _busy(self, ms):
+        self.busy += 1
+        self.now += max(ms, 0.5) / 1e3
+
+    def _clock_khz(self):
+        return self.rates.pop(0) if len(self.rates) > 1 else self.rates[0]
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    from kernelgym_gap.device import bench as bench_mod
+
+    def install(b):
+        monkeypatch.setattr(bench_mod.time, "perf_counter", lambda: b.now)
+        return b
+    return install
+
+
+def test_the_clock_warm_up_rule_is_a_known_choice():
+    with pytest.raises(UnknownChoiceError, match="steady"):
+        TimingConfig(clock_warmup_rule="steadfast")
+
+
+@pytest.mark.parametrize("rates,least,most", [
+    ([1_980_000.0], 20.0, 30.0),                                 # already at its clock: the minimum, then out
+    ([345_000.0] * 2 + [1_200_000.0, 1_700_000.0] + [1_980_000.0] * 3, 35.0, 45.0),   # ramps, then settles
+    ([345_000.0, 1_980_000.0] * 100, 300.0, 306.0),              # never settles: the fixed bound
+])
+def test_a_steady_warm_up_ends_once_the_clock_holds_and_never_past_the_fixed_one(fake_clock, rates, least, most):
+    """Rule "steady" stops when three readings in a row agree within 1% after 20 ms, never later than
+    clock_warmup_ms; the readings it took are kept (the ramp is visible in them)."""
+    b = fake_clock(ScriptedClock(TimingConfig(clock_warmup_rule="steady"), rates))
+    taken = b._warm_clocks(300.0)
+    assert least <= b.now * 1e3 <= most
+    assert len(taken) == b.busy                       # one reading after each busy stretch
+    assert taken[:len(rates)] == tuple(rates[:len(taken)])
+
+
+def test_an_idle_clock_that_reads_steady_is_still_warmed_for_the_minimum(fake_clock):
+    """A GPU that has not begun to ramp reads the same low clock every time: the 20 ms minimum is spent
+    before any three readings may end the warm-up."""
+    from kernelgym_gap.device.bench import STEADY_MIN_MS, clock_settled
+    assert not clock_settled([345_000.0] * 3, STEADY_MIN_MS - 1)
+    assert clock_settled([345_000.0] * 3, STEADY_MIN_MS)
+    assert not clock_settled([1_900_000.0, 1_980_000.0, 1_980_000.0], 50.0)     # 4% apart: still ramping
+    assert not clock_settled([1_980_000.0] * 2, 50.0)                          # two readings are not three
+
+
+def test_the_fixed_warm_up_keeps_the_gpu_busy_for_its_whole_time_and_reads_no_clock(fake_clock):
+    b = fake_clock(ScriptedClock(TimingConfig(), [1_980_000.0]))
+    assert b._warm_clocks(300.0) == ()
+    assert b.now * 1e3 >= 300.0
+
+
+class CountingWarm(Scripted, Bench):
+    """Scripted readings with Bench's own `_warm` (warm_once), its calls counted per callable name."""
+
+    def __init__(self, cfg, times):
+        super().__init__(cfg, times)
+        import weakref
+        self._warmed, self.warms = weakref.WeakKeyDictionary(), {}
+
+    _warm = Bench._warm
+
+    def _warm_calls(self, fn):
+        self.warms[fn(0)] = self.warms.get(fn(0), 0) + 1
+        return self.times[fn(0)]
+
+
+@pytest.mark.parametrize("hint", [None, 0.3])
+def test_warm_once_warms_each_callable_once_per_shape_and_the_parent_believes_it(hint):
+    """With warm_once the full timing reuses the probe's warm-up (one per callable per shape, not two), and
+    the readings still pass the parent's replay of the stopping rules (judge/measure.trusted_timings)."""
+    cfg = dataclasses.replace(CFG, warm_once=True)
+    for once, expected in ((False, 2), (True, 1)):
+        b = CountingWarm(dataclasses.replace(cfg, warm_once=once), {"kernel": 0.2, "library": 0.3})
+        k, fields = time_shape(b, b.cfg, lambda i: "kernel", lambda i: "library", hint)
+        assert b.warms["kernel"] == expected
+        assert b.warms["library"] == (1 if hint is not None else expected)
+    t = ShapeTiming(shape=TRIAL.shape, dtype=TRIAL.dtype, split="public", kernel_ms=k.median_ms,
+                    kernel_spread=k.spread, kernel_reps=k.reps, launches_per_call=1, programs=64,
+                    side_stream=stats.side_stream_suspected(k), stream_ms=k.stream_ms, device_ms=k.device_ms,
+                    **fields)
+    job = dataclasses.replace(_job(cfg), library_hint=((TRIAL.shape, TRIAL.dtype, hint),) if hint else ())
+    assert trusted_timings(job, (t,))[0].kernel_ms == t.kernel_ms
+
+
+def test_warm_once_does_not_carry_a_warm_up_over_to_another_callable():
+    """Each shape's callables are new objects: the next shape is warmed again (the estimate is per callable,
+    held weakly, so a gone callable's entry cannot be found by a new one)."""
+    b = CountingWarm(dataclasses.replace(CFG, warm_once=True), {"kernel": 0.2, "library": 0.3})
+    for _ in range(3):
+        time_shape(b, b.cfg, lambda i: "kernel", lambda i: "library", None)
+    assert b.warms == {"kernel": 3, "library": 3}
+
+
 # ---- on a GPU --------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu

@@ -96,7 +96,7 @@ def time_submission(task, job, entry, adapter, held, on_shape=None,
     output goes to `held` (child/outputs.HeldOutputs): a host copy, written once the exclusive lane is
     released, not while the GPU waits for the disk. `phases` (optional) gets where the exclusive stretch's
     time went, summed over the shapes, in seconds: `timing_setup` (the flush buffer, the clock warm-up, the
-    synchronize and spin calibration), `timing_inputs`, `timing_first_call`, `timing_probe` (warm-up and the
+    synchronize and spin calibration; `timing_clock_warmup` is the clock warm-up's part of it), `timing_inputs`, `timing_first_call`, `timing_probe` (warm-up and the
     library check), `timing_measure`, `timing_recheck` (its inputs, call and the output's host copy).
 
     With TimingConfig.recheck_outside_exclusive no shape is rechecked here: each ShapeTiming comes back
@@ -107,6 +107,8 @@ def time_submission(task, job, entry, adapter, held, on_shape=None,
     bench = GraphBench(cfg) if cfg.graph_replay else Bench(cfg)
     bench.watch = adapter.streams     # the capture's stream is the one launches are expected on meanwhile
     clock.lap("timing_setup")
+    if phases is not None:            # the clock warm-up's part of timing_setup (TimingConfig.clock_warmup_rule)
+        phases["timing_clock_warmup"] = bench.clock_warmup_s
     hints = {(tuple(shape), dtype): ms for shape, dtype, ms in job.library_hint}
     results = []
     for index, trial in enumerate(job.timing_trials):

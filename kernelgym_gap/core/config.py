@@ -71,6 +71,9 @@ class SandboxConfig:
         return super().__new__(cls)
 
 
+CLOCK_WARMUP_RULES = ("fixed", "steady")
+
+
 @dataclasses.dataclass(frozen=True)
 class TimingConfig:
     warmup_ms: float = 25.0
@@ -103,10 +106,21 @@ class TimingConfig:
     # correctness check and needs no GPU to itself. On the H100 light batch (2026-12-06) it was 0.59 s of the
     # 2.82 s exclusive stretch. Off until the GPU compares it side by side (issue 35; child/run.py, recheck_calls)
     recheck_outside_exclusive: bool = False
+    # The clock warm-up's end (device/bench.py): "fixed" keeps the GPU busy for clock_warmup_ms; "steady" stops
+    # as soon as the SM clock, read from a spin kernel of known cycles every few ms, has held within 1% over
+    # three readings (at least 20 ms busy, at most clock_warmup_ms). Under the lanes the GPU is rarely idle when
+    # a timing starts (another evaluation's trials ran a moment ago), and the fixed 300 ms was 0.30 s of the
+    # 2.82 s exclusive stretch on the H100 light batch (2026-12-06). warm_once: the full timing of a shape does
+    # not warm a callable up again that the probe warmed a moment before (its per-call estimate is reused).
+    # Both off until the GPU compares them side by side (issue 35).
+    clock_warmup_rule: str = "fixed"
+    warm_once: bool = False
 
     def __post_init__(self):
         if self.stop_rule not in ("spread", "interval"):
             raise UnknownChoiceError("stop rule", self.stop_rule, ("spread", "interval"))
+        if self.clock_warmup_rule not in CLOCK_WARMUP_RULES:
+            raise UnknownChoiceError("clock warm-up rule", self.clock_warmup_rule, CLOCK_WARMUP_RULES)
         if not 0 < self.e_halfwidth < 1:
             raise ValueError("e_halfwidth must be in (0, 1)")
         if self.library_check_reps < 3:

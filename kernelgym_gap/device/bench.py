@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -20,6 +21,23 @@ from kernelgym_gap.core.timing_stats import Readings
 
 
 SPIN_MS = 0.3     # longer than the host-side cost of a Triton or TileLang launch from Python
+# TimingConfig.clock_warmup_rule "steady": the clock is read every STEADY_READ_MS of busy work, and the warm-up
+# ends once STEADY_READINGS readings in a row lie within STEADY_TOLERANCE of their largest, after at least
+# STEADY_MIN_MS (a GPU that has not begun to ramp reads steady too, at its idle clock: the minimum gives the
+# ramp time to start; boost clocks ramp within a few ms of load on Hopper). CLOCK_READ_CYCLES: ~0.1 ms at 2 GHz
+STEADY_READ_MS = 5.0
+STEADY_MIN_MS = 20.0
+STEADY_READINGS = 3
+STEADY_TOLERANCE = 0.01
+CLOCK_READ_CYCLES = 200_000
+
+
+def clock_settled(rates: list[float], elapsed_ms: float) -> bool:
+    """Whether a "steady" clock warm-up may end: STEADY_MIN_MS spent and the last STEADY_READINGS clock
+    readings within STEADY_TOLERANCE of their largest."""
+    last = rates[-STEADY_READINGS:]
+    return (elapsed_ms >= STEADY_MIN_MS and len(last) == STEADY_READINGS
+            and min(last) >= (1 - STEADY_TOLERANCE) * max(last))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,20 +56,50 @@ class Bench:
         self.cfg = cfg
         l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
         self.flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.int8, device="cuda")
-        self._warm_clocks(cfg.clock_warmup_ms)
+        self._warmed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # TimingConfig.warm_once
+        t0 = time.perf_counter()
+        self.clock_rates = self._warm_clocks(cfg.clock_warmup_ms)
+        self.clock_warmup_s = time.perf_counter() - t0
         self.sync_overhead_ms, self.sync_jitter_ms = self._sync_overhead()
         self.spin_cycles = self._spin_cycles(SPIN_MS)
 
-    def _warm_clocks(self, ms: float) -> None:
-        """Keep the GPU busy (memory traffic and a spin) for `ms` before anything is measured. An idle H200
-        sits at a low clock; measured on it, the first shape timed had a (p75-p25)/median spread of 20-55%
-        while later ones had 2% (2026-12-02)."""
+    def _warm_clocks(self, ms: float) -> tuple[float, ...]:
+        """Keep the GPU busy (memory traffic and a spin) before anything is measured: for `ms`, or with
+        TimingConfig.clock_warmup_rule "steady" until the SM clock has settled (`clock_settled`, at most `ms`).
+        An idle H200 sits at a low clock; measured on it, the first shape timed had a (p75-p25)/median spread of
+        20-55% while later ones had 2% (2026-12-02). Returns the clock readings taken (kHz; none when fixed)."""
+        steady = getattr(self.cfg, "clock_warmup_rule", "fixed") == "steady"
         t0 = time.perf_counter()
-        while (time.perf_counter() - t0) * 1e3 < ms:
+        rates: list[float] = []
+        while (elapsed := (time.perf_counter() - t0) * 1e3) < ms:
+            if steady and clock_settled(rates, elapsed):
+                break
+            self._busy(STEADY_READ_MS if steady else 0.0)
+            if steady:
+                rates.append(self._clock_khz())
+        return tuple(rates)
+
+    def _busy(self, ms: float) -> None:
+        """Memory traffic and a spin on the GPU, at least once and for about `ms` of wall time."""
+        t0 = time.perf_counter()
+        while True:
             for _ in range(8):
                 self.flush.zero_()
             torch.cuda._sleep(100_000)
             torch.cuda.synchronize()
+            if (time.perf_counter() - t0) * 1e3 >= ms:
+                return
+
+    @staticmethod
+    def _clock_khz() -> float:
+        """The SM clock now, in kHz: cycles of a spin kernel (torch.cuda._sleep counts clock64 cycles) per ms
+        of its events' time."""
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        torch.cuda._sleep(CLOCK_READ_CYCLES)
+        b.record()
+        torch.cuda.synchronize()
+        return CLOCK_READ_CYCLES / max(a.elapsed_time(b), 1e-6)
 
     def _sync_overhead(self) -> tuple[float, float]:
         """(median, p75 - p25) in ms of an empty event-synchronize-event round trip."""
@@ -80,7 +128,23 @@ class Bench:
         return int(per_ms * ms)
 
     def _warm(self, fn: Callable[[int], object]) -> float:
-        """Warm-up: at least two calls, then until warmup_ms of GPU time has passed; returns ms per call."""
+        """Warm-up: at least two calls, then until warmup_ms of GPU time has passed; returns ms per call. With
+        TimingConfig.warm_once, a callable this bench warmed already (the probe's, a moment before its full
+        timing) is not warmed again: its estimate then is returned."""
+        if getattr(self.cfg, "warm_once", False):
+            try:
+                return self._warmed[fn]
+            except (KeyError, TypeError):
+                pass
+        per_call = self._warm_calls(fn)
+        if getattr(self.cfg, "warm_once", False):
+            try:
+                self._warmed[fn] = per_call
+            except TypeError:        # not weakly referenceable: warmed each time, as without the switch
+                pass
+        return per_call
+
+    def _warm_calls(self, fn: Callable[[int], object]) -> float:
         torch.cuda.synchronize()
         w0, w1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         w0.record()
