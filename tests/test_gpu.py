@@ -204,3 +204,23 @@ def test_lanes_with_compiles_outside_the_lane(registry, cuda_config, cuda_where)
         assert rec.latency.get("child_compile_unlaned", 0) > 0, rec.latency
         assert "child_lane_wait_after_compile" in rec.latency
         assert not any(k.startswith("child_lane_timeout") for k in rec.latency), rec.latency
+
+
+def test_outputs_held_on_the_device_reach_the_checker_the_same(registry, cuda_config, cuda_where):
+    """Placement.held_device_bytes (issue 35): the correctness outputs kept as device copies until the next
+    checkpoint give the same verdicts as host copies: the optimized LayerNorm ok (its E close to the host
+    copies' run), the bias-less fixture a mismatch; the host copies leave the shared lane (child_correctness_save
+    falls)."""
+    from pathlib import Path
+    from kernelgym_gap.engine.pipeline import evaluate
+    device = cuda_where.replace(held_device_bytes=1 << 30)
+    host = _eval(registry, "triton_rowwise.py", cuda_config, where=cuda_where)
+    held = _eval(registry, "triton_rowwise.py", cuda_config, where=device)
+    assert host.status.value == held.status.value == "ok", held.message
+    assert abs(held.terms["E"] / host.terms["E"] - 1) < 0.1
+    print(f"correctness_save: host copies {host.latency.get('child_correctness_save', 0):.3f} s, device copies "
+          f"{held.latency.get('child_correctness_save', 0):.3f} s")
+    assert held.latency.get("child_correctness_save", 0) < host.latency.get("child_correctness_save", 0)
+    wrong = (Path(__file__).parent / "fixtures" / "failures" / "mismatch.py").read_text()
+    r = evaluate(registry.get("LayerNorm"), wrong, "triton", "cuda", cuda_config, placement=device)
+    assert r.status.value == "mismatch", r.message

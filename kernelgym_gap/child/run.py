@@ -72,7 +72,8 @@ class ChildRun:
         self.timings: tuple = ()
         self.common: dict = {}           # fields every report carries: versions, device
         self.marks = CallMarks(self.report_path.parent, job.call_bounds)   # the parent's call deadlines
-        self.held = HeldOutputs(self.outputs, job.held_output_bytes)       # written once the lanes are let go
+        self.held = HeldOutputs(self.outputs, job.held_output_bytes,       # written once the lanes are let go
+                                device_budget_bytes=job.held_device_bytes)
         self.compiling_trials = first_of_their_shape(job.trials)   # the calls that compile (lanes.py)
         self.checkpointed = 0            # outcomes covered by the last checkpoint (`checkpoint`)
 

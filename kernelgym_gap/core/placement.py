@@ -43,6 +43,12 @@ class Placement:
     # checker (child/outputs.py); on the cpu backend at most CPU_HELD_OUTPUT_BYTES. 0: each output written as
     # it comes, inside the lane.
     held_output_bytes: int = 4 << 30
+    # GPU memory a child on cuda may keep its correctness outputs in (a device copy, taken inside the lane in
+    # about a millisecond) until its next checkpoint, where they are copied to the host and written with the
+    # shared lane let go (child/outputs.py). Issue 35: the host copies were 1.10 s of an evaluation's shared lane
+    # on the H100 light batch (2026-12-06, child_correctness_save). Past it, an output is copied to the host at
+    # once, as with 0 (the default until the GPU run compares it): the same outputs reach the checker either way.
+    held_device_bytes: int = 0
     # how long an evaluation waits for its disk reservation (sandbox/disk_ledger.py: jobs on one scratch root
     # reserve what they may write) before ScratchSpaceError; long enough for a big cuda job ahead of it to end
     disk_wait_s: float = 900.0
@@ -53,6 +59,9 @@ class Placement:
         if isinstance(self.held_output_bytes, bool) or not isinstance(self.held_output_bytes, int) \
                 or self.held_output_bytes < 0:
             raise ValueError("held_output_bytes must be a non-negative int")
+        if isinstance(self.held_device_bytes, bool) or not isinstance(self.held_device_bytes, int) \
+                or self.held_device_bytes < 0:
+            raise ValueError("held_device_bytes must be a non-negative int")
         if isinstance(self.disk_wait_s, bool) or not isinstance(self.disk_wait_s, (int, float)) \
                 or not self.disk_wait_s >= 0:
             raise ValueError(f"disk_wait_s must be a non-negative number of seconds, not {self.disk_wait_s!r}")
@@ -63,6 +72,10 @@ class Placement:
     def held_output_bytes_for(self, backend: str) -> int:
         """What a child on `backend` may hold (see held_output_bytes)."""
         return self.held_output_bytes if backend == "cuda" else min(self.held_output_bytes, CPU_HELD_OUTPUT_BYTES)
+
+    def held_device_bytes_for(self, backend: str) -> int:
+        """The GPU memory a child on `backend` may keep outputs in (see held_device_bytes): none off cuda."""
+        return self.held_device_bytes if backend == "cuda" else 0
 
     def lanes_for(self, backend: str) -> str | None:
         """The lane directory the trusted side (checker, calibration, baselines) takes on `backend`: the GPU's

@@ -217,6 +217,9 @@ class Job(_Record):
     # host memory the child may hold outputs in until its lanes are released (child/outputs.py); past it an
     # output is written as soon as it comes. 0: every output written at once.
     held_output_bytes: int = 0
+    # GPU memory the child may keep correctness outputs in until its next checkpoint (Placement.held_device_bytes);
+    # 0: each is copied to the host right after its call
+    held_device_bytes: int = 0
     # the DSL's compiles in a shape's first correctness call run with the shared lane let go
     # (EvalConfig.compile_outside_lane, child/lanes.py)
     compile_outside_lane: bool = False

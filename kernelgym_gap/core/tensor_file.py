@@ -53,6 +53,12 @@ def host_copy(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("cpu", copy=True).contiguous()
 
 
+def device_copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of `t` on its own device that shares no memory with it (host_copy's reason, without
+    the trip to the host: that comes when the copy is written)."""
+    return t.detach().clone(memory_format=torch.contiguous_format)
+
+
 def _bytes_view(t: torch.Tensor):
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 

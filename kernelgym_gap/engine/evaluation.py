@@ -87,6 +87,7 @@ class Evaluation:
                        report_file=str(scratch / "report.json"), trials=self.trials, timing=timing,
                        timing_trials=timing_trials, library_hint=self._library_hint(timing_trials),
                        held_output_bytes=self.placement.held_output_bytes_for(self.backend.name),
+                       held_device_bytes=self.placement.held_device_bytes_for(self.backend.name),
                        compile_outside_lane=self.config.compile_outside_lane)
         from kernelgym_gap.judge import early_check
         self._early = early_check.start(self.task, self.job, self.backend.name, self.config, self.checker,
