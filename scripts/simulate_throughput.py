@@ -52,7 +52,7 @@ def checkpoint_plans(task_ids) -> dict:
     from kernelgym_gap.engine.correctness_order import order_for_correctness
     from kernelgym_gap.engine.trials import make_trials
     from kernelgym_gap.sandbox.output_sizes import expected_bytes
-    from kernelgym_gap.sim import levers
+    from kernelgym_gap.sim import checkpoints
     plans = {}
     for task_id in sorted(set(task_ids)):
         try:
@@ -67,11 +67,11 @@ def checkpoint_plans(task_ids) -> dict:
         compiling, covered, kinds, chunks = first_of_their_shape(trials), 0, [], []
         for finished in range(len(trials)):
             if checkpoint_due(trials, finished, covered, compiling):
-                kinds.append(levers.SECOND_CALL if covered == 0 else levers.REPEATS
-                             if trials[finished].index not in compiling else levers.LARGER_SHAPE)
+                kinds.append(checkpoints.SECOND_CALL if covered == 0 else checkpoints.REPEATS
+                             if trials[finished].index not in compiling else checkpoints.LARGER_SHAPE)
                 chunks.append(sum(b for b, _ in sizes[covered:finished]))
                 covered = finished
-        plans[task_id] = levers.CheckpointPlan(tuple(kinds), tuple(chunks), sum(b for b, _ in sizes[covered:]),
+        plans[task_id] = checkpoints.CheckpointPlan(tuple(kinds), tuple(chunks), sum(b for b, _ in sizes[covered:]),
                                                len(trials))
     return plans
 

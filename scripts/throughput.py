@@ -260,6 +260,19 @@ def agreement(batch, serial, lanes) -> dict:
             "max_abs_E_ratio_minus_1": round(max(abs(x - 1) for x in ratios), 4) if ratios else None}
 
 
+def e_against_defaults(defaults, variant) -> dict:
+    """E of one variant's records against the defaults' on the same submissions (the same batch, in order):
+    issue 35's "E within 2%" asked of a lever. Submissions without an E on either side are left out."""
+    ratios = [b.terms["E"] / a.terms["E"] for a, b in zip(defaults, variant)
+              if a.terms and b.terms and a.terms.get("E") and b.terms.get("E")]
+    dev = sorted(abs(r - 1) for r in ratios)
+    return {"E_compared": len(ratios),
+            "median_abs_E_ratio_minus_1": round(dev[len(dev) // 2], 4) if dev else None,
+            "max_abs_E_ratio_minus_1": round(dev[-1], 4) if dev else None,
+            "min_E_ratio": round(min(ratios), 4) if ratios else None,
+            "max_E_ratio": round(max(ratios), 4) if ratios else None}
+
+
 def table(rows) -> str:
     cols = ("mode", "evaluations", "seconds", "evals_per_gpu_hour", "wall_p50_s", "wall_p95_s", "wall_max_s",
             "honest_p50_s", "solutions_max_s", "hostile_max_s")
@@ -270,19 +283,20 @@ def table(rows) -> str:
 
 
 # The fields a variant may set: EvalConfig's integers and switches, TimingConfig's (issue 35's levers:
-# graph_replay, stop_rule, recheck_outside_exclusive) and SandboxConfig's launch bound, each with how its value is read
+# graph_replay, stop_rule, recheck_outside_exclusive, clock_warmup_rule, warm_once) and SandboxConfig's launch bound, each with how its value is read
 SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile",
-            "read_outputs_outside_lane", "recheck_outside_exclusive")
-TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive")
+            "read_outputs_outside_lane", "recheck_outside_exclusive", "warm_once")
+TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive", "clock_warmup_rule", "warm_once")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
-PLACEMENT_FIELDS = ("held_output_bytes",)       # scheduling: on the evaluations' Placement, not their config
-CHOICES = {"stop_rule": ("spread", "interval")}
-VARIANT_FIELDS = ("held_output_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
+PLACEMENT_FIELDS = ("held_output_bytes", "held_device_bytes")       # scheduling: on the evaluations' Placement, not their config
+CHOICES = {"stop_rule": ("spread", "interval"), "clock_warmup_rule": ("fixed", "steady")}
+VARIANT_FIELDS = ("held_output_bytes", "held_device_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
                   "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane",
-                  "recheck_outside_exclusive")
+                  "recheck_outside_exclusive", "clock_warmup_rule", "warm_once")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
           "launch_bound_after_compile=1", "read_outputs_outside_lane=1", "recheck_outside_exclusive=1",
+          "clock_warmup_rule=steady", "warm_once=1", "held_device_bytes=1024M",
           "compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1")
 
 
@@ -334,7 +348,7 @@ def lever_gains(rows: list[dict]) -> list[dict]:
 
 def apply_variant(config, overrides: dict, placement=None):
     """(config, placement) with a variant's overrides: TimingConfig's fields on config.timing, SandboxConfig's
-    on config.sandbox, held_output_bytes on the placement (default Placement()), the rest on config."""
+    on config.sandbox, held_output_bytes and held_device_bytes on the placement (default Placement()), the rest on config."""
     import dataclasses
 
     from kernelgym_gap.core.placement import Placement
@@ -367,10 +381,10 @@ def main(argv=None) -> int:
                          "KernelEnv after the batch (the p50 env.step goal); default none")
     ap.add_argument("--think", type=float, default=3.0, help="seconds before each env.step (the agent's turn)")
     ap.add_argument("--variant", action="append", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
-                    help="the lanes mode once more with these EvalConfig (or Placement: held_output_bytes) fields (held_output_bytes, timed_shapes, "
+                    help="the lanes mode once more with these EvalConfig (or Placement: held_output_bytes, held_device_bytes) fields (held_output_bytes, held_device_bytes=1024M, timed_shapes, "
                          "compile_outside_lane=0/1, precompute_reference=0/1, read_outputs_outside_lane=0/1, graph_replay=0/1, "
                          "recheck_outside_exclusive=0/1, "
-                         "stop_rule=spread/interval; 'levers' for every lever of issue 35 alone and together; "
+                         "warm_once=0/1, clock_warmup_rule=fixed/steady, stop_rule=spread/interval; 'levers' for every lever of issue 35 alone and together; "
                          "'' for the defaults), side by side; repeatable. held_output_bytes=0 writes each output "
                          "inside the lane, as before 2026-12-04")
     ap.add_argument("--warm-library", choices=("auto", "on", "off"), default="auto",
@@ -423,12 +437,18 @@ def main(argv=None) -> int:
         info_warm = {"warm_up_evaluations": len(firsts), "warm_up_s": round(secs, 1)}
     else:
         info_warm = {"warm_up_evaluations": 0}
+    defaults_run = None
     for variant in variants:
         overrides = parse_variant(variant)
         suffix = f" [{variant}]" if overrides else ""
         lanes, secs = run_mode("lanes" + suffix, batch, args.backend, args.per_gpu, args.backend == "cuda", "cached",
                                gpus, recorder, overrides)
         rows.append(summarise(f"lanes x{args.per_gpu}{suffix}", batch, lanes, secs, n_gpus))
+        if not overrides:
+            defaults_run = lanes
+        elif defaults_run is not None:     # the lever's E against the defaults', submission by submission
+            rows[-1]["E_against_defaults"] = e_against_defaults(defaults_run, lanes)
+            print(f"E{suffix} against the defaults: {rows[-1]['E_against_defaults']}", file=sys.stderr, flush=True)
     if subset:
         index = {tag: i for i, (tag, _, _) in enumerate(batch)}
         info = agreement(subset, serial, [lanes[index[tag]] for tag, _, _ in subset])

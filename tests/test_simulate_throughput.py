@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelgym_gap.sim import levers, study, workload
+from kernelgym_gap.sim import checkpoints, levers, study, workload
 from kernelgym_gap.sim.engine import Acquire, Delay, Lane, Sim
 from kernelgym_gap.sim.pipeline import Job, Setup, simulate
 
@@ -356,7 +356,7 @@ def test_a_record_with_let_go_parts_is_held_only_for_its_own_stretch():
 
 # ---- the checkpoints' lane let-gos (issue 35): candidates (a) keep the lane, (b) fewer, (d) more ----
 def _plan(kinds=("second call", "repeats", "larger shape", "repeats"), sizes=(1, 1, 2, 2), last=2, calls=6):
-    return levers.CheckpointPlan(tuple(kinds), tuple(sizes), last, calls)
+    return checkpoints.CheckpointPlan(tuple(kinds), tuple(sizes), last, calls)
 
 
 def test_a_kept_checkpoint_writes_inside_the_hold_and_a_waiting_timing_waits_for_it():
@@ -387,39 +387,39 @@ def test_uneven_checkpoint_shares_split_the_writes_as_given():
 
 
 def test_the_keep_lane_rule_keeps_the_checkpoints_at_or_under_its_bytes():
-    job = levers.with_checkpoint_plans({"T": _plan(sizes=(1, 1, 5, 5))})(
+    job = checkpoints.with_checkpoint_plans({"T": _plan(sizes=(1, 1, 5, 5))})(
         Job(name="j", task="T", unlaned=1.2, checkpoints=4))
     assert job.checkpoint_shares == pytest.approx((1 / 12, 1 / 12, 5 / 12, 5 / 12))
-    assert levers.checkpoints_keep_lane(1)(job).kept_checkpoints == (True, True, False, False)
-    assert levers.checkpoints_keep_lane(float("inf"))(job).kept_checkpoints == (True,) * 4
+    assert checkpoints.checkpoints_keep_lane(1)(job).kept_checkpoints == (True, True, False, False)
+    assert checkpoints.checkpoints_keep_lane(float("inf"))(job).kept_checkpoints == (True,) * 4
     # a job without its task's plan, or whose checkpoints are not the plan's, is left as it is
     other = Job(name="k", task="U", unlaned=1.2, checkpoints=4)
-    assert levers.checkpoints_keep_lane(1)(levers.with_checkpoint_plans({"T": _plan()})(other)) == other
+    assert checkpoints.checkpoints_keep_lane(1)(checkpoints.with_checkpoint_plans({"T": _plan()})(other)) == other
 
 
 def test_fewer_checkpoints_leave_their_outputs_to_the_next_one_made():
     """Candidate (b): a dropped checkpoint's bytes (and write seconds) go to the next one made, or to the one
     before the timing (no lane: the outputs' write); (b') keeps the smallest shape's repeats too."""
-    job = levers.with_checkpoint_plans({"T": _plan()})(Job(name="j", task="T", unlaned=0.6, checkpoints=4, write=0.1))
-    strict = levers.fewer_checkpoints(frozenset({levers.SECOND_CALL, levers.LARGER_SHAPE}))(job)
-    assert strict.checkpoint_plan == levers.CheckpointPlan(("second call", "larger shape"), (1, 3), 4, 6)
+    job = checkpoints.with_checkpoint_plans({"T": _plan()})(Job(name="j", task="T", unlaned=0.6, checkpoints=4, write=0.1))
+    strict = checkpoints.fewer_checkpoints(frozenset({checkpoints.SECOND_CALL, checkpoints.LARGER_SHAPE}))(job)
+    assert strict.checkpoint_plan == checkpoints.CheckpointPlan(("second call", "larger shape"), (1, 3), 4, 6)
     assert (strict.checkpoints, strict.unlaned, strict.write) == (2, pytest.approx(0.4), pytest.approx(0.3))
     assert strict.checkpoint_shares == pytest.approx((0.25, 0.75))
-    b2 = levers.fewer_checkpoints(frozenset({levers.SECOND_CALL, levers.LARGER_SHAPE}), smallest_repeats=True)(job)
+    b2 = checkpoints.fewer_checkpoints(frozenset({checkpoints.SECOND_CALL, checkpoints.LARGER_SHAPE}), smallest_repeats=True)(job)
     assert b2.checkpoint_plan.kinds == ("second call", "repeats", "larger shape")
     assert b2.checkpoint_plan.sizes == (1, 1, 2) and b2.checkpoint_plan.last == 4
-    every = levers.let_go_every_call()(job)
+    every = checkpoints.let_go_every_call()(job)
     assert (every.checkpoints, every.unlaned, every.checkpoint_shares) == (5, 0.6, ())
 
 
 def test_a_record_without_let_gos_gets_its_checkpoints_imputed_from_its_outputs_write():
     """The H200 full mix of 2026-12-05 predates the checkpoints: its outputs' write is split by the plan's bytes
     between the let-go checkpoints and the one before the timing (an assumption the table says)."""
-    job = levers.with_checkpoint_plans({"T": _plan(sizes=(1, 1, 2), kinds=("second call", "repeats", "larger shape"),
+    job = checkpoints.with_checkpoint_plans({"T": _plan(sizes=(1, 1, 2), kinds=("second call", "repeats", "larger shape"),
                                                    last=4)})(Job(name="j", task="T", write=1.0))
     assert (job.checkpoints, job.unlaned, job.write) == (3, pytest.approx(0.5), pytest.approx(0.5))
     with pytest.raises(ValueError, match="kind"):
-        levers.CheckpointPlan(("before lunch",), (1,), 0)
+        checkpoints.CheckpointPlan(("before lunch",), (1,), 0)
 
 
 def test_the_checkpoint_plans_are_what_the_light_batch_tasks_make():

@@ -103,10 +103,12 @@ def test_every_lever_of_issue_35_is_a_variant_and_lands_on_its_config_field():
         overrides = mod.parse_variant(lever)
         assert overrides
         applied, placement = mod.apply_variant(config, overrides)
-        assert placement == Placement()                  # no lever of issue 35 is placement
+        # the one lever that is placement (scheduling: the same outputs reach the checker) leaves the config alone
+        assert placement == Placement() or (set(overrides) <= set(mod.PLACEMENT_FIELDS) and applied == config)
         for key, value in overrides.items():
             where = (applied.timing if key in mod.TIMING_FIELDS else
-                     applied.sandbox if key in mod.SANDBOX_FIELDS else applied)
+                     applied.sandbox if key in mod.SANDBOX_FIELDS else
+                     placement if key in mod.PLACEMENT_FIELDS else applied)
             assert getattr(where, key) == value
     # held_output_bytes is scheduling: it lands on the evaluations' Placement, the config (the cache key) unchanged
     same, placement = mod.apply_variant(config, mod.parse_variant("held_output_bytes=0"))
@@ -135,6 +137,20 @@ def test_the_run_says_which_levers_to_adopt_from_its_own_rows():
     assert gains["compile_outside_lane=1"]["gain"] == pytest.approx(0.2) and gains["compile_outside_lane=1"]["adopt"]
     assert not gains["graph_replay=1"]["adopt"]               # 4%: inside a 12-evaluation run's noise
     assert mod.lever_gains(rows[:1]) == []                    # no defaults row in this call: no verdict
+
+
+def test_a_levers_E_is_compared_with_the_defaults_submission_by_submission():
+    """Issue 35 asks every lever to keep E within 2% of the defaults on the same submissions: the run says
+    each variant's ratios, leaving out submissions without an E on either side."""
+    from types import SimpleNamespace as R
+    mod = _script()
+    defaults = [R(terms={"E": 1.0}), R(terms={"E": 2.0}), R(terms=None), R(terms={"E": 0.5})]
+    lever = [R(terms={"E": 1.01}), R(terms={"E": 1.9}), R(terms={"E": 3.0}), R(terms={"E": None})]
+    got = mod.e_against_defaults(defaults, lever)
+    assert got["E_compared"] == 2
+    assert got["max_abs_E_ratio_minus_1"] == pytest.approx(0.05)
+    assert got["min_E_ratio"] == pytest.approx(0.95) and got["max_E_ratio"] == pytest.approx(1.01)
+    assert mod.e_against_defaults([], [])["median_abs_E_ratio_minus_1"] is None
 
 
 def test_the_host_sampler_writes_memory_and_load_on_the_modes_clock(tmp_path):

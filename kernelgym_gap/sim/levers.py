@@ -52,6 +52,16 @@ CI_REPS_FACTOR = 0.3     # repetitions a stopping rule on E's 95% interval (+-1%
                          # shape, ~200-400 for kernels under 50 us, where the 2% spread rule rarely settles)
 GRAPH_CAPTURE_S = 0.02   # per timed shape: capturing and instantiating the graph of its repetitions
 CLOCK_WARMUP_S = 0.3     # TimingConfig.clock_warmup_ms: stays in the exclusive stretch (it is why it is there)
+STEADY_CLOCK_WARMUP_S = 0.025   # TimingConfig.clock_warmup_rule "steady" under the lanes (ASSUMED): the GPU ran another
+                         # evaluation's trials a moment before, so the rule's 20 ms minimum and a reading end it
+                         # (device/bench.clock_settled); records with child_timing_clock_warmup replace it
+WARM_S_PER_SHAPE = 0.03  # TimingConfig.warm_once (ASSUMED): the full timing's own warm-up of the kernel, per timed
+                         # shape (warmup_ms = 25 ms of GPU time, or up to 1,000 host-bound launches of a ~10 us
+                         # kernel), which the probe's warm-up a moment before makes redundant; at most half the
+                         # measured part (the records do not split the warm-up from the repetitions)
+DEVICE_COPY_FACTOR = 0.01   # Placement.held_device_bytes (ASSUMED): a copy on the device over the host copy it
+                         # replaces inside the lane (HBM at ~1.5 TB/s each way against a pageable host copy at a few GB/s)
+TIMED_SHAPES = 8         # the light batch's timed shapes per evaluation (every public and held-out shape)
 HUNG_LANE_S = 5.0        # a call past this keeps running, but with the lane let go (a design candidate)
 # SandboxConfig.launch_bound_after_compile (built): a call that hangs in its first launch is killed once its
 # compiles are done plus launch_calls (10) x the later-call bound (max(2 s, 200 x the library's time)): ~5 s of
@@ -141,8 +151,10 @@ GRAPH, INTERVAL, PRECOMPUTE, COMPILE = ("graph_replay=1", "stop_rule=interval", 
                                         "compile_outside_lane=1")
 ALL = ",".join((COMPILE, GRAPH, INTERVAL, PRECOMPUTE))
 LAUNCH = "launch_bound_after_compile=1"
-RECHECK = "recheck_outside_exclusive=1"
 READ = "read_outputs_outside_lane=1"
+RECHECK = "recheck_outside_exclusive=1"
+STEADY, ONCE = "clock_warmup_rule=steady", "warm_once=1"
+DEVICE_HELD = "held_device_bytes=1024M"
 RULE_SLOTS = 6     # core/slots.slots_per_gpu(16 cores, 1 GPU): the H200 host's slots by the cores' rule (this
                   # package imports nothing of kernelgym_gap's; tests/test_slots.py checks the two agree)
 
@@ -205,6 +217,36 @@ def recheck_outside(j: Job) -> Job:
         return j
     part = min(j.timing, j.timing_recheck if j.timing_recheck > 0 else RECHECK_SHARE * j.timing)
     return dataclasses.replace(j, timing=j.timing - part, recheck=part, timing_recheck=part)
+
+
+def steady_clock(j: Job) -> Job:
+    """The clock warm-up ends once the clock holds (TimingConfig.clock_warmup_rule "steady"): the fixed
+    CLOCK_WARMUP_S of the exclusive stretch becomes STEADY_CLOCK_WARMUP_S."""
+    if j.timing <= 0:
+        return j
+    return dataclasses.replace(j, timing=max(0.0, j.timing - (CLOCK_WARMUP_S - STEADY_CLOCK_WARMUP_S)))
+
+
+def warm_once(j: Job) -> Job:
+    """The full timing reuses the probe's warm-up (TimingConfig.warm_once): WARM_S_PER_SHAPE per timed shape
+    leaves the measured part (at most half of it)."""
+    if j.timing <= 0:
+        return j
+    measure = j.timing_measure if j.timing_measure > 0 else MEASURE_SHARE * j.timing
+    cut = min(WARM_S_PER_SHAPE * TIMED_SHAPES, 0.5 * measure)
+    return dataclasses.replace(j, timing=j.timing - cut, timing_measure=measure - cut)
+
+
+def device_held_outputs(j: Job) -> Job:
+    """The correctness outputs kept on the device until the next checkpoint (Placement.held_device_bytes): the
+    host copies (the record's child_correctness_save) leave the shared hold but for DEVICE_COPY_FACTOR of
+    them, and join the checkpoints' let-go writes, which copy them to the host. A job without checkpoints (no
+    let-go in its record) is left as it is: its outputs would reach the host inside the lane anyway."""
+    if j.save <= 0 or j.checkpoints <= 0:
+        return j
+    moved = j.save * (1 - DEVICE_COPY_FACTOR)
+    return dataclasses.replace(j, correctness=max(0.0, j.correctness - moved), unlaned=j.unlaned + moved,
+                               save=j.save - moved)
 
 
 def all_levers(j: Job) -> Job:
@@ -275,139 +317,6 @@ def refit(records: list[dict], defaults_mode: str = "lanes") -> Refit:
                  recheck_share=sum(_lat(r, "child_timing_recheck") for r in defaults) / timing_s)
 
 
-# ---- the checkpoints' lane let-gos (issue 35 / 38): design candidates, chosen on the simulator -------------
-# The kinds of checkpoint child/outputs.checkpoint_due makes between correctness calls (the one before the
-# timing, between the two stages, holds no lane and is not among them)
-SECOND_CALL, REPEATS, LARGER_SHAPE = "second call", "repeats", "larger shape"
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointPlan:
-    """One task's checkpoints between correctness calls, in order: what each is before (`kinds`: SECOND_CALL,
-    REPEATS of a shape after its first seeds, or a LARGER_SHAPE's first seeds) and the bytes of outputs it
-    writes (`sizes`); `last` is the bytes the checkpoint before the timing writes. Computed on the trusted side
-    (scripts/simulate_throughput.py: checkpoint_due over the task's cuda correctness order, the honest outputs'
-    sizes of sandbox/output_sizes.py); this package imports nothing of kernelgym_gap's."""
-    kinds: tuple[str, ...]
-    sizes: tuple[int, ...]
-    last: int
-    calls: int = 0          # the correctness calls (trials) of the job: a let-go before each after the first at most
-
-    def __post_init__(self):
-        if len(self.kinds) != len(self.sizes) or any(k not in (SECOND_CALL, REPEATS, LARGER_SHAPE) for k in self.kinds):
-            raise ValueError(f"a checkpoint plan needs one known kind per size: {self.kinds} / {self.sizes}")
-
-
-def with_checkpoint_plans(plans: dict[str, CheckpointPlan]) -> Callable[[Job], Job]:
-    """Each job with its task's plan, its let-go writes split by their bytes rather than evenly. A job whose
-    record has no let-go parts (the H200 runs of 2026-12-05, before the checkpoints) gets them imputed: as many
-    let-gos as the plan has, their write the plan's byte share of the record's child_outputs_write (which then
-    wrote every correctness output after the lanes), the rest left in the outputs' write (an ASSUMPTION: the
-    same write rate, the timing's recheck outputs ignored). Jobs of unknown tasks, and hung ones, unchanged."""
-    def change(j: Job) -> Job:
-        plan = plans.get(j.task)
-        if plan is None or j.hang_s or not plan.sizes:
-            return j
-        total = sum(plan.sizes)
-        shares = tuple(b / total for b in plan.sizes) if total > 0 else ()
-        if j.unlaned > 0 and j.checkpoints == len(plan.sizes):
-            return dataclasses.replace(j, checkpoint_shares=shares, checkpoint_plan=plan)
-        if j.unlaned > 0 or j.write <= 0:
-            return j
-        moved = j.write * total / (total + plan.last) if total + plan.last > 0 else 0.0
-        return dataclasses.replace(j, unlaned=moved, write=j.write - moved, checkpoints=len(plan.sizes),
-                                   checkpoint_shares=shares, checkpoint_plan=plan)
-    return change
-
-
-def checkpoints_keep_lane(max_bytes: float) -> Callable[[Job], Job]:
-    """Candidate (a): a checkpoint whose outputs are at most `max_bytes` writes with the shared lane kept (no
-    let-go, no wait to take it back); larger ones let it go as today. Needs the job's plan (with_checkpoint_plans)."""
-    def change(j: Job) -> Job:
-        plan = j.checkpoint_plan
-        if not isinstance(plan, CheckpointPlan) or j.checkpoints != len(plan.sizes):
-            return j
-        return dataclasses.replace(j, kept_checkpoints=tuple(b <= max_bytes for b in plan.sizes))
-    return change
-
-
-def fewer_checkpoints(kinds: frozenset[str], smallest_repeats: bool = False) -> Callable[[Job], Job]:
-    """Candidate (b): only the checkpoints of `kinds` are made (and, with `smallest_repeats`, the first REPEATS
-    one: before the smallest shape's repeats); a dropped one's outputs are written by the next one made, or by
-    the one before the timing, which holds no lane. Needs the job's plan."""
-    def change(j: Job) -> Job:
-        plan = j.checkpoint_plan
-        if not isinstance(plan, CheckpointPlan) or j.checkpoints != len(plan.sizes) or j.unlaned <= 0:
-            return j
-        first_repeats = plan.kinds.index(REPEATS) if smallest_repeats and REPEATS in plan.kinds else -1
-        per_byte = j.unlaned / sum(plan.sizes) if sum(plan.sizes) > 0 else 0.0
-        new_kinds, new_sizes, carry = [], [], 0
-        for n, (kind, size) in enumerate(zip(plan.kinds, plan.sizes)):
-            carry += size
-            if kind in kinds or n == first_repeats:
-                new_kinds.append(kind)
-                new_sizes.append(carry)
-                carry = 0
-        unlaned, total = per_byte * sum(new_sizes), sum(new_sizes)
-        return dataclasses.replace(
-            j, unlaned=unlaned, write=j.write + (j.unlaned - unlaned), checkpoints=len(new_sizes),
-            checkpoint_shares=tuple(b / total for b in new_sizes) if total > 0 else (), kept_checkpoints=(),
-            checkpoint_plan=CheckpointPlan(tuple(new_kinds), tuple(new_sizes), plan.last + carry, plan.calls))
-    return change
-
-
-def let_go_every_call() -> Callable[[Job], Job]:
-    """Candidate (d), the opposite of (a): the shared lane let go and taken back before every correctness call
-    after the first (plan.calls - 1 let-gos), the same writes spread evenly over them. Needs the job's plan."""
-    def change(j: Job) -> Job:
-        plan = j.checkpoint_plan
-        if not isinstance(plan, CheckpointPlan) or plan.calls < 2 or j.unlaned <= 0:
-            return j
-        return dataclasses.replace(j, checkpoints=plan.calls - 1, checkpoint_shares=(), kept_checkpoints=(),
-                                   checkpoint_plan=None)
-    return change
-
-
-MIB = 1 << 20
-KEEP_LANE_MIB = (1, 64, 256)    # candidate (a)'s thresholds: RowSum's outputs (<= 3 MiB); each task's smallest
-                                # shape (43-57 MiB); the smaller shapes' (<= 192 MiB); on the H100 these write
-                                # at ~3.5 GB/s (0.8 s for GELU's 2.8 GiB): 64 MiB is ~20 ms, 256 MiB ~75 ms
-
-
-def checkpoint_scenarios(plans: dict[str, CheckpointPlan]) -> list[Scenario]:
-    """Candidates (a), (b) and (c) for the checkpoints' let-gos, each applied after the plans (whose row with
-    nothing else changed is the baseline they compare with). `variant` None: not built."""
-    base = with_checkpoint_plans(plans)
-    b_strict = frozenset({SECOND_CALL, LARGER_SHAPE})
-    rows = [Scenario("checkpoints as today (byte-split writes)", base, _same,
-                     "the records' checkpoints, each let-go's write by its outputs' bytes")]
-    for mib in KEEP_LANE_MIB:
-        keep = checkpoints_keep_lane(mib * MIB)
-        rows.append(Scenario(f"(a) keep the lane for writes <= {mib} MiB", lambda j, k=keep: k(base(j)), _same,
-                             f"a checkpoint of <= {mib} MiB of outputs writes with the shared lane kept"))
-    keep_all = checkpoints_keep_lane(float("inf"))
-    rows.append(Scenario("(a) keep the lane for every write", lambda j: keep_all(base(j)), _same,
-                         "no checkpoint lets the lane go (as before issue 38's let-go)"))
-    strict = fewer_checkpoints(b_strict)
-    rows.append(Scenario("(b) no checkpoint before a shape's repeats", lambda j: strict(base(j)), _same,
-                         "before the second call and each larger shape only: a serial kernel killed in the "
-                         "smallest shape's repeats leaves one dtype (timeout, not too_slow)"))
-    smallest = fewer_checkpoints(b_strict, smallest_repeats=True)
-    rows.append(Scenario("(b') ... except the smallest shape's repeats", lambda j: smallest(base(j)), _same,
-                         "as (b), and the checkpoint before the smallest shape's repeats kept (its first seeds "
-                         "in every dtype are then on disk when its second call is killed)"))
-    every = let_go_every_call()
-    rows.append(Scenario("(d) a let-go before every call", lambda j: every(base(j)), _same,
-                         "the opposite direction: the same writes, the lane let go and taken back between every two "
-                         "correctness calls"))
-    keep64 = checkpoints_keep_lane(64 * MIB)
-    rows.append(Scenario("(c) (b') + keep the lane <= 64 MiB", lambda j: keep64(smallest(base(j))), _same,
-                         "both"))
-    rows.append(Scenario("(c) (b') + keep the lane for every write", lambda j: keep_all(smallest(base(j))), _same,
-                         "both"))
-    return rows
-
-
 def setup_before_lane(fit: TimingFit) -> Callable[[Job], Job]:
     """The timing's fixed part (the flush buffer, the synchronize and spin calibration: the fit's intercept less
     the clock warm-up) done under the shared lane before the exclusive one is taken."""
@@ -457,6 +366,14 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
         Scenario("rechecks after the exclusive lane", recheck_outside, _same,
                  f"child_timing_recheck (else {RECHECK_SHARE:.0%} of the timing, H100 defaults row) moved from the "
                  "exclusive stretch to a shared hold after it", RECHECK),
+        Scenario("clock warm-up until steady", steady_clock, _same,
+                 f"the exclusive stretch's {CLOCK_WARMUP_S:g} s warm-up ends at {STEADY_CLOCK_WARMUP_S:g} s (assumed: "
+                 "the GPU is at its clock under the lanes)", STEADY),
+        Scenario("warm-up once per shape", warm_once, _same,
+                 f"{WARM_S_PER_SHAPE:g} s x {TIMED_SHAPES} shapes of the measured part (assumed)", ONCE),
+        Scenario("outputs held on the device", device_held_outputs, _same,
+                 f"child_correctness_save leaves the shared hold (device copies at {DEVICE_COPY_FACTOR:g} of it, "
+                 "assumed) and joins the checkpoints' let-go writes", DEVICE_HELD),
         Scenario("hung first launches killed", hung_launch_killed, _same,
                  f"a call hung in its launch ends {LAUNCH_KILL_S:g} s in (compile assumed 5 s + 10 x 2 s), not 60 s",
                  LAUNCH),

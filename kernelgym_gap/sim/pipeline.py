@@ -49,13 +49,16 @@ class Job:
     # (`unlaned`: child_checkpoint_unlaned, their sum) in `checkpoints` let-gos, each taken back shared after
     # it, behind any timing that waits at the gate (the records' child_lane_wait_after_checkpoint)
     unlaned: float = 0.0
+    # the host copies of the correctness outputs (child_correctness_save), inside `correctness`; the lever
+    # Placement.held_device_bytes moves them into the checkpoints' let-go writes (levers.device_held_outputs)
+    save: float = 0.0
     checkpoints: int = 0
     # each let-go checkpoint's share of `unlaned` (empty: an even split, as the calibration replays them) and
     # whether its write keeps the shared lane instead of letting it go (empty: none keeps it; a design
-    # candidate, levers.checkpoints_keep_lane)
+    # candidate, sim/checkpoints.checkpoints_keep_lane)
     checkpoint_shares: tuple[float, ...] = ()
     kept_checkpoints: tuple[bool, ...] = ()
-    # the task's checkpoints as the child makes them (levers.CheckpointPlan), for the transforms that change
+    # the task's checkpoints as the child makes them (sim/checkpoints.CheckpointPlan), for the transforms that change
     # them; None where the task's plan is not known (the replay itself does not read it)
     checkpoint_plan: object = None
     timing: float = 2.7

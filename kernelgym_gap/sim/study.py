@@ -19,7 +19,7 @@ import random
 import statistics
 from pathlib import Path
 
-from kernelgym_gap.sim import levers, workload
+from kernelgym_gap.sim import checkpoints, levers, workload
 from kernelgym_gap.sim.pipeline import Job, Setup, simulate
 
 CALIBRATION_RUNS = (   # (label, records file, mode, the summary's row: its reported rate; None: from the records)
@@ -345,7 +345,7 @@ def light_sensitivity(inp: LightInputs, seed: int = 1, copies: int = 4) -> list[
     return rows
 
 
-# ---- the checkpoints' lane let-gos (issue 35): candidates (a), (b), (c) of levers.checkpoint_scenarios ----
+# ---- the checkpoints' lane let-gos (issue 35): candidates (a), (b), (c) of checkpoints.checkpoint_scenarios ----
 def lane_waits(r, n: int) -> tuple[float, float]:
     """(shared, exclusive) seconds per evaluation its own stages waited for the lane in a simulated run (the
     pre-started children's and the early checker's waits apart)."""
@@ -363,10 +363,10 @@ STEADY_GATES = (None, 1, 2)
 
 def checkpoint_predictions(light: LightInputs, plans: dict, full: list[Job] | None = None, seed: int = 1,
                            copies: int = 4) -> list[dict]:
-    """Each checkpoint candidate (levers.checkpoint_scenarios) on the light batch's DEFAULTS row (as it ran, and
+    """Each checkpoint candidate (checkpoints.checkpoint_scenarios) on the light batch's DEFAULTS row (as it ran, and
     `copies` times over in seeded orders), on that row with the levers as they ran (compiles let go, graph replay
     and the interval stop: levers.compile_share + graph_interval_measured), and on the full mix `full` (the H200
-    records of 2026-12-05, whose checkpoints are imputed: levers.with_checkpoint_plans), with the light batch's
+    records of 2026-12-05, whose checkpoints are imputed: checkpoints.with_checkpoint_plans), with the light batch's
     lane waits per evaluation, the steady state's mean and range (STEADY_ORDERS x STEADY_GATES runs of the batch x4)
     and the gain over the first row (the checkpoints as today). SIMULATED."""
     base = light.rows[DEFAULTS_MODE]
@@ -375,7 +375,7 @@ def checkpoint_predictions(light: LightInputs, plans: dict, full: list[Job] | No
     lev_setup = Setup(compile_outside_lane=True)
     full_x4 = replicated(full, copies, seed) if full else None
     rows, ref = [], None
-    for sc in levers.checkpoint_scenarios(plans):
+    for sc in checkpoints.checkpoint_scenarios(plans):
         r = simulate([sc.job(j) for j in base], sc.setup(Setup()))
         shared, excl = lane_waits(r, len(base))
         x4 = simulate([sc.job(j) for j in longer], sc.setup(Setup()))

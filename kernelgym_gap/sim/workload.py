@@ -115,7 +115,7 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
         pre_host=PRE_HOST_S, pre_context=PRE_CONTEXT_S, setup=g("child_setup") + g("child_import"),
         compile=g("child_compile_unlaned"), calls=g("child_correctness_calls"),
         correctness=max(0.0, g("child_correctness") - sum(g(k) for k in LET_GO_PARTS)),
-        unlaned=g("child_checkpoint_unlaned"),
+        unlaned=g("child_checkpoint_unlaned"), save=g("child_correctness_save"),
         checkpoints=CHECKPOINT_LET_GOS if g("child_checkpoint_unlaned") > 0 else 0,
         timing=g("child_timing"), timing_measure=g("child_timing_measure"),
         timing_recheck=g("child_timing_recheck"), recheck=g("child_recheck"), write=g("child_outputs_write"),
