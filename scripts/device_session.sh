@@ -98,13 +98,13 @@ for step in "$@"; do
         --out "$OUT/full" 2>&1 | tail -12 ;;
     throughput-new)
       # issue 35's levers of 2026-12-06 afternoon (the clock warm-up until steady, the warm-up once, the rechecks
-      # after the exclusive lane, the check's reads before the lane) beside the defaults, each row's E against
+      # after the exclusive lane, the check's reads before the lane, the outputs held on the device) beside the defaults, each row's E against
       # the defaults' per submission, then the warm env.step; the library warmed first (throughput.py
       # --warm-library auto); VARIANTS overrides the rows
       timeout "$STEP_S" python3 scripts/throughput.py --backend cuda \
         --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 12 --fixtures none --serial 0 --per-gpu ${PER_GPU:-4} \
-        --variant "" $(for v in ${VARIANTS:-clock_warmup_rule=steady,warm_once=1 recheck_outside_exclusive=1,read_outputs_outside_lane=1 \
-          clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=1,read_outputs_outside_lane=1,graph_replay=1,stop_rule=interval}; do
+        --variant "" $(for v in ${VARIANTS:-clock_warmup_rule=steady,warm_once=1 recheck_outside_exclusive=1,read_outputs_outside_lane=1,held_device_bytes=1024M \
+          clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=1,read_outputs_outside_lane=1,held_device_bytes=1024M,graph_replay=1,stop_rule=interval}; do
           printf -- '--variant %s ' "$v"; done) ${ENV_STEPS:+--env-steps $ENV_STEPS} --out "$OUT/light" 2>&1 | tail -${TAIL:-24} ;;
     replay)
       timeout "$STEP_S" python3 -m kernelgym_gap.cli.main bench --agent replay --tasks "$TASKS" \
