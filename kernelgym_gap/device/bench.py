@@ -24,12 +24,13 @@ SPIN_MS = 0.3     # longer than the host-side cost of a Triton or TileLang launc
 # TimingConfig.clock_warmup_rule "steady": the clock is read every STEADY_READ_MS of busy work, and the warm-up
 # ends once STEADY_READINGS readings in a row lie within STEADY_TOLERANCE of their largest, after at least
 # STEADY_MIN_MS (a GPU that has not begun to ramp reads steady too, at its idle clock: the minimum gives the
-# ramp time to start; boost clocks ramp within a few ms of load on Hopper). CLOCK_READ_CYCLES: ~0.1 ms at 2 GHz
+# ramp time to start; boost clocks ramp within a few ms of load on Hopper). CLOCK_READ_CYCLES: ~0.5 ms at 2 GHz,
+# long enough that the events' own jitter (about a microsecond) is 0.2% of a reading, under the 1% tolerance
 STEADY_READ_MS = 5.0
 STEADY_MIN_MS = 20.0
 STEADY_READINGS = 3
 STEADY_TOLERANCE = 0.01
-CLOCK_READ_CYCLES = 200_000
+CLOCK_READ_CYCLES = 1_000_000
 
 
 def clock_settled(rates: list[float], elapsed_ms: float) -> bool:
@@ -95,6 +96,7 @@ class Bench:
         """The SM clock now, in kHz: cycles of a spin kernel (torch.cuda._sleep counts clock64 cycles) per ms
         of its events' time."""
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(CLOCK_READ_CYCLES // 10)    # queued work ahead: the host's launch gap is not timed
         a.record()
         torch.cuda._sleep(CLOCK_READ_CYCLES)
         b.record()
