@@ -394,3 +394,20 @@ def test_gpu_a_call_that_differs_when_captured_is_timed_by_the_loop():
         return x * 0 if torch.cuda.is_current_stream_capturing() else x * 2
     m = GraphBench(TimingConfig(graph_replay=True, clock_warmup_ms=50.0)).measure(sly)
     assert m.readings.method == "loop" and "same output" in m.readings.fallback
+
+
+@pytest.mark.gpu
+def test_gpu_a_steady_warm_up_on_a_busy_gpu_ends_early_and_reads_the_clock():
+    """On the device: right after work (as under the lanes), the "steady" warm-up ends well before the fixed
+    300 ms, its clock readings are plausible SM clocks (0.3-3 GHz) and its last three agree within 1%."""
+    import torch
+    from kernelgym_gap.device.bench import STEADY_READINGS, STEADY_TOLERANCE
+    Bench(TimingConfig(clock_warmup_ms=300.0))                   # the GPU busy a moment before
+    b = Bench(TimingConfig(clock_warmup_rule="steady"))
+    print(f"steady warm-up {b.clock_warmup_s * 1e3:.1f} ms, clock readings (MHz): "
+          f"{[round(r / 1e3) for r in b.clock_rates]}")
+    assert b.clock_warmup_s < 0.2
+    assert all(3e5 < r < 3e6 for r in b.clock_rates)
+    last = b.clock_rates[-STEADY_READINGS:]
+    assert min(last) >= (1 - STEADY_TOLERANCE) * max(last)
+    torch.cuda.synchronize()
