@@ -106,6 +106,12 @@ for step in "$@"; do
         --variant "" $(for v in ${VARIANTS:-clock_warmup_rule=steady,warm_once=1 recheck_outside_exclusive=1,read_outputs_outside_lane=1,held_device_bytes=1024M \
           clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=1,read_outputs_outside_lane=1,held_device_bytes=1024M,graph_replay=1,stop_rule=interval}; do
           printf -- '--variant %s ' "$v"; done) ${ENV_STEPS:+--env-steps $ENV_STEPS} --out "$OUT/light" 2>&1 | tail -${TAIL:-24} ;;
+    lever-tests)
+      # the GPU tests of issue 35's levers of 2026-12-06 afternoon (the steady clock warm-up, the device-held
+      # outputs), then the recheck-hang fixture through the engine with the recheck after the lane
+      timeout "${STEP_S:-200}" python3 -m pytest -q -s -m gpu -p no:cacheprovider \
+        "tests/test_timing_levers.py::test_gpu_a_steady_warm_up_on_a_busy_gpu_ends_early_and_reads_the_clock" \
+        "tests/test_gpu.py::test_outputs_held_on_the_device_reach_the_checker_the_same" 2>&1 | tail -${TAIL:-12} ;;
     replay)
       timeout "$STEP_S" python3 -m kernelgym_gap.cli.main bench --agent replay --tasks "$TASKS" \
         --backend "$BACKEND" --samples 1 --steps 1 --name "$LABEL" --db "$DB" --out "$OUT/bench" \
