@@ -108,7 +108,7 @@ for step in "$@"; do
           printf -- '--variant %s ' "$v"; done) ${ENV_STEPS:+--env-steps $ENV_STEPS} --out "$OUT/light" 2>&1 | tail -${TAIL:-24} ;;
     lever-tests)
       # the GPU tests of issue 35's levers of 2026-12-06 afternoon (the steady clock warm-up, the device-held
-      # outputs), then the recheck-hang fixture through the engine with the recheck after the lane
+      # outputs)
       timeout "${STEP_S:-200}" python3 -m pytest -q -s -m gpu -p no:cacheprovider \
         "tests/test_timing_levers.py::test_gpu_a_steady_warm_up_on_a_busy_gpu_ends_early_and_reads_the_clock" \
         "tests/test_gpu.py::test_outputs_held_on_the_device_reach_the_checker_the_same" 2>&1 | tail -${TAIL:-12} ;;
