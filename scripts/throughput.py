@@ -165,7 +165,7 @@ class HostSampler:
         self.thread.join(15)
 
 
-def env_steps(tasks: list[str], backend: str, think_s: float) -> dict:
+def env_steps(tasks: list[str], backend: str, think_s: float, overrides: dict | None = None) -> dict:
     """The issue's latency goal as a user meets it: `env.step` of an honest kernel on the warm path. One
     KernelEnv per task (warm="auto": a warm checker and pre-started children on cuda), reset, `think_s` for the
     agent's turn (the pre-started child imports meanwhile), then two steps of the task's optimized Triton
@@ -183,7 +183,8 @@ def env_steps(tasks: list[str], backend: str, think_s: float) -> dict:
             continue
         source = task.solution_path(sol).read_text()
         env = KernelEnv(task.id, backend=backend, max_steps=2, stop_when_correct=False,
-                        config=EvalConfig(trial_seed=20261204, compile_baseline="cached"))
+                        config=apply_variant(EvalConfig(trial_seed=20261204, compile_baseline="cached"),
+                                             overrides or {})[0])
         try:
             env.reset(seed=0)
             for i, src in enumerate((source, source + "\n# step 2\n")):
@@ -285,18 +286,19 @@ def table(rows) -> str:
 # The fields a variant may set: EvalConfig's integers and switches, TimingConfig's (issue 35's levers:
 # graph_replay, stop_rule, recheck_outside_exclusive, clock_warmup_rule, warm_once) and SandboxConfig's launch bound, each with how its value is read
 SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile",
-            "read_outputs_outside_lane", "recheck_outside_exclusive", "warm_once")
+            "read_outputs_outside_lane", "recheck_outside_exclusive", "warm_once", "read_outputs_while_timing")
 TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive", "clock_warmup_rule", "warm_once")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
 PLACEMENT_FIELDS = ("held_output_bytes", "held_device_bytes")       # scheduling: on the evaluations' Placement, not their config
 CHOICES = {"stop_rule": ("spread", "interval"), "clock_warmup_rule": ("fixed", "steady")}
 VARIANT_FIELDS = ("held_output_bytes", "held_device_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
                   "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane",
-                  "recheck_outside_exclusive", "clock_warmup_rule", "warm_once")
+                  "recheck_outside_exclusive", "clock_warmup_rule", "warm_once", "read_outputs_while_timing")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
           "launch_bound_after_compile=1", "read_outputs_outside_lane=1", "recheck_outside_exclusive=1",
           "clock_warmup_rule=steady", "warm_once=1", "held_device_bytes=1024M",
+          "read_outputs_outside_lane=1,read_outputs_while_timing=1",
           "compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1")
 
 
@@ -379,6 +381,9 @@ def main(argv=None) -> int:
     ap.add_argument("--env-steps", default="",
                     help="comma-separated tasks whose optimized Triton solution is stepped twice through a warm "
                          "KernelEnv after the batch (the p50 env.step goal); default none")
+    ap.add_argument("--env-steps-variant", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
+                    help="with --env-steps: the same steps once more with these fields (as --variant), side by side "
+                         "with the defaults' (e.g. read_outputs_outside_lane=1,read_outputs_while_timing=1)")
     ap.add_argument("--think", type=float, default=3.0, help="seconds before each env.step (the agent's turn)")
     ap.add_argument("--variant", action="append", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
                     help="the lanes mode once more with these EvalConfig (or Placement: held_output_bytes, held_device_bytes) fields (held_output_bytes, held_device_bytes=1024M, timed_shapes, "
@@ -461,6 +466,9 @@ def main(argv=None) -> int:
     dev = device.split()[-1].lower() if args.backend == "cuda" else "cpu"
     steps = env_steps([t for t in args.env_steps.split(",") if t], args.backend, args.think) if args.env_steps \
         else None
+    if steps and args.env_steps_variant:
+        steps["variant"] = {"fields": args.env_steps_variant, **env_steps(
+            [t for t in args.env_steps.split(",") if t], args.backend, args.think, parse_variant(args.env_steps_variant))}
     path = out / f"throughput_{dev}_{stamp}.json"
     path.write_text(json.dumps({
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "backend": args.backend,
@@ -485,6 +493,9 @@ def main(argv=None) -> int:
     if steps:
         print(f"env.step on the warm path, {len(steps['steps'])} steps of {len(steps['tasks'])} tasks' optimized "
               f"solutions: p50 {steps['p50_s']} s, max {steps['max_s']} s")
+        if "variant" in steps:
+            print(f"env.step with {steps['variant']['fields']}: p50 {steps['variant']['p50_s']} s, "
+                  f"max {steps['variant']['max_s']} s")
     where = (f"{n_gpus} GPU(s)" if args.backend == "cuda"
              else "no GPU: one pretended, so 'per GPU-hour' is per hour of this machine")
     print(f"\n== throughput, {args.backend} ({device}), {stamp}, {where} / {os.cpu_count()} CPUs")

@@ -135,12 +135,12 @@ def test_in_the_parent_the_files_are_read_while_the_lane_is_free(task, tmp_path,
     reads = []
     real = prefetch_mod.prefetch_outputs
 
-    def spying(job, report):
+    def spying(job, report, **kw):
         def read(path, max_bytes):
             reads.append(_free(lane_dir))
             from kernelgym_gap.core.tensor_file import read_tensor
             return read_tensor(path, max_bytes)
-        return real(job, report, read=read)
+        return real(job, report, read=read, **kw)
     monkeypatch.setattr(trusted, "prefetch_outputs", spying)
     private = tmp_path / "private"
     private.mkdir()

@@ -231,6 +231,61 @@ class WarmChecker:
                 return CheckResult.from_json(result_path.read_text())
         raise AssertionError("unreachable")
 
+    def read_early(self, spec_path: Path, timeout: float) -> int | None:
+        """EvalConfig.read_outputs_while_timing (judge/early_prefetch.py): asks the idle server to read the
+        files that EARLY.json's checkpoint report lists into its memory, while the child still times; the next
+        check_spec whose spec has `"early": true` starts from them. Returns the files read, or None when the
+        server died, hung past `timeout` or failed: that process is ended (the next check starts a fresh one,
+        as after today's deaths) and the check then simply reads every file itself."""
+        if self._closed:
+            return None
+        with self._lock:
+            try:
+                self._ensure_ready(time.monotonic() + timeout)
+                try:
+                    self._state["proc"].stdin.write(b"early " + str(spec_path).encode() + b"\n")
+                except (BrokenPipeError, OSError):
+                    raise _Died() from None
+                reply = self._readline(time.monotonic() + timeout)
+            except (_Died, subprocess.TimeoutExpired):
+                self._stop()
+                return None
+            if reply.get("early") != str(spec_path) or not isinstance(reply.get("read"), int):
+                self._stop()        # it failed inside (and exits) or answered out of turn
+                return None
+            return reply["read"]
+
+    def drop_early(self) -> int | None:
+        """Frees what read_early read (a killed or failed child: no check will use it); returns the files the
+        server dropped (0: it held none), or None when it did not answer: it is ended then, and holds nothing."""
+        if self._closed:
+            return None
+        with self._lock:
+            proc = self._state.get("proc")
+            if proc is None or proc.poll() is not None or not self._ready:
+                return 0
+            try:
+                proc.stdin.write(b"drop\n")
+                reply = self._readline(time.monotonic() + READY_TIMEOUT_S)
+            except (BrokenPipeError, OSError, _Died, subprocess.TimeoutExpired):
+                self._stop()
+                return None
+            if not isinstance(reply.get("dropped"), int):
+                self._stop()
+                return None
+            return reply["dropped"]
+
+    def _ensure_ready(self, deadline: float) -> None:
+        if self._state.get("proc") is None or self._state["proc"].poll() is not None:
+            self._stop()
+            self._start()
+        if not self._ready:
+            reply = self._readline(min(deadline, time.monotonic() + READY_TIMEOUT_S))
+            if not reply.get("ready"):
+                raise _Died()
+            self._ready = True
+        os.truncate(self._log, 0)
+
     def warm_up(self, timeout: float = READY_TIMEOUT_S) -> float:
         """Waits until the server is ready (imports done, device initialised); returns the seconds waited."""
         t = time.perf_counter()

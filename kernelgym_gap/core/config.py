@@ -222,6 +222,11 @@ class EvalConfig:
     # the device and the comparison: reading files is host work. On the H100 light batch (2026-12-06) reading
     # was 1.86 s of the check's 2.4 s under the lane. Off until the GPU run compares it side by side (issue 35).
     read_outputs_outside_lane: bool = False
+    # with read_outputs_outside_lane: the pre-timing checkpoint's output files are read while the child still
+    # times (judge/early_prefetch.py: a request to the warm checker, or a thread of the parent for the cpu
+    # check in the parent), so that the check after the child reads only the rechecks' files. The verdict is
+    # the same; it shortens the step, not the lane's hold. Off until the GPU run compares steps (issue 35).
+    read_outputs_while_timing: bool = False
     # torch.compile of the reference, timed once per device, software, task version, shape and dtype in a
     # trusted process and cached (judge/baselines.py): "measure" (when missing), "cached" (only what the
     # cache holds), "off". The first evaluation of a task on a device pays its compile (seconds per shape).
@@ -249,6 +254,9 @@ class EvalConfig:
         if self.sandbox.call_factor < self.timing.hopeless_factor:
             # a call killed at its deadline must be too slow to time by the early exit's rule (core/slowness.py)
             raise ValueError("sandbox.call_factor must be at least timing.hopeless_factor")
+        if self.read_outputs_while_timing and not self.read_outputs_outside_lane:
+            raise ValueError("read_outputs_while_timing reads the outputs for the prefetch of "
+                             "read_outputs_outside_lane: turn read_outputs_outside_lane on as well")
         if self.reward.baseline == "compile" and self.compile_baseline == "off":
             raise ValueError("RewardConfig(baseline='compile') needs compile_baseline 'measure' or 'cached'")
 

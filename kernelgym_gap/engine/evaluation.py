@@ -55,6 +55,7 @@ class Evaluation:
         self.sandbox = None                  # the child's sandbox, its disk limits this job's (launch)
         self._private: Path | None = None
         self._early = None                   # the check started while the child runs (judge/early_check.py)
+        self._early_read = None              # the outputs read while the child times (judge/early_prefetch.py)
         self._disk = None                    # the disk reservation (sandbox/disk_ledger.py), from launch to close
 
     # ---- what the stages call ------------------------------------------------------------------------
@@ -92,8 +93,29 @@ class Evaluation:
         from kernelgym_gap.judge import early_check
         self._early = early_check.start(self.task, self.job, self.backend.name, self.config, self.checker,
                                          self.placement)
-        self.child = launcher.run(self.job, self.source)
+        self._start_early_read(scratch)
+        try:
+            self.child = launcher.run(self.job, self.source)
+        finally:
+            if self._early_read is not None:
+                self._early_read.stop()
+                if self._early_read.seconds is not None:   # overlapped the child: not a stage of the step
+                    self.latency["check_prefetch_early"] = self._early_read.seconds
         self.latency.update(self.child.latency)
+
+    def _start_early_read(self, scratch: Path) -> None:
+        """EvalConfig.read_outputs_while_timing: the pre-timing checkpoint's files read while the child times,
+        by the warm checker or, for the cpu check in the parent, by a thread here. Not beside the early check
+        (it has its own protocol) nor for the one-shot checker process (it starts after the child)."""
+        if not self.config.read_outputs_while_timing or self._early is not None:
+            return
+        if self.checker is None and self.backend.name != "cpu":
+            return
+        from kernelgym_gap.core.slowness import CHECKPOINT_FILE
+        from kernelgym_gap.judge import early_prefetch
+        self._private = Path(tempfile.mkdtemp(prefix="kgg-check-", dir=self.placement.scratch_root))
+        self._early_read = early_prefetch.start(self.job, Path(self.job.report_file).parent / CHECKPOINT_FILE,
+                                                self._private, self.checker, self.config.sandbox.wall_s)
 
     def _library_hint(self, timing_trials: tuple[Trial, ...]):
         """The library's cached time per timing trial (judge/library_cache.py), for the child to check."""
@@ -102,18 +124,25 @@ class Evaluation:
 
     def check(self) -> CheckResult:
         from kernelgym_gap.judge.trusted import check_in_process
-        self._private = Path(tempfile.mkdtemp(prefix="kgg-check-", dir=self.placement.scratch_root))
+        if self._private is None:
+            self._private = Path(tempfile.mkdtemp(prefix="kgg-check-", dir=self.placement.scratch_root))
         t = time.perf_counter()
         # on cuda the checker runs on the GPU beside other evaluations' trials, never beside a timing
         lane_dir = self.placement.lanes_for(self.backend.name)
         job = self.job
+        early_read = self._early_read
+        if early_read is not None and (self.killed is not None or self.child is None or self.child.report is None
+                                       or self.child.report.status is not Status.OK):
+            early_read.discard()            # a killed or failed child's check runs exactly as without it
+            early_read = None
         if self.killed is not None:         # only the trials the killed child finished (its checkpoint)
             from kernelgym_gap.engine.too_slow import finished_trials
             done = finished_trials(self)
             job = dataclasses.replace(job, trials=tuple(t for t in job.trials if t.index in done))
         self.check_result, retried = checked_alone_if_failed(
             lambda lane=None: check_in_process(self.task, job, self.child.report, self.backend.name, self._private,
-                                               self.config, self.checker, self._early, self.placement, lane),
+                                               self.config, self.checker, self._early, self.placement, lane,
+                                               early_read if lane is not None else None),
             lane_dir, self.placement.gpu_index, self.latency,
             outside_lane=self.config.read_outputs_outside_lane)
         if retried:
@@ -172,6 +201,8 @@ class Evaluation:
                 self._launcher.close(keep=self.placement.keep_scratch)
             if self._early is not None:
                 self._early.close()
+            if self._early_read is not None:
+                self._early_read.discard()
             if self._private is not None and not self.placement.keep_scratch:
                 shutil.rmtree(self._private, ignore_errors=True)
         finally:

@@ -10,7 +10,9 @@ kernelgym_gap.api.warm.WarmChecker): it imports torch and initialises the device
 after which it exits, so that no state of a failed check is reused). A CHECK.json with `"prefetch": true`
 (EvalConfig.read_outputs_outside_lane) takes two steps: the checker reads the output files into host memory
 (judge/prefetch.py), answers `{"spec": PATH, "read": N}`, and waits for one more stdin line, which the parent
-sends once it holds the GPU's shared lane; then it checks and answers as above. The one-shot
+sends once it holds the GPU's shared lane; then it checks and answers as above. A line `early EARLY.json`
+(judge/early_prefetch.py) reads the pre-timing checkpoint's files and answers `{"early": PATH, "read": N}`; the
+next CHECK.json with `"early": true` starts from them, any other drops them, and so does `drop`. The one-shot
 `checker CHECK.json` does the same two steps when its spec asks for them. Only the protocol goes to the real
 stdout: anything else the process prints goes to stderr."""
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kernelgym_gap.core.registry import users_tasks_dir
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec, itemsize, numel
 from kernelgym_gap.judge import lowbit, scaled_tolerance
+from kernelgym_gap.judge.early_prefetch import early_line
 from kernelgym_gap.judge.prefetch import Fetched, Prefetch, prefetch_outputs
 
 KERNELBENCH_TOL = 1e-2
@@ -322,11 +325,12 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
                        seconds=parts.seconds)
 
 
-def _check_spec(spec_path: str, before_lane=None) -> None:
+def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None) -> None:
     """One check: CHECK.json names the job, the child's report, the device and where to write the result.
     With `"prefetch": true` in it (EvalConfig.read_outputs_outside_lane) and a `before_lane(n)` given, the
     output files are read first (judge/prefetch.py), then `before_lane(files read)` tells the parent, which
-    takes the GPU's shared lane and answers; it returns False when the parent went away (no check then)."""
+    takes the GPU's shared lane and answers; it returns False when the parent went away (no check then).
+    `early`: the files read while the child timed (`_early_read`), used when the spec says `"early": true`."""
     import json
     from kernelgym_gap.core.registry import find_task
     spec = json.loads(Path(spec_path).read_text())
@@ -335,7 +339,8 @@ def _check_spec(spec_path: str, before_lane=None) -> None:
     task = find_task(job.task_id, job.tasks_dir)
     prefetched = None
     if spec.get("prefetch") and before_lane is not None:
-        prefetched = prefetch_outputs(job, report)
+        prefetched = prefetch_outputs(job, report, early=early if spec.get("early") else None)
+        early = None
         if not before_lane(len(prefetched.files)):
             return
     result = check(task, job, report, spec["device"], prefetched=prefetched)
@@ -387,18 +392,24 @@ def serve(device: str = "cuda", stdin=None) -> int:
     if device == "cuda":
         torch.zeros(1, device="cuda").sum().item()   # the CUDA context, created once
     proto.write(json.dumps({"ready": True, "pid": os.getpid(), "device": device}) + "\n")
+    early: Prefetch | None = None        # the files `early` read, until the next request
     for line in stdin:
         path = line.strip()
         if not path:
             continue
+        if path == "drop" or path.startswith("early "):    # read_outputs_while_timing
+            early = early_line(path, early, proto)
+            continue
+        held, early = early, None
         try:
-            _check_spec(path, _told_go(proto, stdin, path))
+            _check_spec(path, _told_go(proto, stdin, path), held)
         except BaseException:  # noqa: BLE001 - reported to the parent, then this process ends
             tb = traceback.format_exc()
             sys.stderr.write(tb)
             sys.stderr.flush()
             proto.write(json.dumps({"spec": path, "ok": False, "error": tb[-4000:]}) + "\n")
             return 1
+        held = None                                  # an early read is used by one check at most
         if device == "cuda":
             torch.cuda.empty_cache()                 # hold no cached blocks between evaluations
         proto.write(json.dumps({"spec": path, "ok": True}) + "\n")

@@ -25,14 +25,16 @@ from kernelgym_gap.judge.prefetch import prefetch_outputs
 
 def check_in_process(task: TaskSpec, job: Job, report: ChildReport, backend: str, private: Path,
                      config: EvalConfig, checker=None, early=None, placement: Placement | None = None,
-                     lane: Callable[[], ContextManager] | None = None) -> CheckResult:
+                     lane: Callable[[], ContextManager] | None = None, early_read=None) -> CheckResult:
     """The trusted checker's verdict on the outputs the child saved. `checker`: None or a warm checker for
     this backend (api.warm.WarmChecker). `private` is a directory the child never saw. `early`: the check
     started while the child ran (judge/early_check.start), which has its references made already. `placement`: its GPU (default 0).
     `lane`: None when the caller holds the GPU's shared lane around this call; else
     (EvalConfig.read_outputs_outside_lane) a function whose context manager takes it, entered once the
     output files are read into host memory (judge/prefetch.py), so that only the copy to the device and the
-    comparison run under it. The early check keeps its own protocol and runs wholly under the lane."""
+    comparison run under it. The early check keeps its own protocol and runs wholly under the lane.
+    `early_read`: with `lane`, the files read while the child timed (judge/early_prefetch.EarlyRead, stopped):
+    the prefetch starts from them."""
     if early is not None:
         with lane() if lane is not None else contextlib.nullcontext():
             return early.check(task, job, report, backend, private, config)
@@ -40,7 +42,7 @@ def check_in_process(task: TaskSpec, job: Job, report: ChildReport, backend: str
         from kernelgym_gap.judge.checker import check
         if lane is None:
             return check(task, job, report, "cpu")
-        prefetched = prefetch_outputs(job, report)
+        prefetched = prefetch_outputs(job, report, early=early_read.prefetch if early_read is not None else None)
         with lane():
             return check(task, job, report, "cpu", prefetched=prefetched)
     report_path = private / "report.json"
@@ -48,7 +50,8 @@ def check_in_process(task: TaskSpec, job: Job, report: ChildReport, backend: str
     job_path = private / "job.json"
     job_path.write_text(job.to_json())
     spec = {"job": str(job_path), "report": str(report_path), "result": str(private / "check.json"),
-            "device": backend, "prefetch": lane is not None}
+            "device": backend, "prefetch": lane is not None,
+            "early": lane is not None and early_read is not None and early_read.in_checker}
     (private / "check_spec.json").write_text(json.dumps(spec))
     if checker is not None:
         return checker.check_spec(private / "check_spec.json", private / "check.json", config.sandbox.wall_s,

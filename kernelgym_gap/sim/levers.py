@@ -152,6 +152,7 @@ GRAPH, INTERVAL, PRECOMPUTE, COMPILE = ("graph_replay=1", "stop_rule=interval", 
 ALL = ",".join((COMPILE, GRAPH, INTERVAL, PRECOMPUTE))
 LAUNCH = "launch_bound_after_compile=1"
 READ = "read_outputs_outside_lane=1"
+READ_EARLY = "read_outputs_outside_lane=1,read_outputs_while_timing=1"
 RECHECK = "recheck_outside_exclusive=1"
 STEADY, ONCE = "clock_warmup_rule=steady", "warm_once=1"
 DEVICE_HELD = "held_device_bytes=1024M"
@@ -197,6 +198,15 @@ def read_outside(j: Job, h2d: float = H2D_SHARE_OF_READ) -> Job:
     read = min(j.check, j.check_read if j.check_read > 0 else READ_SHARE * j.check)
     moved = read * (1 - h2d)
     return dataclasses.replace(j, check=j.check - moved, check_read=read - moved, check_prefetch=moved)
+
+
+def read_while_timing(j: Job) -> Job:
+    """EvalConfig.read_outputs_while_timing (judge/early_prefetch.py): the outputs read before the check's lane
+    (read_outside), and that host stage read while the child times instead of after it, up to the child's
+    timing (assumed: the correctness trials' files are nearly all of it, the rechecks' few read after). The
+    lane's hold is unchanged; only the evaluation's own wall (its step) shortens, and with it the slot's."""
+    j = read_outside(j)
+    return dataclasses.replace(j, check_prefetch=max(0.0, j.check_prefetch - j.timing))
 
 
 def graph_interval_measured(j: Job) -> Job:
@@ -371,6 +381,9 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
         Scenario("outputs read before the check's lane", read_outside, _same,
                  f"check_read (else {READ_SHARE:.0%} of the check) x (1 - {H2D_SHARE_OF_READ}) to a host stage "
                  f"before the lane; the host-to-device copy ({H2D_SHARE_OF_READ:.0%}, assumed) stays", READ),
+        Scenario("outputs read while the child times", read_while_timing, _same,
+                 "the above, and its host read overlapping the child's timing (up to the timing's seconds); "
+                 "the lane's hold unchanged, the step shorter", READ_EARLY),
         Scenario("rechecks after the exclusive lane", recheck_outside, _same,
                  f"child_timing_recheck (else {RECHECK_SHARE:.0%} of the timing, H100 defaults row) moved from the "
                  "exclusive stretch to a shared hold after it", RECHECK),
