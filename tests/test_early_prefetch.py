@@ -316,3 +316,23 @@ def test_a_file_rewritten_in_place_with_its_mtime_set_back_is_read_again(task, t
     got = trusted.check_in_process(task, job, report, "cpu", tmp_path / "private", CONFIG, lane=_lane,
                                    early_read=early)
     assert got.status is Status.MISMATCH and got == check(task, job, report, "cpu")
+
+
+@pytest.mark.parametrize("how", ["ok", "killed", "failed"])
+def test_a_killed_or_failed_childs_early_read_is_not_given_to_the_check(registry, task, tmp_path, how):
+    from kernelgym_gap.core.backend import backend
+    from kernelgym_gap.engine.evaluation import Evaluation
+    from kernelgym_gap.sandbox.launch import ChildResult
+    job, report, child_checkpoint = _case(task, tmp_path, ("ok", "ok", "ok"))
+    early = _early(job, tmp_path)
+    child_checkpoint()
+    assert early.done.wait(30)
+    early.stop()
+    ev = Evaluation(task, b"", "triton", backend("cpu"), CONFIG)
+    ev._early_read = early
+    final = report if how != "failed" else dataclasses.replace(report, status=Status.RUNTIME_ERROR)
+    ev.child = ChildResult(outcome=None, report=final)
+    if how == "killed":
+        ev.killed = (3, 1.0, 2.0)
+    got = ev.early_read_for_check()
+    assert (got is early and early.prefetch is not None) if how == "ok" else (got is None and early.prefetch is None)

@@ -130,11 +130,7 @@ class Evaluation:
         # on cuda the checker runs on the GPU beside other evaluations' trials, never beside a timing
         lane_dir = self.placement.lanes_for(self.backend.name)
         job = self.job
-        early_read = self._early_read
-        if early_read is not None and (self.killed is not None or self.child is None or self.child.report is None
-                                       or self.child.report.status is not Status.OK):
-            early_read.discard()            # a killed or failed child's check runs exactly as without it
-            early_read = None
+        early_read = self.early_read_for_check()
         if self.killed is not None:         # only the trials the killed child finished (its checkpoint)
             from kernelgym_gap.engine.too_slow import finished_trials
             done = finished_trials(self)
@@ -151,6 +147,16 @@ class Evaluation:
         for part, seconds in self.check_result.seconds.items():   # the checker's own account of its time
             self.latency[f"check_{part}"] = seconds
         return self.check_result
+
+    def early_read_for_check(self):
+        """The outputs read while the child timed (read_outputs_while_timing), for a child that ended ok; a
+        killed or failed child's is dropped (its memory freed) and its check runs exactly as without it."""
+        early_read = self._early_read
+        if early_read is not None and (self.killed is not None or self.child is None or self.child.report is None
+                                       or self.child.report.status is not Status.OK):
+            early_read.discard()
+            return None
+        return early_read
 
     @property
     def layers(self) -> tuple[str, ...]:
