@@ -136,11 +136,13 @@ def light_only(args) -> int:
     print("\n== what 1,000 per GPU-hour takes (PREDICTIONS: the defaults row x4 with every lever, the timing and the "
           "shared stretches scaled)")
     print(table(sens, ("timing_x", "shared_x", "slots_4", "slots_6")))
+    steady = study.light_steady(inp)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, "seed": args.seed,
                                                "refit": inp.refit.__dict__, "calibration": calib,
                                                "predictions": preds, "sensitivity": sens, "checkpoints": ckpt,
+                                               "steady_lane_time_levers": steady,
                                                "note": "simulated figures are predictions; measured ones are the "
                                                        "summary's, on the device named"}, indent=1) + "\n")
         print(f"wrote {args.json}")
@@ -148,6 +150,9 @@ def light_only(args) -> int:
           f"(measured, {inp.device})")
     print(table(preds, ("scenario", "simulated", "measured", "error", "simulated_wall_p50_s", "step_p50_s",
                         "variant")))
+    print("\n== the lane-time levers in the steady state (SIMULATED): the defaults row x4 in 3 seeded orders, mean and "
+          "range; the 6-slot rows add no GPU-sharing slowdown (an upper bound)")
+    print(table(steady, ("scenario", "slots", "steady", "range")))
     print("\n== the checkpoints' lane let-gos (SIMULATED, not measured; none built): the light batch's defaults row, "
           "x4, "
           "with the levers as run, its lane waits per evaluation (s); the H200 full mix with its checkpoints imputed;\n"

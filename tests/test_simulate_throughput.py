@@ -258,6 +258,9 @@ def test_a_light_only_folder_replays_through_the_cli(tmp_path, capsys):
     preds = {r["scenario"]: r for r in data["predictions"]}
     levers_row = next(v for k, v in summary["evals_per_gpu_hour"].items() if "graph_replay=1" in k)
     assert preds["all levers, 4 slots"]["measured"] == levers_row
+    steady = {(r["scenario"], r["slots"]): r["steady"] for r in data["steady_lane_time_levers"]}
+    for slots in (4, 6):         # the lane-time levers, in the steady state, beat the defaults at either slot count
+        assert steady[("the lane-time levers together", slots)] > steady[("defaults", slots)]
     # the prediction is made from the defaults row, not from the row it is compared with
     assert preds["all levers, 4 slots"]["simulated"] != calib[next(k for k in calib if "graph_replay" in k)]["simulated"]
     assert preds["as measured (4 slots)"]["simulated"] == calib["lanes"]["simulated"]

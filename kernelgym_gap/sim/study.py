@@ -345,6 +345,20 @@ def light_sensitivity(inp: LightInputs, seed: int = 1, copies: int = 4) -> list[
     return rows
 
 
+def light_steady(inp: LightInputs, copies: int = 4, seeds: tuple[int, ...] = (1, 2, 3)) -> list[dict]:
+    """The lane-time levers (levers.lane_time_levers) against the defaults in the steady state: the defaults row
+    `copies` times over in each seed's order (a 12-evaluation row moves by several per cent with its tail), at 4
+    and 6 slots; the mean over the seeds and its range. Predictions only."""
+    rows = []
+    for name, job in (("defaults", lambda j: j), ("the lane-time levers together", levers.lane_time_levers)):
+        for slots in (4, 6):
+            rates = [simulate([job(j) for j in replicated(inp.rows[DEFAULTS_MODE], copies, seed)],
+                              Setup(slots_per_gpu=slots)).evals_per_gpu_hour for seed in seeds]
+            rows.append({"scenario": name, "slots": slots, "steady": round(sum(rates) / len(rates), 1),
+                         "range": f"{min(rates):.0f}..{max(rates):.0f}"})
+    return rows
+
+
 # ---- the checkpoints' lane let-gos (issue 35): candidates (a), (b), (c) of checkpoints.checkpoint_scenarios ----
 def lane_waits(r, n: int) -> tuple[float, float]:
     """(shared, exclusive) seconds per evaluation its own stages waited for the lane in a simulated run (the
