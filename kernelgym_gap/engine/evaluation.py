@@ -141,6 +141,8 @@ class Evaluation:
                                                early_read if lane is not None else None),
             lane_dir, self.placement.gpu_index, self.latency,
             outside_lane=self.config.read_outputs_outside_lane)
+        if early_read is not None:
+            early_read.used()               # nothing left to drop at close
         if retried:
             self.flags.append(retried)
         self.latency["check"] = time.perf_counter() - t

@@ -106,6 +106,11 @@ class EarlyRead:
         if self._thread.is_alive():
             self._thread.join()
 
+    def used(self) -> None:
+        """The check ran: the warm checker dropped the files at that request whatever came of it (a check
+        request always frees what `early` read), and the parent's are released here."""
+        self.prefetch, self.in_checker = None, False
+
     def discard(self) -> None:
         """Frees what was read (a killed or failed child, or the evaluation's end)."""
         self.stop()
