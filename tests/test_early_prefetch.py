@@ -336,3 +336,35 @@ def test_a_killed_or_failed_childs_early_read_is_not_given_to_the_check(registry
         ev.killed = (3, 1.0, 2.0)
     got = ev.early_read_for_check()
     assert (got is early and early.prefetch is not None) if how == "ok" else (got is None and early.prefetch is None)
+
+
+def test_the_env_steps_take_a_variant(monkeypatch):
+    """--env-steps-variant: the owed GPU run compares warm steps with and without the switch; the variant's
+    fields reach the KernelEnv's config (a recording stand-in for the env: the steps themselves need a GPU)."""
+    import importlib.util
+    import types
+    from kernelgym_gap.api import env as env_mod
+    script = Path(__file__).resolve().parents[1] / "scripts" / "throughput.py"
+    spec = importlib.util.spec_from_file_location("throughput", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    configs = []
+
+    class Recording:
+        def __init__(self, task_id, config, **kw):
+            configs.append(config)
+            self.last_record = types.SimpleNamespace(latency={"check": 1.0})
+
+        def reset(self, seed=None):
+            return None
+
+        def step(self, source):
+            return None, 1.0, True, False, {"status": "ok", "terms": {}}
+
+        def close(self):
+            pass
+    monkeypatch.setattr(env_mod, "KernelEnv", Recording)
+    out = mod.env_steps(["GELU"], "cpu", 0.0, mod.parse_variant("read_outputs_outside_lane=1,read_outputs_while_timing=1"))
+    assert len(out["steps"]) == 2 and configs[0].read_outputs_while_timing and configs[0].read_outputs_outside_lane
+    mod.env_steps(["GELU"], "cpu", 0.0)
+    assert not configs[-1].read_outputs_while_timing
