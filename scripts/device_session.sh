@@ -97,15 +97,18 @@ for step in "$@"; do
         --variant "" --variant compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1 \
         --out "$OUT/full" 2>&1 | tail -12 ;;
     throughput-new)
+      ALL_NEW=clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=1,read_outputs_outside_lane=1,read_outputs_while_timing=1,held_device_bytes=1024M,graph_replay=1,stop_rule=interval
       # issue 35's levers of 2026-12-06 afternoon (the clock warm-up until steady, the warm-up once, the rechecks
-      # after the exclusive lane, the check's reads before the lane, the outputs held on the device) beside the defaults, each row's E against
-      # the defaults' per submission, then the warm env.step; the library warmed first (throughput.py
+      # after the exclusive lane, the check's reads before the lane and while the child times, the outputs held
+      # on the device) beside the defaults, each row's E against the defaults' per submission, then the warm
+      # env.step with the defaults and with all of them (ALL_NEW); the library warmed first (throughput.py
       # --warm-library auto); VARIANTS overrides the rows
       timeout "$STEP_S" python3 scripts/throughput.py --backend cuda \
         --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 12 --fixtures none --serial 0 --per-gpu ${PER_GPU:-4} \
         --variant "" $(for v in ${VARIANTS:-clock_warmup_rule=steady,warm_once=1 recheck_outside_exclusive=1,read_outputs_outside_lane=1,held_device_bytes=1024M \
-          clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=1,read_outputs_outside_lane=1,held_device_bytes=1024M,graph_replay=1,stop_rule=interval}; do
-          printf -- '--variant %s ' "$v"; done) ${ENV_STEPS:+--env-steps $ENV_STEPS} --out "$OUT/light" 2>&1 | tail -${TAIL:-24} ;;
+          $ALL_NEW}; do
+          printf -- '--variant %s ' "$v"; done) ${ENV_STEPS:+--env-steps $ENV_STEPS --env-steps-variant $ALL_NEW} \
+        --out "$OUT/light" 2>&1 | tail -${TAIL:-24} ;;
     lever-tests)
       # the GPU tests of issue 35's levers of 2026-12-06 afternoon (the steady clock warm-up, the device-held
       # outputs)
