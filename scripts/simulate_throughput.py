@@ -120,9 +120,11 @@ def light_only(args) -> int:
     sens = study.light_sensitivity(inp, args.seed)
     ckpt = light_checkpoints(inp, args)
     rf = inp.refit
+    from kernelgym_gap.sim import levers as levers_mod
     print(f"records {inp.folder} ({inp.device})")
-    print(f"refit from these records: compile share {rf.compile_share:.3f} of the correctness calls "
-          f"({rf.compile_records} records letting compiles go); reference share {rf.reference_share:.3f} of the "
+    compile_text = (f"{rf.compile_share:.3f} of the correctness calls ({rf.compile_records} records letting compiles "
+                    f"go)" if rf.compile_share is not None else f"none (no row let its compiles go: {levers_mod.COMPILE_SHARE} stands)")
+    print(f"refit from these records: compile share {compile_text}; reference share {rf.reference_share:.3f} of the "
           f"check ({rf.reference_records} records; {rf.early_wait_records} with check_early_wait); measured "
           f"repetitions {rf.measure_share:.3f} of the timing (the rest {rf.timing_fixed_s:.2f} s per evaluation); "
           f"graph replay + interval stop keep "

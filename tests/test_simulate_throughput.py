@@ -296,9 +296,24 @@ def test_the_refit_constants_are_what_the_committed_records_give():
     assert rf.compile_records == 12 and rf.paired_submissions == 12
     # the early reference never ran in these rows (a warm checker): no record says how long it was waited for
     assert rf.early_wait_records == 0
-    with pytest.raises(levers.RefitError, match="child_compile_unlaned"):
-        levers.refit([r for r in workload.read_records(H100_CALL3 / "throughput_records.jsonl")
-                      if r["mode"] == "lanes"])
+    # without a row that let its compiles go, that share is not refit (COMPILE_SHARE stands) and the rest still is
+    alone = levers.refit([r for r in workload.read_records(H100_CALL3 / "throughput_records.jsonl")
+                          if r["mode"] == "lanes"])
+    assert alone.compile_share is None and alone.compile_records == 0 and alone.measure_share == rf.measure_share
+    with pytest.raises(levers.RefitError, match="check's parts"):
+        levers.refit([dict(r, latency={k: v for k, v in r["latency"].items() if not k.startswith("check_")})
+                      for r in workload.read_records(H100_CALL3 / "throughput_records.jsonl")])
+
+
+def test_the_lane_time_levers_call_replays_without_a_compile_row(tmp_path):
+    """The H100 call of 2026-12-06 afternoon ran no row letting its compiles go: --light-only still replays
+    every row within the bound (COMPILE_SHARE stands), and its lane-time levers row is the one compared."""
+    folder = ROOT / "results" / "h100_2026-12-06_lane_levers" / "call1"
+    rc = _script().main(["--light-only", "--records", str(folder), "--json", str(tmp_path / "l.json")])
+    data = json.loads((tmp_path / "l.json").read_text())
+    assert rc == 0 and all(abs(r["error"]) <= BOUND for r in data["calibration"])
+    preds = {r["scenario"]: r for r in data["predictions"]}
+    assert preds["the lane-time levers together, 4 slots"]["measured"] == 814.3
 
 
 def test_the_checkpoint_let_gos_are_what_the_light_batch_tasks_make():
