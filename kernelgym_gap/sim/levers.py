@@ -209,13 +209,18 @@ def read_while_timing(j: Job) -> Job:
     return dataclasses.replace(j, check_prefetch=max(0.0, j.check_prefetch - j.timing))
 
 
+def measured_part(j: Job) -> float:
+    """The timing's measured repetitions: the record's child_timing_measure, else MEASURE_SHARE of its timing."""
+    return j.timing_measure if j.timing_measure > 0 else MEASURE_SHARE * j.timing
+
+
 def graph_interval_measured(j: Job) -> Job:
     """Graph replay and the interval stop together, as the H100 records measured them: only the measured
     repetitions change (to GRAPH_INTERVAL_MEASURE_FACTOR of themselves); the set-up, probe and recheck stay.
     The job's own child_timing_measure where its record has it, else MEASURE_SHARE of its timing."""
     if j.timing <= 0:
         return j
-    measure = j.timing_measure if j.timing_measure > 0 else MEASURE_SHARE * j.timing
+    measure = measured_part(j)
     return dataclasses.replace(j, timing=j.timing - measure * (1 - GRAPH_INTERVAL_MEASURE_FACTOR),
                                timing_measure=measure * GRAPH_INTERVAL_MEASURE_FACTOR)
 
@@ -243,7 +248,7 @@ def warm_once(j: Job) -> Job:
     leaves the measured part (at most half of it)."""
     if j.timing <= 0:
         return j
-    measure = j.timing_measure if j.timing_measure > 0 else MEASURE_SHARE * j.timing
+    measure = measured_part(j)
     cut = min(WARM_S_PER_SHAPE * TIMED_SHAPES, 0.5 * measure)
     return dataclasses.replace(j, timing=j.timing - cut, timing_measure=measure - cut)
 
