@@ -33,6 +33,7 @@
 #                     2026-12-05 reached 50 of 64 in its 500 s
 #   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines, and of issue 35's
 #                     timing levers (graph replay, the early check)
+#   full-levers       #35: the full mix's first MAX (16) with the defaults and with every lever (ALL_NEW)
 #   kb-survey         #36: scripts/kb_library_times.py over KB_DIRS (imported KernelBench tasks, carried), SAMPLE
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
@@ -46,6 +47,10 @@
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
+# issue 35's lane-time levers of 2026-12-06, all together (the steady clock warm-up, the warm-up once, the
+# rechecks after the exclusive lane, the check's reads before the lane and while the child times, the outputs
+# held on the device, graph replay, the interval stop)
+ALL_NEW=clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=1,read_outputs_outside_lane=1,read_outputs_while_timing=1,held_device_bytes=1024M,graph_replay=1,stop_rule=interval
 mkdir -p "$OUT"
 STEP_S=${STEP_S:-540}          # a step's own limit: the call's 600 s less the time to send $OUT back
 DB=${DB:-/tmp/kgg_bench.sqlite3}
@@ -96,8 +101,13 @@ for step in "$@"; do
       [[ " ${PARTS:-light full} " == *" full "* ]] && timeout $((STEP_S - 200)) python3 scripts/throughput.py --backend cuda --max 16 --serial 0 --per-gpu 4 \
         --variant "" --variant compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1 \
         --out "$OUT/full" 2>&1 | tail -12 ;;
+    full-levers)
+      # #35's owed run: the first MAX (default 16) of the full mix (slow solutions and hostile fixtures included)
+      # with the defaults and with every lane-time lever (ALL_NEW), side by side, each submission's status and
+      # E against the defaults' in the report
+      timeout "$STEP_S" python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 --per-gpu ${PER_GPU:-4} \
+        --fixtures ${FIXTURES:-all} --variant "" --variant "$ALL_NEW" --out "$OUT/full" 2>&1 | tail -${TAIL:-30} ;;
     throughput-new)
-      ALL_NEW=clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=1,read_outputs_outside_lane=1,read_outputs_while_timing=1,held_device_bytes=1024M,graph_replay=1,stop_rule=interval
       # issue 35's levers of 2026-12-06 afternoon (the clock warm-up until steady, the warm-up once, the rechecks
       # after the exclusive lane, the check's reads before the lane and while the child times, the outputs held
       # on the device) beside the defaults, each row's E against the defaults' per submission, then the warm
