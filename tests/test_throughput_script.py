@@ -185,3 +185,33 @@ def test_the_library_warm_up_runs_first_and_is_not_counted(tmp_path):
     records = [json.loads(x) for x in (tmp_path / "throughput_records.jsonl").read_text().splitlines()]
     assert len(records) == 2 and {r["mode"] for r in records} == {"lanes"}
     assert "warm-up: 1 optimized solutions" in proc.stderr
+
+
+def test_the_warm_steps_take_the_variants_placement_fields_too(monkeypatch):
+    """`--env-steps-variant held_device_bytes=...`: the steps' KernelEnv gets the variant's Placement, not only its
+    EvalConfig (the H100 step rows of 2026-12-06 ran without the device-held outputs for that reason)."""
+    import kernelgym_gap.api.env as env_mod
+    made = []
+
+    class FakeEnv:
+        def __init__(self, task_id, **kw):
+            made.append(kw)
+            self.last_record = type("R", (), {"latency": {"total": 0.1}})()
+
+        def reset(self, seed=None):
+            return None, {}
+
+        def step(self, source):
+            return None, 0.0, True, False, {"status": "ok", "terms": {"E": 1.0}}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(env_mod, "KernelEnv", FakeEnv)
+    mod = _script()
+    out = mod.env_steps(["Softmax"], "cpu", 0.0, mod.parse_variant("held_device_bytes=64M,warm_once=1"))
+    assert [r["status"] for r in out["steps"]] == ["ok", "ok"]
+    assert made[0]["placement"].held_device_bytes == 64 << 20
+    assert made[0]["config"].timing.warm_once is True
+    out = mod.env_steps(["Softmax"], "cpu", 0.0, {})
+    assert made[1]["placement"].held_device_bytes == 0
