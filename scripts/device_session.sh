@@ -34,6 +34,8 @@
 #   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines, and of issue 35's
 #                     timing levers (graph replay, the early check)
 #   full-levers       #35: the full mix's first MAX (16) with the defaults and with every lever (ALL_NEW)
+#   fidelity-levers   #35: the levers' E against do_bench (fidelity.py --variant): the defaults, ALL_NEW and each
+#                     lever group alone on the light batch's optimized Triton solutions (FID_ONLY); ~480 s
 #   kb-survey         #36: scripts/kb_library_times.py over KB_DIRS (imported KernelBench tasks, carried), SAMPLE
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
@@ -107,6 +109,25 @@ for step in "$@"; do
       # E against the defaults' in the report
       timeout "$STEP_S" python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 --per-gpu ${PER_GPU:-4} \
         --fixtures ${FIXTURES:-all} --variant "" --variant "$ALL_NEW" --out "$OUT/full" 2>&1 | tail -${TAIL:-30} ;;
+    fidelity-levers)
+      # #35's independent check of the levers' E (docs/measurement.md, item 11's "Still owed"): the optimized
+      # Triton solutions of the light batch's tasks, each evaluated with the defaults, with every lever (ALL_NEW)
+      # and with each lever group alone, all five compared with one do_bench of the kernel (scripts/fidelity.py
+      # --variant; the per-variant summary prints last). Each group alone pins the other timing levers off, so that
+      # it stays alone whichever of them the defaults turn on. FID_ONLY (Task/solution substrings, not remeasure's
+      # ONLY: a bare "GELU" also picks BiasGELU, "RMSNorm" FusedAddRMSNorm and the backward tasks, and
+      # the TileLang solutions that need setup2: 19 solutions) overrides the list. Sized from the docs: ~40 s a
+      # solution for the defaults' fidelity (a warm evaluation ~10 s, do_bench's own process ~30 s), ~10 s for
+      # each further variant: 6 x (40 + 4 x 10) = 480 s of STEP_S's 540; --deadline-s starts no solution after
+      # STEP_S - 130 s, so that one started late still ends and the JSON is written
+      mkdir -p "$OUT/fidelity_levers"
+      timeout "$STEP_S" python3 scripts/fidelity.py --kinds optimized --compile-for none \
+        --only "${FID_ONLY:-GELU/triton_blocked,LayerNorm/triton_rowwise,Softmax/triton_rowwise,RMSNorm/triton_rowwise,AddReLU/triton_blocked,RowSum/triton_tiled}" \
+        --deadline-s $((STEP_S - 130)) --variant "" --variant "$ALL_NEW" \
+        --variant clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=0,graph_replay=0 \
+        --variant recheck_outside_exclusive=1,clock_warmup_rule=fixed,warm_once=0,graph_replay=0 \
+        --variant graph_replay=1,stop_rule=interval,clock_warmup_rule=fixed,warm_once=0,recheck_outside_exclusive=0 \
+        --out "$OUT/fidelity_levers" 2>&1 | tee "$OUT/fidelity_levers/log.txt" | tail -${TAIL:-40} ;;
     throughput-new)
       # issue 35's levers of 2026-12-06 afternoon (the clock warm-up until steady, the warm-up once, the rechecks
       # after the exclusive lane, the check's reads before the lane and while the child times, the outputs held

@@ -1,7 +1,7 @@
 """Reward fidelity (cuda): the environment's kernel and library times and E beside an independent measurement.
 
     python scripts/fidelity.py [--only TOKENS] [--kinds optimized,slow] [--workload study|full] [--out results]
-                               [--gap-out DIR]
+                               [--gap-out DIR] [--variant KEY=VALUE[,KEY=VALUE] ...]
 
 For every selected reference solution (all by default; a slow one whose kernel takes over --cap-ms per
 call is evaluated but not re-measured), per timed shape:
@@ -17,6 +17,15 @@ launch gaps that do_bench times (the environment hides them behind a queued spin
 (results/fidelity_<device>_<date>.json) holds device, date, versions and every row. With --gap-out the
 same evaluations are also written as the gap study's outputs (gap_study_cuda.csv/.json/.png) into that
 directory, so one device call serves both.
+
+With --variant (repeatable; scripts/throughput.py's syntax and fields: '' for the defaults, 'levers' for the
+defaults and every lever alone and together) each solution is evaluated once per variant, with that variant's
+EvalConfig and Placement fields (issue 35's timing levers), one after the other on the same warm pool, and
+compared with one independent measurement shared by every variant (do_bench does not depend on how the
+environment times). The table and the JSON rows then carry a `variant` column, and a summary per variant is
+printed last: the median and max |E_env / E_ref - 1| over the shapes compared, so a lever that moves E away from
+do_bench shows beside the defaults. A task's first evaluation measures its library in full and fills the library
+cache (library_time "cached"); the variants after it use the cached time with its short check, as production does.
 
 Goal (issue 14): every shape whose kernel takes >= 20 us within 10% (|ratio - 1| <= 0.1).
 """
@@ -37,6 +46,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 GOAL_MIN_MS = 0.020
 GOAL_RATIO = 0.10
+
+# the one definition of --variant's syntax and fields (throughput.py's): the two scripts' lever runs must mean
+# the same thing by the same text
+from throughput import apply_variant, expand_variants, parse_variant  # noqa: E402
 
 
 def timing_cases(task, config) -> list[dict]:
@@ -157,6 +170,7 @@ def measure_independently(task, sol, cases: list[dict], timeout_s: float,
 
 
 def compare(row: dict, independent_rows: list[dict]) -> list[dict]:
+    """One fidelity row per shape both measured; a row evaluated under a --variant keeps its `variant`."""
     by_case = {(tuple(p["shape"]), p["dtype"]): p for p in row.get("per_shape") or []}
     out = []
     for ind in independent_rows:
@@ -176,7 +190,39 @@ def compare(row: dict, independent_rows: list[dict]) -> list[dict]:
                     "ratio_graph": (e_env / (ind["graph_library_ms"] / ind["graph_kernel_ms"])
                                     if ind.get("graph_kernel_ms") and ind.get("graph_library_ms") else None),
                     "in_goal": ind["kernel_ms"] < GOAL_MIN_MS or abs(e_env / e_ref - 1) <= GOAL_RATIO})
+        if "variant" in row:
+            out[-1]["variant"] = row["variant"]
     return out
+
+
+def variant_label(text: str) -> str:
+    return text or "defaults"
+
+
+def variant_summary(rows: list[dict]) -> list[dict]:
+    """Per variant, in the order first met: how many shapes were compared with do_bench, the median and max
+    |E_env / E_ref - 1| over them, and how many are inside the goal. Rows without a variant count as the
+    defaults' ('')."""
+    import statistics
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r.get("variant", ""), []).append(r)
+    out = []
+    for variant, rs in by.items():
+        dev = [abs(r["ratio"] - 1) for r in rs]
+        out.append({"variant": variant, "compared": len(rs), "median_abs_ratio_minus_1": statistics.median(dev),
+                    "max_abs_ratio_minus_1": max(dev), "in_goal": sum(1 for r in rs if r["in_goal"])})
+    return out
+
+
+def summary_table(summary: list[dict]) -> str:
+    """One line per variant, its fields last (ALL_NEW's are 170 characters)."""
+    head = f"{'compared':>8} {'median |r-1|':>12} {'max |r-1|':>9} {'in goal':>9}  variant"
+    lines = [head, "-" * len(head)]
+    for s in summary:
+        lines.append(f"{s['compared']:8d} {s['median_abs_ratio_minus_1']:12.2%} {s['max_abs_ratio_minus_1']:9.2%} "
+                     f"{s['in_goal']:>4d}/{s['compared']:<4d}  {variant_label(s['variant'])}")
+    return "\n".join(lines)
 
 
 def _opt(v, spec: str) -> str:
@@ -185,15 +231,21 @@ def _opt(v, spec: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
+    """Worst ratios last. Rows evaluated under --variant get a last column, the variant's fields (long, so last)."""
+    labelled = any("variant" in r for r in rows)
     head = (f"{'kernel':40} {'shape':>16} {'dtype':8} {'env k ms':>9} {'ref k ms':>9} {'env lib':>9} "
             f"{'ref lib':>9} {'E_env':>7} {'E_ref':>7} {'ratio':>6} {'graph k':>9} {'r_graph':>7}")
+    if labelled:
+        head += "    variant"
     lines = [head, "-" * len(head)]
     for r in sorted(rows, key=lambda r: abs(r["ratio"] - 1)):
         name = f"{r['task'].removeprefix('kernelgym_gap/')}/{r['kernel']}"[:40]
+        goal = '' if r['in_goal'] else '  *'
         lines.append(f"{name:40} {'x'.join(map(str, r['shape'])):>16} {r['dtype']:8} {r['env_kernel_ms']:9.4f} "
                      f"{r['ref_kernel_ms']:9.4f} {r['env_library_ms']:9.4f} {r['ref_library_ms']:9.4f} "
                      f"{r['E_env']:7.3f} {r['E_ref']:7.3f} {r['ratio']:6.3f} {_opt(r.get('graph_kernel_ms'), '9.4f')} "
-                     f"{_opt(r.get('ratio_graph'), '7.3f')}{'' if r['in_goal'] else '  *'}")
+                     f"{_opt(r.get('ratio_graph'), '7.3f')}"
+                     + (f"{goal:3} {variant_label(r.get('variant', ''))}" if labelled else goal))
     return "\n".join(lines)
 
 
@@ -234,11 +286,23 @@ def main(argv=None) -> int:
                          "the slow solutions: do_bench times the host's launch gaps on kernels of tens of us, "
                          "and a host busy compiling for the other workers lengthens them")
     ap.add_argument("--out", default=str(ROOT / "results"))
-    ap.add_argument("--gap-out", help="also write the gap study's outputs (csv, json, chart) here")
+    ap.add_argument("--gap-out", help="also write the gap study's outputs (csv, json, chart) here (with --variant: "
+                                      "the first variant's evaluations)")
+    ap.add_argument("--variant", action="append", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
+                    help="evaluate each solution once more with these EvalConfig or Placement fields, as "
+                         "scripts/throughput.py's --variant takes them ('' for the defaults, 'levers' for the "
+                         "defaults and every lever alone and together); repeatable. Every variant is compared with "
+                         "the same do_bench measurement, and a summary per variant is printed last")
     ap.add_argument("--compile-for", default="all",
                     help="tasks (comma-separated names) whose torch.compile baseline is measured: all, none, or a "
                          "list (each task's first measurement compiles its reference: seconds per shape)")
     args = ap.parse_args(argv)
+    # every variant parsed (a bad field refused) before anything is evaluated
+    variants = [(text, parse_variant(text)) for text in expand_variants(args.variant)]
+    repeated = sorted({t for t, _ in variants if [v for v, _ in variants].count(t) > 1})
+    if repeated:
+        raise SystemExit(f"--variant: {', '.join(repr(t) for t in repeated)} given more than once")
+    labelled = args.variant is not None     # without --variant the output is as before: no variant column
 
     import gap_study
     from kernelgym_gap.api.service import EvalService
@@ -261,46 +325,75 @@ def main(argv=None) -> int:
 
     def one(item, pool) -> None:
         i, task, sol = item
+        name = f"{task.name}/{sol.file}"
         if args.deadline_s is not None and time.monotonic() - t_start > args.deadline_s:
-            skipped.append(f"{task.name}/{sol.file}: deadline")
+            skipped.append(f"{name}: deadline")
             return
         study = gap_study.study_task(task, "cuda", args.workload)
         wanted = args.compile_for == "all" or task.name in args.compile_for.split(",")
         cfg = config if wanted else config.replace(compile_baseline="cached")
-        row = gap_study.evaluate_one(study, sol, "cuda", cfg, **pool.warm_parts(0))
-        rows.append(row)
-        slowest = max((p["kernel_ms"] or 0 for p in row["per_shape"]), default=0)
+        evaluated = []
+        for text, overrides in variants:
+            # the variant's timing fields on cfg, its held_device_bytes / held_output_bytes on the placement the
+            # evaluation runs under (lane_dir "auto", as the independent process's)
+            vcfg, where = apply_variant(cfg, overrides, Placement(lane_dir=lane_dir))
+            row = gap_study.evaluate_one(study, sol, "cuda", vcfg, placement=where, **pool.warm_parts(0))
+            if labelled:
+                row["variant"] = text
+                print(f"[{i + 1}/{len(chosen)}] {name} [{variant_label(text)}]: {row['status']} "
+                      f"E={gap_study.fmt(row['E'])} {row['seconds']:.1f} s", file=sys.stderr, flush=True)
+            rows.append(row)
+            evaluated.append(row)
+        ok = [r for r in evaluated if r["status"] == "ok"]
+        slowest = max((p["kernel_ms"] or 0 for r in ok for p in r["per_shape"]), default=0)
         note = ""
-        if row["status"] == "ok" and slowest <= args.cap_ms:
+        if ok and slowest <= args.cap_ms:
+            # once per kernel, whatever the number of variants: do_bench does not depend on the environment's
+            # timing config, and it is most of a solution's time (its own process, its own compile)
             ind = measure_independently(study, sol, timing_cases(study, config), timeout_s=300, lane_dir=lane_dir)
             if isinstance(ind, str):
-                skipped.append(f"{task.name}/{sol.file}: {ind}")
+                skipped.append(f"{name}: {ind}")
             else:
-                fidelity.extend(compare(row, ind))
-        elif row["status"] == "ok":
+                for r in ok:
+                    fidelity.extend(compare(r, ind))
+        elif ok:
             note = f" (no independent measurement: {slowest:.1f} ms per call > --cap-ms)"
-            skipped.append(f"{task.name}/{sol.file}: {slowest:.1f} ms per call, over --cap-ms")
+            skipped.append(f"{name}: {slowest:.1f} ms per call, over --cap-ms")
+        for r in evaluated:
+            if r["status"] != "ok":
+                skipped.append(f"{name}: status {r['status']}" + (f" [{variant_label(r['variant'])}]" if labelled
+                                                                  else ""))
+        if labelled:
+            if note:
+                print(f"[{i + 1}/{len(chosen)}] {name}:{note}", file=sys.stderr, flush=True)
         else:
-            skipped.append(f"{task.name}/{sol.file}: status {row['status']}")
-        print(f"[{i + 1}/{len(chosen)}] {task.name}/{sol.file}: {row['status']} E={gap_study.fmt(row['E'])} "
-              f"{row['seconds']:.1f} s{note}", file=sys.stderr, flush=True)
+            print(f"[{i + 1}/{len(chosen)}] {name}: {row['status']} E={gap_study.fmt(row['E'])} "
+                  f"{row['seconds']:.1f} s{note}", file=sys.stderr, flush=True)
 
     # each worker a one-slot evaluation service on GPU 0 (its warm pool: a warm checker and pre-started
     # children), the environment's own lanes between the workers
     run_jobs(todo, args.jobs, lambda: EvalService("cuda", config, slots=[0], warm=True, lane_dir=lane_dir), one)
     order = {(t.id, Path(s.file).stem, s.dsl): i for i, t, s in todo}
-    rows.sort(key=lambda r: order.get((r["task"], r["kernel"], r["dsl"]), -1))
+    place = {text: k for k, (text, _) in enumerate(variants)}
+    rows.sort(key=lambda r: (order.get((r["task"], r["kernel"], r["dsl"]), -1), place.get(r.get("variant", ""), 0)))
     meta = gap_study.run_meta(rows, "cuda", args.workload, config)
+    if labelled:
+        meta["variants"] = [text for text, _ in variants]
     device = (meta.get("device") or {}).get("name", "cuda").split()[-1].lower()
     date = _dt.date.today().isoformat()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"fidelity_{device}_{date}.json"
-    path.write_text(json.dumps({"meta": meta, "goal": {"min_kernel_ms": GOAL_MIN_MS, "max_abs_ratio_minus_1":
-                                                       GOAL_RATIO}, "rows": fidelity, "skipped": skipped},
-                               indent=1, default=str) + "\n")
+    report = {"meta": meta, "goal": {"min_kernel_ms": GOAL_MIN_MS, "max_abs_ratio_minus_1": GOAL_RATIO},
+              "rows": fidelity, "skipped": skipped}
+    if labelled:
+        report["variant_summary"] = variant_summary(fidelity)
+    path.write_text(json.dumps(report, indent=1, default=str) + "\n")
     if args.gap_out:
-        for note in gap_study.finalize(rows, meta, "cuda", Path(args.gap_out)):
+        # the gap study holds one evaluation per kernel: the first variant's
+        first = variants[0][0]
+        gap_rows = [r for r in rows if r.get("variant", first) == first]
+        for note in gap_study.finalize(gap_rows, meta, "cuda", Path(args.gap_out)):
             print(note)
     timed = [r for r in fidelity if r["ref_kernel_ms"] >= GOAL_MIN_MS]
     inside = [r for r in timed if abs(r["ratio"] - 1) <= GOAL_RATIO]
@@ -315,6 +408,9 @@ def main(argv=None) -> int:
     print(f"\nshapes >= {GOAL_MIN_MS * 1e3:.0f} us within {GOAL_RATIO:.0%}: {len(inside)}/{len(timed)}; worst ratios: "
           + ", ".join(f"{r['task'].split('/')[-1]}/{r['kernel']} {'x'.join(map(str, r['shape']))} "
                       f"{r['dtype']} {r['ratio']:.3f}" for r in worst))
+    if labelled:
+        print("\n== E_env against do_bench, per variant (|E_env / E_ref - 1| over the shapes compared)")
+        print(summary_table(report["variant_summary"]))
     return 0
 
 

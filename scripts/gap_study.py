@@ -88,12 +88,14 @@ def select(registry, only: str | None, dsl: str | None):
     return [(task, sol) for _, task, sol in sorted(chosen, key=lambda c: c[0])]
 
 
-def evaluate_one(task, sol, backend: str, config, checker=None, children=None) -> dict:
+def evaluate_one(task, sol, backend: str, config, checker=None, children=None, placement=None) -> dict:
+    """`placement`: where it runs (None: Placement()'s defaults); scripts/fidelity.py's --variant sets its
+    held_device_bytes and held_output_bytes."""
     from kernelgym_gap.engine.pipeline import evaluate
     from kernelgym_gap.judge.reward import RewardConfig, reward_for, too_slow_reward
     source = task.solution_path(sol).read_text()
     t0 = time.perf_counter()
-    rec = evaluate(task, source, sol.dsl, backend, config, checker=checker, children=children)
+    rec = evaluate(task, source, sol.dsl, backend, config, checker=checker, children=children, placement=placement)
     seconds = time.perf_counter() - t0
     terms = rec.terms or {}
     diag = rec.diagnosis or {}

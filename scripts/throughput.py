@@ -328,6 +328,12 @@ def parse_variant(text: str) -> dict:
     return out
 
 
+def expand_variants(given: list[str] | None) -> list[str]:
+    """`--variant` as given (None when absent: the defaults alone) -> the variants to run, in order; 'levers'
+    stands for the defaults and every lever of LEVERS alone and together. scripts/fidelity.py takes the same."""
+    return [v for arg in given or [""] for v in (("",) + LEVERS if arg == "levers" else (arg,))]
+
+
 # a variant beats the defaults, in the run's own words, by more than this: a 12-evaluation run moves by up to
 # about +-10% with the order the lane's gate takes its waiters in (docs/measurement.md, "The simulator")
 RUN_NOISE = 0.10
@@ -425,7 +431,7 @@ def main(argv=None) -> int:
         rows.append(summarise("serial", subset, serial, secs, n_gpus))
         # kept even if the lanes half does not finish (a device call has a hard limit)
         (out / "throughput_serial_partial.json").write_text(json.dumps(rows[0], indent=1) + "\n")
-    variants = [v for arg in args.variant or [""] for v in (("",) + LEVERS if arg == "levers" else (arg,))]
+    variants = expand_variants(args.variant)
     # The library's time per shape is cached by the first correct evaluation that measures it in full
     # (judge/library_cache.py). Without a serial pass over the whole batch the first variant paid those
     # measurements and got no later-call bounds (no library time: call_unknown_s), the later ones neither:

@@ -126,7 +126,7 @@ def test_main_with_jobs_evaluates_each_kernel_once_and_writes_rows_in_batch_orde
 
     closed = []
 
-    def fake_evaluate(task, sol, backend, cfg, checker=None, children=None):
+    def fake_evaluate(task, sol, backend, cfg, checker=None, children=None, placement=None):
         with lock:
             calls.append(f"{task.name}/{sol.file}")
         return {"task": task.id, "kernel": Path(sol.file).stem, "dsl": sol.dsl, "status": "ok", "E": 2.0,
@@ -143,4 +143,203 @@ def test_main_with_jobs_evaluates_each_kernel_once_and_writes_rows_in_batch_orde
     out = json.loads(next(tmp_path.glob("fidelity_h200_*.json")).read_text())
     assert len(calls) == len(set(calls)) == len(out["rows"]) >= 7
     assert all(r["ratio"] == 1.0 and r["in_goal"] for r in out["rows"]) and out["skipped"] == []
+    # without --variant the output is as before: no variant column, no summary
+    assert all("variant" not in r for r in out["rows"]) and "variant_summary" not in out
+    assert "variants" not in out["meta"]
     assert 1 <= len(closed) <= 2     # a one-slot service per worker (its pool made on first use), each stopped
+
+
+# ---- --variant (issue 35): the levers' E against do_bench ----------------------------------------------------
+
+# scripts/device_session.sh's ALL_NEW: every lane-time lever, timing, checker and placement fields together
+ALL_NEW = ("clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=1,read_outputs_outside_lane=1,"
+           "read_outputs_while_timing=1,held_device_bytes=1024M,graph_replay=1,stop_rule=interval")
+
+
+def test_variant_is_throughputs_one_definition_and_a_bad_field_is_refused_before_any_evaluation(monkeypatch,
+                                                                                                  tmp_path):
+    import pytest
+    mod = _script()
+    import gap_study
+    import throughput
+    assert mod.parse_variant is throughput.parse_variant and mod.apply_variant is throughput.apply_variant
+    assert mod.expand_variants(None) == [""] and mod.expand_variants(["levers"]) == ["", *throughput.LEVERS]
+    assert mod.parse_variant(ALL_NEW)["held_device_bytes"] == 1024 << 20
+    evaluated = []
+    monkeypatch.setattr(gap_study, "evaluate_one", lambda *a, **kw: evaluated.append(a))
+    for bad, said in (("graph_replay=2", "0 or 1"), ("wall_s=3", "is not one of"), ("stop_rule=fast", "one of")):
+        with pytest.raises(SystemExit, match=said):
+            mod.main(["--only", "Softmax/triton_rowwise", "--variant", "", "--variant", bad, "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="more than once"):
+        mod.main(["--only", "Softmax/triton_rowwise", "--variant", "", "--variant", "", "--out", str(tmp_path)])
+    assert evaluated == []
+
+
+def _fake_run(monkeypatch, mod, shapes=((8, 8), (16, 16))):
+    """The warm pool, the evaluation and the independent process replaced: records each evaluation's config
+    and placement and each independent measurement."""
+    import gap_study
+    import kernelgym_gap.api.warm as warm
+
+    class FakePool:
+        checker = children = None
+
+        def close(self):
+            pass
+
+    seen = {"evaluations": [], "independent": []}
+
+    def fake_evaluate(task, sol, backend, cfg, checker=None, children=None, placement=None):
+        seen["evaluations"].append((f"{task.name}/{sol.file}", cfg, placement))
+        # a lever that moves E: graph replay reads the kernel 10% faster than the loop
+        k = 0.09 if cfg.timing.graph_replay else 0.1
+        return {"task": task.id, "kernel": Path(sol.file).stem, "dsl": sol.dsl, "status": "ok", "E": 2.0,
+                "seconds": 0.1, "per_shape": [{"shape": list(s), "dtype": "float16", "kernel_ms": k,
+                                               "library_ms": 0.2} for s in shapes],
+                "device": {"name": "NVIDIA H100"}, "versions": {"torch": "x"}}
+
+    def fake_independent(task, sol, cases, timeout_s, lane_dir=None):
+        seen["independent"].append(f"{task.name}/{sol.file}")
+        return [{"shape": list(s), "dtype": "float16", "distribution": "normal", "kernel_ms": 0.1,
+                 "library_ms": 0.2} for s in shapes]
+
+    monkeypatch.setattr(warm, "WarmPool", lambda **kw: FakePool())
+    monkeypatch.setattr(gap_study, "evaluate_one", fake_evaluate)
+    monkeypatch.setattr(mod, "timing_cases", lambda study, config: [])
+    monkeypatch.setattr(mod, "measure_independently", fake_independent)
+    return seen
+
+
+def test_each_variant_reaches_the_evaluations_config_and_placement_and_do_bench_runs_once_per_kernel(
+        monkeypatch, tmp_path, capsys):
+    import dataclasses
+
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.placement import Placement
+    mod = _script()
+    seen = _fake_run(monkeypatch, mod)
+    variants = ["", ALL_NEW, "clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=0",
+                "recheck_outside_exclusive=1,clock_warmup_rule=fixed,warm_once=0",
+                "graph_replay=1,stop_rule=interval"]
+    argv = ["--only", "Softmax/triton_rowwise,RowSum/triton_tiled", "--kinds", "optimized", "--out", str(tmp_path)]
+    for v in variants:
+        argv += ["--variant", v]
+    assert mod.main(argv) == 0
+    kernels = ["Softmax/triton_rowwise.py", "RowSum/triton_tiled.py"]
+    # every kernel evaluated once per variant, in the order given; do_bench once per kernel, not per variant
+    assert [name for name, _, _ in seen["evaluations"]] == [k for k in kernels for _ in variants]
+    assert seen["independent"] == kernels
+    # each variant's fields, and only those, on the evaluation's config and placement (whatever the defaults)
+    default_cfg, default_where = EvalConfig(), Placement()
+    for v, (_, cfg, where) in zip(variants * 2, seen["evaluations"]):
+        over = mod.parse_variant(v)
+        for f in dataclasses.fields(default_cfg.timing):
+            assert getattr(cfg.timing, f.name) == over.get(f.name, getattr(default_cfg.timing, f.name)), (v, f.name)
+        for name in ("read_outputs_outside_lane", "read_outputs_while_timing"):
+            assert getattr(cfg, name) == over.get(name, getattr(default_cfg, name)), (v, name)
+        assert where.held_device_bytes == over.get("held_device_bytes", default_where.held_device_bytes)
+        assert where.lane_dir == "auto"
+        # the run's fixed seeds kept under every variant
+        assert cfg.trial_seed == 20261203 and cfg.seeds_per_shape == 2
+    assert seen["evaluations"][1][2].held_device_bytes == 1024 << 20 and seen["evaluations"][1][1].timing.graph_replay
+
+    out = json.loads(next(tmp_path.glob("fidelity_h100_*.json")).read_text())
+    assert out["meta"]["variants"] == variants
+    assert len(out["rows"]) == len(kernels) * len(variants) * 2
+    assert {r["variant"] for r in out["rows"]} == set(variants)
+    summary = {s["variant"]: s for s in out["variant_summary"]}
+    assert list(summary) == variants and all(s["compared"] == 4 for s in summary.values())
+    assert summary[""]["max_abs_ratio_minus_1"] == 0.0
+    # graph replay's faster kernel reads E 0.2/0.09 against do_bench's 0.2/0.1: 11.1% off, outside the goal
+    for v in (ALL_NEW, "graph_replay=1,stop_rule=interval"):
+        assert abs(summary[v]["median_abs_ratio_minus_1"] - 1 / 9) < 1e-9 and summary[v]["in_goal"] == 0
+    printed = capsys.readouterr().out
+    tail = printed[printed.index("per variant"):]
+    assert "defaults" in tail and ALL_NEW in tail and "11.11%" in tail
+    assert "variant" in printed.splitlines()[printed.splitlines().index(next(
+        line for line in printed.splitlines() if line.startswith("kernel")))]
+
+
+def test_a_variant_whose_evaluation_fails_is_skipped_alone_and_the_others_still_compared(monkeypatch, tmp_path):
+    mod = _script()
+    seen = _fake_run(monkeypatch, mod)
+    import gap_study
+    ok_evaluate = gap_study.evaluate_one
+
+    def flaky(task, sol, backend, cfg, **kw):
+        row = ok_evaluate(task, sol, backend, cfg, **kw)
+        return dict(row, status="too_slow") if cfg.timing.graph_replay else row
+
+    monkeypatch.setattr(gap_study, "evaluate_one", flaky)
+    assert mod.main(["--only", "Softmax/triton_rowwise", "--kinds", "optimized", "--out", str(tmp_path),
+                     "--variant", "", "--variant", "graph_replay=1"]) == 0
+    out = json.loads(next(tmp_path.glob("fidelity_*.json")).read_text())
+    assert seen["independent"] == ["Softmax/triton_rowwise.py"]
+    assert {r["variant"] for r in out["rows"]} == {""}
+    assert out["skipped"] == ["Softmax/triton_rowwise.py: status too_slow [graph_replay=1]"]
+    # the skip still names the kernel as --resume reads it
+    rows, skipped, settled = mod.earlier_run(next(tmp_path.glob("fidelity_*.json")))
+    assert "Softmax/triton_rowwise.py" in settled
+
+
+def test_variant_summary_arithmetic_on_synthetic_rows():
+    mod = _script()
+
+    def row(variant, ratio, in_goal=True, **extra):
+        return {"ratio": ratio, "in_goal": in_goal, **({"variant": variant} if variant is not None else {}), **extra}
+
+    rows = [row("", 1.01), row("", 0.97), row("", 1.02),
+            row("graph_replay=1", 1.10, in_goal=False), row("graph_replay=1", 0.95),
+            row(None, 1.00)]          # a row of an earlier run without variants: the defaults'
+    summary = mod.variant_summary(rows)
+    assert [s["variant"] for s in summary] == ["", "graph_replay=1"]
+    d, g = summary
+    assert d["compared"] == 4 and g["compared"] == 2
+    assert abs(d["median_abs_ratio_minus_1"] - 0.015) < 1e-12        # median of 0.00, 0.01, 0.02, 0.03
+    assert abs(d["max_abs_ratio_minus_1"] - 0.03) < 1e-12 and d["in_goal"] == 4
+    assert abs(g["median_abs_ratio_minus_1"] - 0.075) < 1e-12        # median of 0.05 and 0.10
+    assert abs(g["max_abs_ratio_minus_1"] - 0.10) < 1e-12 and g["in_goal"] == 1
+    text = mod.summary_table(summary)
+    assert text.splitlines()[2].split() == ["4", "1.50%", "3.00%", "4/4", "defaults"]
+    assert text.splitlines()[3].split() == ["2", "7.50%", "10.00%", "1/2", "graph_replay=1"]
+
+
+def test_the_fidelity_levers_step_runs_every_variant_on_the_six_light_triton_solutions(tmp_path):
+    """scripts/device_session.sh fidelity-levers, its python replaced by one that records its arguments: the
+    defaults, ALL_NEW (the script's own) and each lever group alone, each a --variant fidelity.py accepts; the
+    default task list picks the light batch's six optimized Triton solutions and nothing else."""
+    import os
+    import re
+    import subprocess
+
+    mod = _script()
+    import gap_study      # scripts/ is on sys.path once _script() ran
+    from kernelgym_gap.core.registry import default_registry
+    args_file, bin_dir = tmp_path / "args.txt", tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {args_file}\n')
+    fake.chmod(0o755)
+    script = ROOT / "scripts" / "device_session.sh"
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
+    proc = subprocess.run(["bash", str(script), "fidelity-levers"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    args = args_file.read_text().split("\n")[:-1]
+    assert args[0] == "scripts/fidelity.py"
+    variants = [args[k + 1] for k, a in enumerate(args) if a == "--variant"]
+    all_new = re.search(r"^ALL_NEW=(\S+)$", script.read_text(), re.M).group(1)
+    assert variants[:2] == ["", all_new] and len(variants) == 5
+    timing = {"clock_warmup_rule", "warm_once", "recheck_outside_exclusive", "graph_replay"}
+    groups = [mod.parse_variant(v) for v in variants[2:]]
+    # each group alone: every timing lever named, so the group is alone whatever the defaults are
+    assert all(timing <= set(g) for g in groups)
+    on = [{k for k in timing if g[k] not in (False, "fixed")} for g in groups]
+    assert on == [{"clock_warmup_rule", "warm_once"}, {"recheck_outside_exclusive"}, {"graph_replay"}]
+    assert groups[2]["stop_rule"] == "interval"
+    assert args[args.index("--out") + 1] == str(tmp_path / "out" / "fidelity_levers")
+    assert "--deadline-s" in args and args[args.index("--kinds") + 1] == "optimized"
+    only = args[args.index("--only") + 1]
+    chosen = [(t.name, s.dsl) for t, s in gap_study.select(default_registry(), only, None) if s.kind == "optimized"]
+    assert sorted(chosen) == sorted((t, "triton") for t in ("GELU", "LayerNorm", "Softmax", "RMSNorm", "AddReLU",
+                                                            "RowSum"))
