@@ -319,9 +319,11 @@ def test_the_switch_is_a_throughput_variant():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert "read_outputs_outside_lane=1" in mod.LEVERS
-    overrides = mod.parse_variant("read_outputs_outside_lane=1")
-    applied, _ = mod.apply_variant(EvalConfig(), overrides)
-    assert applied.read_outputs_outside_lane and not EvalConfig().read_outputs_outside_lane
+    # on by default since 2026-12-06 evening (docs/measurement.md item 12): the variant turns it off as well
+    applied, _ = mod.apply_variant(EvalConfig(), mod.parse_variant("read_outputs_outside_lane=0"))
+    assert not applied.read_outputs_outside_lane and EvalConfig().read_outputs_outside_lane
+    applied, _ = mod.apply_variant(applied, mod.parse_variant("read_outputs_outside_lane=1"))
+    assert applied.read_outputs_outside_lane
 
 
 def test_a_retried_check_keeps_the_first_attempts_prefetch_in_the_record(tmp_path):

@@ -59,7 +59,8 @@ def test_a_known_library_time_bounds_later_calls_by_a_multiple_of_it_with_a_floo
 
 
 def test_a_timed_shape_is_one_call_bounded_by_its_repetitions():
-    timing = TimingConfig(min_reps=20, warmup_ms=25.0, budget_ms=2000.0)
+    # the rechecks inside the timing (recheck_outside_exclusive off: tests/test_recheck_outside.py has them after)
+    timing = TimingConfig(min_reps=20, warmup_ms=25.0, budget_ms=2000.0, recheck_outside_exclusive=False)
     timed = (_trial(10_000, (128, 256)), _trial(10_001, (32, 32)))
     hint = (((128, 256), "float16", 0.1),)
     bounds = call_bounds(_job(timing=timing, timing_trials=timed, library_hint=hint), SandboxConfig())

@@ -91,8 +91,9 @@ def _early(job, tmp_path, checker=None) -> early_prefetch.EarlyRead:
 
 def test_the_switch_needs_the_outputs_read_outside_the_lane():
     with pytest.raises(ValueError, match="read_outputs_outside_lane"):
-        EvalConfig(read_outputs_while_timing=True)
+        EvalConfig(read_outputs_while_timing=True, read_outputs_outside_lane=False)
     assert not EvalConfig().read_outputs_while_timing
+    assert EvalConfig(read_outputs_while_timing=True).read_outputs_outside_lane   # on by default (item 12)
 
 
 @pytest.mark.parametrize("name", list(CASES))

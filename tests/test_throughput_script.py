@@ -213,5 +213,5 @@ def test_the_warm_steps_take_the_variants_placement_fields_too(monkeypatch):
     assert [r["status"] for r in out["steps"]] == ["ok", "ok"]
     assert made[0]["placement"].held_device_bytes == 64 << 20
     assert made[0]["config"].timing.warm_once is True
-    out = mod.env_steps(["Softmax"], "cpu", 0.0, {})
+    out = mod.env_steps(["Softmax"], "cpu", 0.0, mod.parse_variant("held_device_bytes=0"))
     assert made[1]["placement"].held_device_bytes == 0

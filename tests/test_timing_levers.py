@@ -309,7 +309,7 @@ def test_an_idle_clock_that_reads_steady_is_still_warmed_for_the_minimum(fake_cl
 
 
 def test_the_fixed_warm_up_keeps_the_gpu_busy_for_its_whole_time_and_reads_no_clock(fake_clock):
-    b = fake_clock(ScriptedClock(TimingConfig(), [1_980_000.0]))
+    b = fake_clock(ScriptedClock(TimingConfig(clock_warmup_rule="fixed"), [1_980_000.0]))
     assert b._warm_clocks(300.0) == ()
     assert b.now * 1e3 >= 300.0
 

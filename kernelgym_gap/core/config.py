@@ -104,17 +104,20 @@ class TimingConfig:
     # each timed shape's recheck (a call after its timing, on inputs it has not seen, whose output the checker
     # judges) runs after the whole exclusive stretch, under the shared lane, instead of inside it: it is a
     # correctness check and needs no GPU to itself. On the H100 light batch (2026-12-06) it was 0.59 s of the
-    # 2.82 s exclusive stretch. Off until the GPU compares it side by side (issue 35; child/run.py, recheck_calls)
-    recheck_outside_exclusive: bool = False
+    # 2.82 s exclusive stretch (child/run.py, recheck_calls). On by default since the H100 runs of 2026-12-06
+    # (docs/measurement.md items 11-12): +17% evaluations per GPU-hour with the two levers below it, E within
+    # 0.5% of the defaults', the same verdicts on the full mix's hostile fixtures.
+    recheck_outside_exclusive: bool = True
     # The clock warm-up's end (device/bench.py): "fixed" keeps the GPU busy for clock_warmup_ms; "steady" stops
     # as soon as the SM clock, read from a spin kernel of known cycles every few ms, has held within 1% over
     # three readings (at least 20 ms busy, at most clock_warmup_ms). Under the lanes the GPU is rarely idle when
     # a timing starts (another evaluation's trials ran a moment ago), and the fixed 300 ms was 0.30 s of the
     # 2.82 s exclusive stretch on the H100 light batch (2026-12-06). warm_once: the full timing of a shape does
     # not warm a callable up again that the probe warmed a moment before (its per-call estimate is reused).
-    # Both off until the GPU compares them side by side (issue 35).
-    clock_warmup_rule: str = "fixed"
-    warm_once: bool = False
+    # Both on by default since the H100 runs of 2026-12-06 (docs/measurement.md items 11-12): +7.4% evaluations
+    # per GPU-hour, E within 0.31% of the fixed warm-up's on every submission, a steady reading in 22.5 ms.
+    clock_warmup_rule: str = "steady"
+    warm_once: bool = True
 
     def __post_init__(self):
         if self.stop_rule not in ("spread", "interval"):
@@ -220,12 +223,14 @@ class EvalConfig:
     # the trusted check reads the child's output files into host memory (judge/prefetch.py, up to
     # PREFETCH_BYTES per check) before it takes the GPU's shared lane, and holds the lane only for the copy to
     # the device and the comparison: reading files is host work. On the H100 light batch (2026-12-06) reading
-    # was 1.86 s of the check's 2.4 s under the lane. Off until the GPU run compares it side by side (issue 35).
-    read_outputs_outside_lane: bool = False
+    # was 1.86 s of the check's 2.4 s under the lane. On by default since the H100 runs of 2026-12-06
+    # (docs/measurement.md items 11-12): the check's read under the lane 1.64 -> 0.42 s, the same verdicts.
+    read_outputs_outside_lane: bool = True
     # with read_outputs_outside_lane: the pre-timing checkpoint's output files are read while the child still
     # times (judge/early_prefetch.py: a request to the warm checker, or a thread of the parent for the cpu
     # check in the parent), so that the check after the child reads only the rechecks' files. The verdict is
-    # the same; it shortens the step, not the lane's hold. Off until the GPU run compares steps (issue 35).
+    # the same; it shortens the step, not the lane's hold. Off: it has run only with graph replay and the
+    # interval stop, whose E moved up to 3.8% on Softmax (2026-12-06 evening), so its own gain is unmeasured.
     read_outputs_while_timing: bool = False
     # torch.compile of the reference, timed once per device, software, task version, shape and dtype in a
     # trusted process and cached (judge/baselines.py): "measure" (when missing), "cached" (only what the

@@ -47,8 +47,11 @@ class Placement:
     # about a millisecond) until its next checkpoint, where they are copied to the host and written with the
     # shared lane let go (child/outputs.py). Issue 35: the host copies were 1.10 s of an evaluation's shared lane
     # on the H100 light batch (2026-12-06, child_correctness_save). Past it, an output is copied to the host at
-    # once, as with 0 (the default until the GPU run compares it): the same outputs reach the checker either way.
-    held_device_bytes: int = 0
+    # once, as with 0: the same outputs reach the checker either way. 1 GiB by default since the H100 runs of
+    # 2026-12-06 (docs/measurement.md items 11-12: child_correctness_save 0.80 -> 0.003 s, the same verdicts).
+    # The budget is taken from the submission's own later calls of a shape: a kernel that needs nearly all of
+    # the GPU's memory can meet out_of_memory 1 GiB sooner (0 turns it off).
+    held_device_bytes: int = 1 << 30
     # how long an evaluation waits for its disk reservation (sandbox/disk_ledger.py: jobs on one scratch root
     # reserve what they may write) before ScratchSpaceError; long enough for a big cuda job ahead of it to end
     disk_wait_s: float = 900.0
