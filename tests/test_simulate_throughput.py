@@ -567,3 +567,96 @@ def test_the_recheck_lever_is_a_prediction_of_its_gpu_variant():
     assert sc.name == "rechecks after the exclusive lane"
     rf = levers.refit(workload.read_records(H100_CALL3 / "throughput_records.jsonl"))
     assert levers.RECHECK_SHARE == round(rf.recheck_share, 2)
+
+
+# ---- records that stopped early: the H100 full mix of 2026-12-06 (its hostile fixtures), issue 35 ----
+H100_FULL = ROOT / "results" / "h100_2026-12-06b_full_levers" / "call1_full"
+
+
+def _lane_holds(run, job: int) -> list:
+    return [iv for iv in run.trace if iv.job == job and iv.lane]
+
+
+def test_a_record_refused_at_the_gate_takes_no_child_and_no_lane():
+    """A syntax error stops at the static gate: no child, no lane. Replayed as a child with empty stages it waited
+    for the lane like any evaluation (behind the other slot's 30 s timing here: 2.5 + 30 s)."""
+    refused = workload.job_from_record({"mode": "lanes", "task": "T", "status": "syntax_error", "stage": "gate",
+                                        "at_s": 0.0, "latency": {"gate": 0.001, "total": 0.002}})
+    assert not refused.child
+    long_timing = Job(name="long", setup=0.0, correctness=2.5, timing=30.0, check=0.0)
+    run = simulate([long_timing, refused], Setup(slots_per_gpu=2))
+    assert run.done[1].end == pytest.approx(0.002) and not _lane_holds(run, 1)
+    assert not [iv for iv in run.trace if iv.job == 1 and iv.wait]
+    # the slot's pre-started child is kept for its next evaluation: it does not wait for another one
+    after = Job(name="after", setup=0.0, correctness=1.0, timing=1.0, check=0.0)
+    one = simulate([Job(name="first", correctness=1.0, timing=1.0, check=1.0), refused, after], Setup(slots_per_gpu=1))
+    prestarts = [iv for iv in one.trace if iv.row == "pre-start" and iv.stage == "preimport"]
+    assert len(prestarts) == 2                 # after "first" and after "after": none for the refused one
+
+
+def test_a_gate_refused_record_is_never_the_slots_previous_evaluation():
+    """The hand-off's wait for the pre-started child is rebuilt from the evaluation that ended as this one started;
+    a gate-refused one ends as it starts beside it (no child: it never refilled the slot's pre-start)."""
+    prev = {"mode": "lanes", "task": "T", "status": "ok", "at_s": 9.95,
+            "latency": {"child": 8.0, "child_total": 6.0, "check": 1.0, "total": 9.95}}
+    refused = {"mode": "lanes", "task": "T", "status": "syntax_error", "at_s": 10.0, "latency": {"gate": 0.0,
+                                                                                                "total": 0.0}}
+    this = {"mode": "lanes", "task": "T", "status": "ok", "at_s": 30.0,
+            "latency": {"child": 12.0, "child_preimport": 5.0, "child_total": 6.0, "check": 2.0, "total": 20.0}}
+    # its child ended at 9.95 - 1.0 (the check) - 0.95 (the rest): ready 5 s later, at 13.0; this one began at 10.0
+    assert workload.handoffs([prev, refused, this])[2] == pytest.approx(12.0 - 6.0 - 3.0)
+
+
+def test_a_runtime_error_in_a_call_is_its_own_stages_not_a_hang_on_the_lane():
+    """crash.py on the H100 (runtime_error from the child, no timing): the child's 25.7 s were 19.9 s of waiting
+    for its pre-started child (whose CUDA context waited for the lane) and 1.55 s of its own stages. It was
+    replayed as a hang holding the shared lane for all 25.7 s (its CUDA message says "API call")."""
+    r = next(x for x in workload.read_records(H100_FULL / "throughput_records.jsonl")
+             if x["mode"] == "lanes" and x["submission"] == "fixture/failures/crash.py")
+    lat = r["latency"]
+    j = workload.job_from_record(r, handoff=4.2)
+    assert j.hang_s == 0 and not j.timed and not j.has_check and j.handoff == 4.2
+    assert j.setup == pytest.approx(lat["child_setup"] + lat["child_import"])
+    assert j.correctness == pytest.approx(lat["child_total"] - j.setup)
+    run = simulate([j], Setup(slots_per_gpu=1))
+    held = _lane_holds(run, 0)
+    assert [iv.stage for iv in held] == ["correctness"] and held[0].lane == "shared"
+    assert run.done[0].wall == pytest.approx(j.cold_start + j.setup + j.correctness + j.rest, abs=0.01)
+
+
+def test_a_call_killed_at_its_deadline_holds_the_lane_for_its_call_then_is_checked():
+    """call_hang_after_first.py (too_slow, 72.6 s of child): its first call and checkpoint, then 60.1 s in the
+    hung call under the shared lane (the message's "60.1 s into the call"), then the check of the trials it
+    finished. It was replayed as 72.6 s on the lane (its wait for the pre-started child included) and no check."""
+    rec = next(x for x in workload.read_records(H100_FULL / "throughput_records.jsonl")
+               if x["mode"] == "lanes" and x["submission"] == "fixture/hostile/call_hang_after_first.py")
+    lat = rec["latency"]
+    j = workload.job_from_record(rec, handoff=3.4)
+    assert j.hang_s == pytest.approx(60.1) and j.hang_lane == "shared" and not j.timed and j.has_check
+    assert j.check == pytest.approx(lat["check"] - lat["check_lane_wait"])
+    assert j.unlaned == lat["child_checkpoint_unlaned"] and j.checkpoints == 1
+    run = simulate([j], Setup(slots_per_gpu=1))
+    held = _lane_holds(run, 0)
+    assert [iv.stage for iv in held] == ["correctness", "hung", "check"]
+    assert all(iv.lane == "shared" for iv in held)
+    assert held[1].end - held[1].start == pytest.approx(60.1 + j.correctness / 2)
+    # the rebuilt hand-off: the child's time less its own stages (the hung call's 60.1 s among them) and the wait
+    assert workload.child_own_s(rec) == pytest.approx(
+        lat["child_setup"] + lat["child_import"] + sum(lat.get(k, 0.0) for k in workload.CORRECTNESS_PARTS) + 60.1)
+    # a message without the call's seconds: the child's time less its recorded stages is the hung call
+    bare = dict(rec, message="call 2 ran past 60.0 s")
+    assert workload.hung_call_s(bare) == pytest.approx(lat["child"] - lat["child_setup"] - lat["child_import"]
+                                                       - sum(lat.get(k, 0.0) for k in workload.CORRECTNESS_PARTS))
+
+
+def test_the_full_mix_with_its_fixtures_replays_within_the_bound(tmp_path):
+    """The H100 full mix's first 16 (attention, backward and the hostile fixtures), each row from its own records:
+    the defaults row was -18.6% before the fixtures' records were read for how far they went (gate, stopped,
+    killed); the levers row predicted from it is quoted beside the measured row, whatever it comes to."""
+    rc = _script().main(["--light-only", "--records", str(H100_FULL), "--json", str(tmp_path / "f.json")])
+    data = json.loads((tmp_path / "f.json").read_text())
+    calib = {r["row"]: r for r in data["calibration"]}
+    assert rc == 0 and calib["lanes"]["measured"] == 321.5
+    assert all(abs(r["error"]) <= BOUND for r in data["calibration"])
+    preds = {r["scenario"]: r for r in data["predictions"]}
+    assert preds["the lane-time levers together, 4 slots"]["measured"] == 456.6

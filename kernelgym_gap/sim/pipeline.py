@@ -19,8 +19,12 @@ The stages, in the order engine/pipeline.py runs them (durations in a Job, secon
                              reference its `check_ref` part runs from the child's start instead
   rest                       the record's assembly (no lane)
 The slot's next child is pre-started when its child ends (sandbox/launch.py refills the pool then), so its
-imports overlap this evaluation's check. A hung submission (`hang_s`) holds `hang_lane` (or nothing) until its
-stage deadline kills it, and has no check."""
+imports overlap this evaluation's check. A hung submission (`hang_s`) runs its correctness stretch up to the
+hung call (`correctness`, `unlaned`: the record's parts before it; none where the record has no stages), then
+holds `hang_lane` (or nothing) until its stage deadline kills it; it has no check unless `checked` says so
+(a too_slow verdict checks the trials it finished). An evaluation stopped at the static gate (`child` False)
+has no child and takes no lane: the slot's pre-started child waits for the next one. One stopped inside its
+child before the timing (`timed` False: a runtime error in a call) takes no exclusive lane."""
 from __future__ import annotations
 
 import dataclasses
@@ -80,6 +84,17 @@ class Job:
     hang_s: float = 0.0
     hang_lane: str = ""
     hang_lane_s: float = float("inf")   # how long a hung call keeps its lane before letting it go
+    # how far the evaluation went (a record that stopped early took none of the later stages' lanes, and a
+    # zero-second hold would still wait for its lane): `child` False, stopped at the static gate (no child, the
+    # slot's pre-started child kept); `timed` False, stopped in the child before its timing (no exclusive lane);
+    # `checked` whether the trusted check ran (None: the old rule, checked unless hung)
+    child: bool = True
+    timed: bool = True
+    checked: bool | None = None
+
+    @property
+    def has_check(self) -> bool:
+        return (not self.hang_s) if self.checked is None else self.checked
 
     def scaled(self, **factors: float) -> "Job":
         """A copy with the named durations multiplied by their factors."""
@@ -212,6 +227,12 @@ class _Run:
             t0 = self.sim.now
             yield Delay(job.gate)
             self.stage(i, job, gpu, slot, "gate", t0)
+            if not job.child:       # refused at the gate: no child was used, the pre-started one stays for the next
+                t = self.sim.now
+                yield Delay(job.rest)
+                self.stage(i, job, gpu, slot, "rest", t)
+                self.done.append(Done(i, job.name, t0, self.sim.now, self.sim.now - t0))
+                continue
             if child is None:
                 yield from self.host(i, job, gpu, slot, "cold child start", job.cold_start)
             else:
@@ -227,17 +248,12 @@ class _Run:
                 self.sim.start(self.reference(i, job, gpu, slot, ref))
             yield from self.host(i, job, gpu, slot, "setup", job.setup)
             if job.hang_s:
-                laned = min(job.hang_s, job.hang_lane_s) if job.hang_lane else 0.0
-                if laned > 0:
-                    yield from self.laned(i, job, gpu, slot, "hung", laned, job.hang_lane)
-                t = self.sim.now
-                yield Delay(job.hang_s - laned)
-                self.stage(i, job, gpu, slot, "hung (lane let go)" if laned else "hung", t)
+                yield from self.hung(i, job, gpu, slot)
             else:
                 yield from self.child_body(i, job, gpu, slot)
             child = Event()
             self.sim.start(self.prestart(job, gpu, slot, child))
-            if not job.hang_s:
+            if job.has_check:
                 yield from self.check(i, job, gpu, slot, ref)
             t = self.sim.now
             yield Delay(job.rest)
@@ -247,14 +263,41 @@ class _Run:
                 yield from self.served(self.store, i, job, gpu, slot, "store")
             self.done.append(Done(i, job.name, t0, self.sim.now, end - t0))
 
+    def hung(self, i, job, gpu, slot):
+        """A submission killed at a call's stage deadline: its correctness stretch up to the hung call (the record's
+        parts before it), then the call, which keeps the shared lane it ran under (one hold with the stretch's
+        last piece: the child does not let the lane go between its calls) for up to `hang_lane_s`, and runs on
+        without it until the kill. A hang outside the lanes (the import) holds nothing."""
+        laned = min(job.hang_s, job.hang_lane_s) if job.hang_lane else 0.0
+        if job.hang_lane == "shared" and (job.correctness > 0 or job.unlaned > 0):
+            yield from self.correctness_stretch(i, job, gpu, slot, tail=laned)
+        elif laned > 0:
+            yield from self.laned(i, job, gpu, slot, "hung", laned, job.hang_lane)
+        t = self.sim.now
+        yield Delay(job.hang_s - laned)
+        self.stage(i, job, gpu, slot, "hung (lane let go)" if laned else "hung", t)
+
     def child_body(self, i, job, gpu, slot):
+        """The correctness stretch, then the timing under the exclusive lane (unless the child stopped before
+        it: `timed` False), the rechecks, the outputs' write and the child's unaccounted rest."""
+        yield from self.correctness_stretch(i, job, gpu, slot)
+        if job.timed:
+            yield from self.laned(i, job, gpu, slot, "timing", job.timing, "exclusive")
+        if job.recheck > 0:         # the rechecks after the timing: the lane taken again, shared (child/run.py)
+            yield from self.laned(i, job, gpu, slot, "recheck", job.recheck, "shared")
+        yield from self.host(i, job, gpu, slot, "outputs write", job.write)
+        t = self.sim.now
+        yield Delay(job.misc)
+        self.stage(i, job, gpu, slot, "child misc", t)
+
+    def correctness_stretch(self, i, job, gpu, slot, tail: float = 0.0):
         """The correctness stretch in `checkpoints` + 1 pieces: each after the first begins with a checkpoint's
         write with the lane let go; with compile_outside_lane each piece's calls compile first with the lane let
         go (the compiles spread evenly: the first call of each shape compiles, and the checkpoints fall between
         the shapes). Each let-go is followed by a wait to take the lane back, as child/lanes.py's are: a timing
         that came meanwhile goes first (the records' lane_wait_after_checkpoint and _after_compile). A checkpoint
         in `kept_checkpoints` writes inside the hold instead: no let-go, no wait to take the lane back, and a
-        waiting timing waits for the write too."""
+        waiting timing waits for the write too. `tail`: a hung call's seconds, held in the last piece's hold."""
         pieces = job.checkpoints + 1 if job.unlaned > 0 and job.checkpoints > 0 else 1
         compile_out = self.setup.compile_outside_lane and job.compile > 0
         shared = job.correctness - (job.compile if compile_out else 0.0)
@@ -276,14 +319,8 @@ class _Run:
                     hold = 0.0
                 yield from self.host(i, job, gpu, slot, "compile (unlaned)", job.compile / pieces)
             hold += shared / pieces
-        yield from self.laned(i, job, gpu, slot, "correctness", hold, "shared")
-        yield from self.laned(i, job, gpu, slot, "timing", job.timing, "exclusive")
-        if job.recheck > 0:         # the rechecks after the timing: the lane taken again, shared (child/run.py)
-            yield from self.laned(i, job, gpu, slot, "recheck", job.recheck, "shared")
-        yield from self.host(i, job, gpu, slot, "outputs write", job.write)
-        t = self.sim.now
-        yield Delay(job.misc)
-        self.stage(i, job, gpu, slot, "child misc", t)
+        yield from self.laned(i, job, gpu, slot, "hung" if tail else "correctness", hold + tail,
+                              "shared")
 
     def check(self, i, job, gpu, slot, ref: Event | None):
         if job.check_prefetch > 0:     # the outputs read before the lane (EvalConfig.read_outputs_outside_lane)

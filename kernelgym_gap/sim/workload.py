@@ -24,12 +24,23 @@ pre-import seen without contention (0.33-0.59 s on the warm env.step, 0.4 s in t
                 What is left is bimodal in the 2026-12-05 records: 0.1-0.3 s, or 2.5-4.9 s (as long as a cold
                 child's start, in 28 of 58 warm records; where those seconds go is not recorded: the child's exit
                 or a pre-started child the evaluation could not use). Each record keeps its own.
-A record that timed out (no stages) is a hung job of its `child` seconds, holding the shared lane when it hung
-in a correctness call (its message names a call) and nothing when it hung in the import."""
+How far each record went (the H100 full mix of 2026-12-06 has every case; a stage a record lacks takes no lane):
+  gate only     no `child` (a syntax error): the gate and the rest; no child used, no lane
+  stopped       child_total but no child_timing (a runtime error in a call, reported by the child): its correctness
+                stretch is child_total less the set-up and its lane wait (the failing call ran under the lane); no
+                timing, and a check only where the record has one
+  killed        the child's stages but no child_total (too_slow, or a timeout in a call): the correctness parts
+                before the hung call, then the call for the seconds its message gives ("60.1 s into the call",
+                engine/too_slow.py), holding the shared lane; its check where the record has one (too_slow checks
+                the trials it finished); the hand-off rebuilt as for a finished record
+  no stages     a timeout without stages (the 2026-12-05 records): a hung job of its whole `child` seconds, holding
+                the shared lane when it hung in a correctness call (its message names a call) and nothing when it
+                hung in the import."""
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 from kernelgym_gap.sim.pipeline import Job
@@ -72,31 +83,98 @@ def _rest(lat: dict) -> float:
     return max(0.0, lat.get("total", 0.0) - lat.get("gate", 0.0) - lat.get("child", 0.0) - lat.get("check", 0.0))
 
 
+# the correctness stretch's parts a child records call by call (child/run.py): a killed child has them up to its
+# last finished call but no child_correctness (the stretch's total, written when it ends)
+CORRECTNESS_PARTS = ("child_correctness_inputs", "child_correctness_calls", "child_correctness_save",
+                     "child_checkpoint_write", "child_lane_wait_after_checkpoint", "child_lane_wait_after_compile")
+_INTO_THE_CALL = re.compile(r"\(([0-9]+(?:\.[0-9]+)?) s into the call")
+
+
+def _g(lat: dict, k: str) -> float:
+    return float(lat.get(k, 0.0) or 0.0)
+
+
+def killed_in_call(r: dict) -> bool:
+    """A child killed at a call's stage deadline whose stages up to then are recorded (no child_total: the child
+    never finished; child_setup: it reported its stages)."""
+    lat = r["latency"]
+    return "child" in lat and "child_total" not in lat and "child_setup" in lat
+
+
+def _before_calls(lat: dict) -> float:
+    return _g(lat, "child_setup") + _g(lat, "child_import") + _g(lat, "child_lane_wait_shared")
+
+
+def hung_call_s(r: dict) -> float:
+    """How long a killed child's hung call ran: the seconds its message gives (engine/too_slow.py's "(60.1 s into
+    the call"); without them, the child's time less its recorded stages (the hand-off then counted as hung)."""
+    m = _INTO_THE_CALL.search(r.get("message") or "")
+    if m:
+        return float(m.group(1))
+    lat = r["latency"]
+    return max(0.0, _g(lat, "child") - _before_calls(lat) - sum(_g(lat, k) for k in CORRECTNESS_PARTS))
+
+
+def child_own_s(r: dict) -> float | None:
+    """The seconds of the child's own stages: child_total, or for a killed child its recorded stages and its hung
+    call; None where the record has no stages."""
+    lat = r["latency"]
+    if "child_total" in lat:
+        return _g(lat, "child_total")
+    if killed_in_call(r):
+        return _before_calls(lat) + sum(_g(lat, k) for k in CORRECTNESS_PARTS) + hung_call_s(r)
+    return None
+
+
 def handoffs(records: list[dict]) -> list[float | None]:
     """Per record of one mode, the hand-off of a warm child less its wait for that child (see above); None
     for a cold child or where no previous evaluation of the slot is found."""
     out: list[float | None] = []
+    # a record refused at the gate used no child: the slot's pre-started child was made when the evaluation before
+    # it ended, so it is never the previous evaluation (it ends as it starts, beside the one that is)
+    with_child = [p for p in records if "child" in p["latency"]]
     for r in records:
         lat = r["latency"]
-        if "child_preimport" not in lat or "child_total" not in lat:
+        own = child_own_s(r)
+        if "child_preimport" not in lat or own is None:
             out.append(None)
             continue
         start = r["at_s"] - lat.get("total", 0.0)
-        prev = min(records, key=lambda p: abs(p["at_s"] - start))
+        prev = min(with_child, key=lambda p: abs(p["at_s"] - start))
         if prev is r or abs(prev["at_s"] - start) > 0.15:
             out.append(None)
             continue
         child_end = prev["at_s"] - prev["latency"].get("check", 0.0) - _rest(prev["latency"])
         waited = max(0.0, child_end + lat["child_preimport"] - start)
-        out.append(max(HANDOFF_S, lat.get("child", 0.0) - lat["child_total"] - waited))
+        out.append(max(HANDOFF_S, lat.get("child", 0.0) - own - waited))
     return out
 
 
 def job_from_record(r: dict, handoff: float | None = None) -> Job:
     lat = r["latency"]
-    g = lambda k: float(lat.get(k, 0.0) or 0.0)     # noqa: E731
+    g = lambda k: _g(lat, k)     # noqa: E731
     name = r.get("submission") or r.get("task", "?")
-    if "child_timing" not in lat and "child_correctness" not in lat:
+    if "child" not in lat:
+        # refused at the gate (a syntax error): no child, no lane
+        return Job(name=name, task=r.get("task", ""), status=r.get("status", ""), gate=g("gate"), child=False,
+                   rest=max(0.0, g("total") - g("gate")))
+    cold = "child_preimport" not in lat
+    # the check where the record has one (less its lane wait and its reads before the lane)
+    check = dict(check=max(0.0, g("check") - g("check_lane_wait") - g("check_prefetch")),
+                 check_prefetch=g("check_prefetch"), check_read=g("check_read"), checked="check" in lat)
+    if killed_in_call(r):
+        # killed in a call with its stages recorded: the parts before the hung call, then the call, on the lane
+        let_go = sum(g(k) for k in LET_GO_PARTS)
+        return Job(name=name, task=r.get("task", ""), status=r.get("status", ""), gate=g("gate"),
+                   cold_start=max(0.0, g("child") - (child_own_s(r) or 0.0)) if cold else COLD_START_S,
+                   handoff=HANDOFF_S if handoff is None else handoff, pre_host=PRE_HOST_S,
+                   pre_context=PRE_CONTEXT_S, setup=g("child_setup") + g("child_import"),
+                   calls=g("child_correctness_calls"),
+                   correctness=max(0.0, sum(g(k) for k in CORRECTNESS_PARTS) - let_go),
+                   unlaned=g("child_checkpoint_unlaned"), save=g("child_correctness_save"),
+                   checkpoints=1 if g("child_checkpoint_unlaned") > 0 else 0, timing=0.0, write=0.0, misc=0.0,
+                   rest=_rest(lat), hang_s=hung_call_s(r), hang_lane="shared", timed=False, **check)
+    if "child_timing" not in lat and "child_correctness" not in lat and "child_total" not in lat:
         # hung or failed before the lanes: the child's whole time, on the lane when a call hung
         in_call = "call" in (r.get("message") or "") and "import" not in (r.get("message") or "")
         return Job(name=name, task=r.get("task", ""), status=r.get("status", ""), gate=g("gate"),
@@ -107,7 +185,16 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
     stages = ("child_setup", "child_import", "child_lane_wait_shared", "child_correctness",
               "child_lane_wait_exclusive", "child_timing", "child_lane_wait_recheck", "child_recheck",
               "child_outputs_write")
-    cold = "child_preimport" not in lat
+    if "child_timing" not in lat and "child_correctness" not in lat:
+        # stopped in its correctness stretch (the child reported an error from a call): what its set-up leaves of
+        # child_total ran there, under the shared lane; no timing
+        return Job(name=name, task=r.get("task", ""), status=r.get("status", ""), gate=g("gate"),
+                   cold_start=max(0.0, g("child") - g("child_total")) if cold else COLD_START_S,
+                   handoff=HANDOFF_S if handoff is None else handoff, pre_host=PRE_HOST_S,
+                   pre_context=PRE_CONTEXT_S, setup=g("child_setup") + g("child_import"),
+                   calls=g("child_correctness_calls"),
+                   correctness=max(0.0, g("child_total") - _before_calls(lat)),
+                   timing=0.0, write=g("child_outputs_write"), misc=0.0, rest=_rest(lat), timed=False, **check)
     return Job(
         name=name, task=r.get("task", ""), status=r.get("status", ""), gate=g("gate"),
         cold_start=max(0.0, g("child") - g("child_total")) if cold else COLD_START_S,
