@@ -33,6 +33,7 @@
 #                     2026-12-05 reached 50 of 64 in its 500 s
 #   gpu-tests         the cuda tests of the lanes, library cache, early exit and call deadlines, and of issue 35's
 #                     timing levers (graph replay, the early check)
+#   defaults-check    #35: the new defaults (2026-12-06 evening) beside the old, PART light or full
 #   full-levers       #35: the full mix's first MAX (16) with the defaults and with every lever (ALL_NEW)
 #   fidelity-levers   #35: the levers' E against do_bench (fidelity.py --variant): the defaults, ALL_NEW and each
 #                     lever group alone on the light batch's optimized Triton solutions (FID_ONLY); ~480 s
@@ -103,6 +104,18 @@ for step in "$@"; do
       [[ " ${PARTS:-light full} " == *" full "* ]] && timeout $((STEP_S - 200)) python3 scripts/throughput.py --backend cuda --max 16 --serial 0 --per-gpu 4 \
         --variant "" --variant compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1 \
         --out "$OUT/full" 2>&1 | tail -12 ;;
+    defaults-check)
+      # #35: the defaults switched on 2026-12-06 evening (docs/measurement.md item 12) beside the old ones (OLD),
+      # never run together as a row; PART light (default: the light batch, ~300 s) or full (the full mix's first
+      # MAX, ~470 s with its library warm-up): one part per call. Each submission's status and E against OLD's
+      OLD=clock_warmup_rule=fixed,warm_once=0,recheck_outside_exclusive=0,read_outputs_outside_lane=0,held_device_bytes=0
+      case ${PART:-light} in
+        light) part_args=(--tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none) ;;
+        full) part_args=(--max "${MAX:-16}") ;;
+        *) echo "defaults-check: PART must be light or full"; part_args=() ;;
+      esac
+      (( ${#part_args[@]} )) && timeout "$STEP_S" python3 scripts/throughput.py --backend cuda "${part_args[@]}" --serial 0 --per-gpu ${PER_GPU:-4} \
+        --variant "$OLD" --variant "" --out "$OUT/defaults_${PART:-light}" 2>&1 | tail -${TAIL:-8} ;;
     full-levers)
       # #35's owed run: the first MAX (default 16) of the full mix (slow solutions and hostile fixtures included)
       # with the defaults and with every lane-time lever (ALL_NEW), side by side, each submission's status and

@@ -69,3 +69,44 @@ def test_merge_remeasure_without_files_says_what_it_needs(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPT), "merge-remeasure"], cwd=ROOT, capture_output=True, text=True,
                           timeout=30, env=_env(tmp_path, FILES=str(tmp_path / "nothing")))
     assert proc.returncode == 2 and "FILES must name" in proc.stdout
+
+
+def _fake_python(tmp_path) -> Path:
+    """A python3 that prints the command line it was given, first on PATH: the step's commands, not run."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text("#!/bin/bash\nprintf 'ARGS'; printf ' [%s]' \"$@\"; echo\n")
+    fake.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("part, picks", [("light", "[--tasks] [GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum]"),
+                                         ("full", "[--max] [16]")])
+def test_the_defaults_check_runs_the_old_defaults_beside_the_new(tmp_path, part, picks):
+    """Issue 35's defaults switched on 2026-12-06 evening: the step runs the old defaults (every switched lever
+    named off) and the new ('') side by side, one part per call."""
+    bin_dir = _fake_python(tmp_path)
+    proc = subprocess.run(["bash", str(SCRIPT), "defaults-check"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=30, env=dict(_env(tmp_path, PART=part), PATH=f"{bin_dir}:{os.environ['PATH']}"))
+    args = next(line for line in proc.stdout.splitlines() if line.startswith("ARGS"))
+    assert "[scripts/throughput.py]" in args and picks in args and f"[{tmp_path}/out/defaults_{part}]" in args
+    old = ("[clock_warmup_rule=fixed,warm_once=0,recheck_outside_exclusive=0,read_outputs_outside_lane=0,"
+           "held_device_bytes=0]")
+    assert f"[--variant] {old} [--variant] []" in args
+    # every field the old row names parses, and each one differs from today's default
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", ROOT / "scripts" / "throughput.py")
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from kernelgym_gap.core.config import EvalConfig
+    old_config, old_place = mod.apply_variant(EvalConfig(), mod.parse_variant(old.strip("[]")))
+    new_config, new_place = mod.apply_variant(EvalConfig(), {})
+    assert old_config.timing != new_config.timing and old_place.held_device_bytes != new_place.held_device_bytes
+    assert old_config.read_outputs_outside_lane != new_config.read_outputs_outside_lane
+
+
+def test_the_defaults_check_refuses_an_unknown_part(tmp_path):
+    bin_dir = _fake_python(tmp_path)
+    proc = subprocess.run(["bash", str(SCRIPT), "defaults-check"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=30, env=dict(_env(tmp_path, PART="both"), PATH=f"{bin_dir}:{os.environ['PATH']}"))
+    assert "PART must be light or full" in proc.stdout and "ARGS" not in proc.stdout
