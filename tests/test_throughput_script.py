@@ -215,3 +215,20 @@ def test_the_warm_steps_take_the_variants_placement_fields_too(monkeypatch):
     assert made[0]["config"].timing.warm_once is True
     out = mod.env_steps(["Softmax"], "cpu", 0.0, mod.parse_variant("held_device_bytes=0"))
     assert made[1]["placement"].held_device_bytes == 0
+
+
+def test_the_library_warm_up_covers_the_fixtures_task_too():
+    """The fixtures are LayerNorm submissions: the warm-up evaluates LayerNorm's optimized solution as well, even
+    where the batch holds none of LayerNorm's own (the H100 full mix of 2026-12-06 evening did not, and its first
+    row met LayerNorm's library time unknown)."""
+    mod = _script()
+    batch = mod.make_batch(["AddReLU"], 5, "cpu", "fast")     # 5 fast fixtures and no solution
+    assert all(tag.startswith("fixture/") for tag, _, _ in batch)
+    assert [(tag, kind) for tag, kind, _ in mod.warm_up_batch(batch, "cpu")] == [
+        ("LayerNorm/triton_rowwise.py", "optimized")]
+    batch = mod.make_batch(["AddReLU", "GELU"], 9, "cpu", "fast")
+    firsts = mod.warm_up_batch(batch, "cpu")
+    assert [tag for tag, _, _ in firsts] == ["AddReLU/triton_blocked.py", "GELU/triton_blocked.py",
+                                            "LayerNorm/triton_rowwise.py"]
+    assert all(kind == "optimized" and req.backend == "cpu" for _, kind, req in firsts)
+    assert mod.warm_up_batch(mod.make_batch(["AddReLU"], 2, "cpu", "none"), "cpu")[0][0] == "AddReLU/triton_blocked.py"
