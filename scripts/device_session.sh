@@ -213,13 +213,17 @@ for step in "$@"; do
       # "auto" is one directory per user and host), so only the compiles and correctness calls overlap
       end=$(( $(date +%s) + STEP_S ))
       mkdir -p "$OUT/owed"
+      # one calibration and library cache for every test process of the step (tests/conftest.device_cache_dir)
+      export KGG_GPU_TEST_CACHE_DIR=${KGG_GPU_TEST_CACHE_DIR:-/tmp/kgg_gpu_test_cache}
       run_node() {     # $1 the test node, $2 its order number; OUT, end from the step
         local left=$(( end - $(date +%s) )) log="$OUT/owed/$(printf %03d "$2").txt" t0 rc limit
         (( left > 20 )) || { echo "not run (time): $1" >> "$OUT/owed_summary.txt"; return; }
         limit=$(( left < ${PER_TEST:-150} ? left : ${PER_TEST:-150} ))
         echo "=== $1" > "$log"
         t0=$(date +%s)
-        timeout "$limit" python3 -m pytest -q -s -m gpu --tb=short -p no:cacheprovider "$1" >> "$log" 2>&1
+        # faulthandler: a test killed at its limit still leaves its stack (2026-12-06 evening's MoE tests left none)
+        timeout "$limit" python3 -m pytest -q -s -m gpu --tb=short -p no:cacheprovider \
+          -o faulthandler_timeout=$(( limit > 30 ? limit - 15 : limit )) "$1" >> "$log" 2>&1
         rc=$?
         echo "rc=$rc $(( $(date +%s) - t0 ))s $1" | tee -a "$OUT/owed_summary.txt"
       }

@@ -46,3 +46,25 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# The owed-tests device step runs one pytest process per test (scripts/device_session.sh owed-tests): each made its
+# own calibration and measured every library time in full, and MoeTokenPermute's test ran past its 150 s there
+# (2026-12-06 evening). With KGG_GPU_TEST_CACHE_DIR set, the GPU tests that take `device_cache_dir` share one
+# calibration and library cache across those processes, as a service shares them; unset, each module has its own.
+GPU_TEST_CACHE_ENV = "KGG_GPU_TEST_CACHE_DIR"
+
+
+def shared_or_own_cache_dir(environ, make_own) -> Path:
+    """The directory named by KGG_GPU_TEST_CACHE_DIR (made if missing), else `make_own()`."""
+    shared = environ.get(GPU_TEST_CACHE_ENV)
+    if shared:
+        path = Path(shared)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return make_own()
+
+
+@pytest.fixture(scope="module")
+def device_cache_dir(tmp_path_factory) -> Path:
+    return shared_or_own_cache_dir(os.environ, lambda: tmp_path_factory.mktemp("cfg"))

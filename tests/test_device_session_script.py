@@ -110,3 +110,15 @@ def test_the_defaults_check_refuses_an_unknown_part(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPT), "defaults-check"], cwd=ROOT, capture_output=True, text=True,
                           timeout=30, env=dict(_env(tmp_path, PART="both"), PATH=f"{bin_dir}:{os.environ['PATH']}"))
     assert "PART must be light or full" in proc.stdout and "ARGS" not in proc.stdout
+
+
+def test_the_owed_gpu_tests_share_one_device_cache_when_the_step_names_it(tmp_path):
+    """owed-tests exports KGG_GPU_TEST_CACHE_DIR: each test process then uses that one directory for its
+    calibration and library cache (conftest.device_cache_dir); without it a module makes its own."""
+    from conftest import GPU_TEST_CACHE_ENV, shared_or_own_cache_dir
+    shared = tmp_path / "shared" / "cache"
+    assert shared_or_own_cache_dir({GPU_TEST_CACHE_ENV: str(shared)}, lambda: tmp_path / "own") == shared
+    assert shared.is_dir()
+    assert shared_or_own_cache_dir({}, lambda: tmp_path / "own") == tmp_path / "own"
+    text = SCRIPT.read_text()
+    assert f"export {GPU_TEST_CACHE_ENV}=" in text and "faulthandler_timeout" in text

@@ -18,10 +18,11 @@ def cuda_config():
 
 
 @pytest.fixture(scope="module")
-def where(tmp_path_factory):
-    """GPU 0, the device caches in temporary files (core/placement.Placement)."""
+def where(device_cache_dir):
+    """GPU 0, the device caches in temporary files (core/placement.Placement), or in the directory the owed-tests
+    step shares across its pytest processes (conftest.device_cache_dir)."""
     from kernelgym_gap.core.placement import Placement
-    d = tmp_path_factory.mktemp("cfg")
+    d = device_cache_dir
     return Placement(calibration_path=str(d / "calibration.json"), library_cache_path=str(d / "library_times.json"))
 
 
