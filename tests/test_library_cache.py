@@ -157,7 +157,7 @@ class FakeBench:
         self.full = {"kernel": m(kernel), "library": m(library)}
         self.calls = []
 
-    def probe(self, kernel, library, reps, budget_ms):
+    def probe(self, kernel, library, reps, budget_ms, hint_ms=None):
         self.calls.append(("probe", reps, budget_ms))
         return self.readings
 

@@ -59,7 +59,7 @@ class CallingBench:
             fn(i)
         return Measurement(median_ms=1.0, spread=0.01, reps=n, stream_ms=1.0, device_ms=1.0)
 
-    def probe(self, kernel, library, reps, budget_ms):
+    def probe(self, kernel, library, reps, budget_ms, hint_ms=None):
         return self._reading(kernel, self.CALLS), self._reading(library, 3)
 
     def measure(self, fn):

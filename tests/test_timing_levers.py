@@ -13,6 +13,7 @@ from kernelgym_gap.core import timing_stats as stats
 from kernelgym_gap.core.config import TimingConfig
 from kernelgym_gap.core.errors import ProtocolError, UnknownChoiceError
 from kernelgym_gap.core.record import Job, ShapeTiming, Trial
+from kernelgym_gap.judge.library_cache import reconcile
 from kernelgym_gap.judge.measure import trusted_timings
 
 import timing_readings
@@ -354,6 +355,166 @@ def test_warm_once_does_not_carry_a_warm_up_over_to_another_callable():
     for _ in range(3):
         time_shape(b, b.cfg, lambda i: "kernel", lambda i: "library", None)
     assert b.warms == {"kernel": 3, "library": 3}
+
+
+# ---- the probe's hopeless rule (TimingConfig.probe_hopeless_reps) -----------------------------------------
+
+HOPELESS = dataclasses.replace(CFG, probe_hopeless_reps=3)
+
+
+def _shape(bench, cfg, hint=None):
+    """One shape as time_shape reports it, with the hint the parent sent (None: none)."""
+    k, fields = time_shape(bench, cfg, lambda i: "kernel", lambda i: "library", hint)
+    return ShapeTiming(shape=TRIAL.shape, dtype=TRIAL.dtype, split="public", kernel_ms=k.median_ms,
+                       kernel_spread=k.spread, kernel_reps=k.reps, launches_per_call=1, programs=64,
+                       side_stream=stats.side_stream_suspected(k), stream_ms=k.stream_ms, device_ms=k.device_ms,
+                       **fields)
+
+
+def _hinted(cfg, hint):
+    return dataclasses.replace(_job(cfg), library_hint=((TRIAL.shape, TRIAL.dtype, hint),) if hint else ())
+
+
+def _parent(cfg, t, hint=None):
+    """What the parent makes of one shape: the readings replayed, then the hint and early exit re-derived."""
+    job = _hinted(cfg, hint)
+    return reconcile(job, trusted_timings(job, (t,)))[0]
+
+
+def _with_probe(t, probe):
+    """`t` with its probe's readings replaced (and its kernel's, where it exited early): a forged report."""
+    r = dataclasses.replace(t.readings, probe=probe, kernel=probe if t.early_exit else t.readings.kernel)
+    k = stats.summarise_readings(r.kernel, r.sync_jitter_ms)
+    return dataclasses.replace(t, readings=r, kernel_ms=k.median_ms, kernel_spread=k.spread, kernel_reps=k.reps,
+                               stream_ms=k.stream_ms, device_ms=k.device_ms)
+
+
+@pytest.mark.parametrize("reps,ok", [(0, True), (3, True), (10, True), (2, False), (11, False)])
+def test_the_probe_hopeless_reps_are_off_or_from_3_to_the_check_reps(reps, ok):
+    if ok:
+        assert TimingConfig(probe_hopeless_reps=reps).probe_hopeless_reps == reps
+    else:
+        with pytest.raises(ValueError, match="probe_hopeless_reps"):
+            TimingConfig(probe_hopeless_reps=reps)
+
+
+def test_the_rule_is_off_by_default():
+    assert TimingConfig().probe_hopeless_reps == 0
+
+
+@pytest.mark.parametrize("hint", [None, 0.3])
+def test_a_hopeless_kernel_stops_its_probe_after_3_and_exits_early_and_the_parent_believes_it(hint):
+    """A kernel 100x the library's time: with the rule its probe takes 3 repetitions, not 10 (the library
+    check still takes its 10), the timing exits early on them, and the parent's replay and re-derivation agree."""
+    times = {"kernel": 30.0, "library": 0.3}
+    off, on = ScriptedLoop(CFG, times), ScriptedLoop(HOPELESS, times)
+    t_off, t_on = _shape(off, CFG, hint), _shape(on, HOPELESS, hint)
+    assert (len(t_off.readings.probe.stream_ms), len(t_on.readings.probe.stream_ms)) == (10, 3)
+    assert len(t_on.readings.check.stream_ms) == 10
+    assert off.loop_reps - on.loop_reps == 7      # the kernel's 7 probe repetitions saved, nothing else
+    assert t_off.early_exit and t_on.early_exit
+    assert t_on.readings.kernel == t_on.readings.probe
+    mine = _parent(HOPELESS, t_on, hint)
+    assert mine.early_exit and mine.kernel_ms == t_on.kernel_ms
+    assert mine.kernel_ms == pytest.approx(30.0, rel=0.05)
+    assert mine.library_source == ("cached" if hint else "measured")
+
+
+def test_a_kernel_that_is_not_hopeless_is_probed_and_timed_exactly_as_without_the_rule():
+    """The rule never fires on an honest kernel near the library's time: same readings, same repetitions."""
+    times = {"kernel": 0.2, "library": 0.3}
+    off, on = ScriptedLoop(CFG, times), ScriptedLoop(HOPELESS, times)
+    t_off, t_on = _shape(off, CFG), _shape(on, HOPELESS)
+    assert t_on.readings == t_off.readings and off.loop_reps == on.loop_reps
+    assert not t_on.early_exit
+    assert _parent(HOPELESS, t_on).kernel_ms == t_on.kernel_ms
+
+
+def test_a_kernel_over_the_factor_by_less_than_the_budget_still_exits_early_without_the_rule():
+    """The existing early exit (the budget rule) is unchanged: a 600 ms kernel stops its probe at 2 either way."""
+    times = {"kernel": 600.0, "library": 0.3}
+    for cfg in (CFG, HOPELESS):
+        t = _shape(ScriptedLoop(cfg, times), cfg)
+        assert t.early_exit and len(t.readings.probe.stream_ms) == 2
+        assert _parent(cfg, t).early_exit
+
+
+def test_the_rule_takes_the_larger_reference_so_a_high_hint_keeps_the_probe_going():
+    """Against the check (0.3 ms) the kernel (20 ms, 67x) is hopeless; against the hint (1 ms, 20x) it is not:
+    the probe runs all 10, exactly as without the rule, and the decision after it is the old one (the check
+    disagrees with the hint, so the check is the reference: an early exit)."""
+    times = {"kernel": 20.0, "library": 0.3}
+    t = _shape(ScriptedLoop(HOPELESS, times), HOPELESS, hint=1.0)
+    assert len(t.readings.probe.stream_ms) == 10
+    assert t.readings == _shape(ScriptedLoop(CFG, times), CFG, hint=1.0).readings
+    mine = _parent(HOPELESS, t, hint=1.0)
+    assert mine.early_exit and mine.library_source == "measured"
+
+
+def test_a_probe_cut_short_on_a_kernel_that_is_not_hopeless_is_refused():
+    times = {"kernel": 0.2, "library": 0.3}
+    t = _shape(ScriptedLoop(HOPELESS, times), HOPELESS)
+    p = t.readings.probe
+    forged = _with_probe(t, stats.Readings(p.stream_ms[:3], p.device_ms[:3]))
+    with pytest.raises(ProtocolError, match="had not ended"):
+        _parent(HOPELESS, forged)
+
+
+def test_a_hopeless_probe_that_ran_on_past_the_rule_is_refused():
+    """Under the rule a child that took all 10 where the rule stops at 3 stopped where it chose: refused."""
+    times = {"kernel": 30.0, "library": 0.3}
+    long = _shape(ScriptedLoop(CFG, times), CFG)          # the probe of 10 a child without the rule takes
+    with pytest.raises(ProtocolError, match="hopeless rule ended it after 3"):
+        _parent(HOPELESS, long)
+    assert _parent(CFG, long).early_exit                  # which the configuration without the rule accepts
+
+
+def test_a_probe_stopped_by_the_rule_is_refused_where_the_configuration_has_no_rule():
+    times = {"kernel": 30.0, "library": 0.3}
+    short = _shape(ScriptedLoop(HOPELESS, times), HOPELESS)
+    with pytest.raises(ProtocolError, match="had not ended"):
+        _parent(CFG, short)
+
+
+def test_the_parent_replays_the_rule_with_the_hint_it_sent_not_one_the_child_used():
+    """A child that ignored its hint (1 ms: the 20 ms kernel is then not hopeless) stopped at 3 against its check
+    alone: the parent, replaying with the hint it sent, refuses it."""
+    times = {"kernel": 20.0, "library": 0.3}
+    t = _shape(ScriptedLoop(HOPELESS, times), HOPELESS, hint=None)
+    assert len(t.readings.probe.stream_ms) == 3
+    forged = dataclasses.replace(t, library_hint_ms=1.0)
+    with pytest.raises(ProtocolError, match="had not ended"):
+        trusted_timings(_hinted(HOPELESS, 1.0), (forged,))
+
+
+def test_the_rule_is_decided_on_the_check_so_far_and_a_stop_stays_a_stop():
+    """The check's median moves as it reads: hopeless on its first 3 (0.3 ms), not on all 10 (1 ms). The probe
+    stops at 3 and stays stopped; the timing is then not an early exit (the whole check says 20x), the kernel is
+    timed in full, and the parent replays the stop at 3 on the check's first 3."""
+    class Drifting(ScriptedLoop):
+        def _rep(self, fn, i):
+            if fn(i) == "library":
+                self.times = dict(self.times, library=0.3 if i < 3 else 1.0)
+            return super()._rep(fn, i)
+
+    b = Drifting(HOPELESS, {"kernel": 20.0, "library": 0.3}, jitter=0.0)
+    t = _shape(b, HOPELESS)
+    assert len(t.readings.probe.stream_ms) == 3 and not t.early_exit
+    assert t.readings.kernel != t.readings.probe and t.readings.library is not None     # timed in full
+    mine = _parent(HOPELESS, t)
+    assert not mine.early_exit and mine.kernel_ms == t.kernel_ms
+    # a probe of 4 (one past the stop) is refused even though the rule, on 4 of the check, would still hold
+    fourth = stats.Readings(t.readings.probe.stream_ms + (20.0,), t.readings.probe.device_ms + (20.0,))
+    assert "ended it after 3" in stats.stop_rule_problem(fourth, HOPELESS, False, check=t.readings.check,
+                                                         sync_jitter_ms=t.readings.sync_jitter_ms)
+
+
+def test_the_rule_needs_the_check_to_be_replayed():
+    """Without the check's readings the parent cannot see the rule hold: a stop by it is not believed."""
+    r = stats.Readings((30.0,) * 3, (30.0,) * 3)
+    check = stats.Readings((0.3,) * 10, (0.3,) * 10)
+    assert stats.stop_rule_problem(r, HOPELESS, False, check=check) is None
+    assert "had not ended" in stats.stop_rule_problem(r, HOPELESS, False)
 
 
 # ---- on a GPU --------------------------------------------------------------------------------------------

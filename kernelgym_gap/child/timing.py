@@ -65,7 +65,7 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     check) is timed no further: its probe is its measurement (early_exit). The parent re-derives both
     decisions from the numbers reported here (judge/library_cache.reconcile), after recomputing those numbers
     from the raw readings in `fields["readings"]` (judge/measure.trusted_timings)."""
-    k_probe, check = bench.probe(kernel, library, cfg.library_check_reps, cfg.early_exit_budget_ms)
+    k_probe, check = bench.probe(kernel, library, cfg.library_check_reps, cfg.early_exit_budget_ms, hint_ms=hint_ms)
     if clock is not None:
         clock.lap("timing_probe")
     agreed = hint_ms is not None and cfg.library_agrees(check.median_ms, hint_ms)

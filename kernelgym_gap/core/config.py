@@ -118,6 +118,15 @@ class TimingConfig:
     # per GPU-hour, E within 0.31% of the fixed warm-up's on every submission, a steady reading in 22.5 ms.
     clock_warmup_rule: str = "steady"
     warm_once: bool = True
+    # The kernel's probe ends once its first probe_hopeless_reps repetitions already show a hopeless kernel (its
+    # median over hopeless_factor x the larger of the library check's median so far and the parent's hint),
+    # instead of running all library_check_reps (0: off, the default until a GPU run compares it). On the H100
+    # light batch (2026-12-06) the probe was 1.07 s of the 1.41 s exclusive stretch per evaluation, and 62% of
+    # its seconds were the two hopeless kernels' (30-45 ms calls, 10 probe repetitions each per shape): at 3 the
+    # estimate is -4.3 s of exclusive time over the 12 evaluations (docs/measurement.md, "The probe's
+    # seconds"). Nothing else moves: the warm-ups, the library check's repetitions and every kernel that is not
+    # hopeless are timed as before; the parent replays the rule (core/timing_stats.probe_stops)
+    probe_hopeless_reps: int = 0
 
     def __post_init__(self):
         if self.stop_rule not in ("spread", "interval"):
@@ -134,6 +143,9 @@ class TimingConfig:
             raise ValueError("hopeless_factor must be above 1")
         if not self.early_exit_budget_ms >= 0:
             raise ValueError("early_exit_budget_ms must be non-negative")
+        if self.probe_hopeless_reps and not 3 <= self.probe_hopeless_reps <= self.library_check_reps:
+            raise ValueError(f"probe_hopeless_reps must be 0 (off) or from 3 (a median of fewer is noise) to "
+                             f"library_check_reps ({self.library_check_reps}), not {self.probe_hopeless_reps}")
 
     def library_agrees(self, check_ms: float, hint_ms: float) -> bool:
         """Whether a check of the library's time confirms the cached one (the child decides with this, the

@@ -161,12 +161,43 @@ def probe_may_stop(device_ms, budget_ms: float) -> bool:
     return len(device_ms) >= 1 and math.fsum(device_ms) >= budget_ms
 
 
-def stop_rule_problem(r: Readings, cfg, full: bool) -> str | None:
+def probe_hopeless(kernel_stream, kernel_device, check_stream, check_device, sync_jitter_ms: float,
+                   hint_ms: float | None, cfg) -> bool:
+    """TimingConfig.probe_hopeless_reps (0: off): whether the kernel's first n probe readings (n at least that
+    many) already show it hopeless against the library check's first n: the kernel's median (`summarise`) over
+    hopeless_factor x the library's reference, which is the larger of the check's median so far and the
+    parent's hint (where one was sent). The larger, because the decision after the probe (child/timing.time_shape)
+    takes the hint or the whole check: a kernel hopeless against the larger is hopeless against either, up to
+    the check's own noise; where it is not after all, the kernel is timed in full as without the rule."""
+    least = getattr(cfg, "probe_hopeless_reps", 0)
+    n = len(kernel_stream)
+    if not least or n < least or len(check_stream) < n:
+        return False
+    kernel_ms = summarise(kernel_stream, kernel_device, sync_jitter_ms).median_ms
+    check_ms = summarise(list(check_stream)[:n], list(check_device)[:n], sync_jitter_ms).median_ms
+    return cfg.hopeless(kernel_ms, max(check_ms, hint_ms or 0.0))
+
+
+def probe_stops(kernel_stream, kernel_device, check_stream, check_device, sync_jitter_ms: float,
+                hint_ms: float | None, cfg) -> bool:
+    """Whether the kernel's probe (Bench.probe) takes no further repetition after these readings (the kernel's
+    so far, the library check's so far: one each per step, the kernel's first): its GPU-time budget spent
+    (`probe_may_stop`), or, with TimingConfig.probe_hopeless_reps, a hopeless kernel shown (`probe_hopeless`).
+    The child stops at the first step this holds (and stays stopped); the parent replays it
+    (`stop_rule_problem`)."""
+    return (probe_may_stop(kernel_device, cfg.early_exit_budget_ms)
+            or probe_hopeless(kernel_stream, kernel_device, check_stream, check_device, sync_jitter_ms, hint_ms,
+                              cfg))
+
+
+def stop_rule_problem(r: Readings, cfg, full: bool, check: Readings | None = None, sync_jitter_ms: float = 0.0,
+                      hint_ms: float | None = None) -> str | None:
     """For the parent: why these readings could not have come from the child's stopping rules, or None.
     `full`: a full timing (may_stop, at least 3 repetitions, at most cfg.max_reps); else the kernel's probe
-    (probe_may_stop, at most cfg.library_check_reps). An honest child uses the same functions on the same
-    rounded readings, so it meets them exactly; a child that stopped where its numbers happened to suit
-    it does not."""
+    (probe_stops, at most cfg.library_check_reps; `check`, `sync_jitter_ms` and `hint_ms` are the library
+    check's readings, the synchronize's jitter and the hint the parent sent, which the hopeless rule of
+    TimingConfig.probe_hopeless_reps reads). An honest child uses the same functions on the same rounded
+    readings, so it meets them exactly; a child that stopped where its numbers happened to suit it does not."""
     s, d = list(r.stream_ms), list(r.device_ms)
     n = len(s)
     if r.method == "graph" and not (full and getattr(cfg, "graph_replay", False)):
@@ -184,9 +215,17 @@ def stop_rule_problem(r: Readings, cfg, full: bool) -> str | None:
         if early is not None:
             return f"{n} repetitions, where the stopping rule ended the timing after {early}"
     else:
-        stopped = n >= cfg.library_check_reps or probe_may_stop(d, cfg.early_exit_budget_ms)
+        cs, cd = (list(check.stream_ms), list(check.device_ms)) if check is not None else ([], [])
+
+        def stops(k: int) -> bool:
+            return probe_stops(s[:k], d[:k], cs[:k], cd[:k], sync_jitter_ms, hint_ms, cfg)
+        stopped = n >= cfg.library_check_reps or stops(n)
         if n > 1 and probe_may_stop(d[:-1], cfg.early_exit_budget_ms):
             return f"{n} repetitions, where the probe's budget ended it after {n - 1}"
+        # the hopeless rule is not monotone (the check's median moves with each reading): every earlier step
+        early = next((k for k in range(1, n) if stops(k)), None)
+        if early is not None:
+            return f"{n} repetitions, where the probe's hopeless rule ended it after {early}"
     if not stopped:
         return f"{n} repetitions, where the stopping rule had not ended the timing"
     return None

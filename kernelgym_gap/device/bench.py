@@ -178,16 +178,24 @@ class Bench:
         return s, max(stats.round_ms(start.elapsed_time(end_device) - self.sync_overhead_ms), s)
 
     def probe(self, kernel: Callable[[int], object], library: Callable[[int], object], reps: int,
-              budget_ms: float) -> tuple[Measurement, Measurement]:
+              budget_ms: float, hint_ms: float | None = None) -> tuple[Measurement, Measurement]:
         """The short look before a full timing, repetitions interleaved: `reps` of the library (the check of
         its cached time) and of the kernel, the kernel's ending once `budget_ms` of its GPU time is spent
-        (after one at least): its first calls, from which a hopeless kernel is told."""
+        (after one at least), or with TimingConfig.probe_hopeless_reps once its first readings show it hopeless
+        against the check so far and `hint_ms` (core/timing_stats.probe_stops): its first calls, from which a
+        hopeless kernel is told."""
         self._warm(kernel)
         self._warm(library)
         k_read: tuple[list[float], list[float]] = ([], [])
         l_read: tuple[list[float], list[float]] = ([], [])
+        cfg = (self.cfg if budget_ms == self.cfg.early_exit_budget_ms
+               else dataclasses.replace(self.cfg, early_exit_budget_ms=budget_ms))
+        stopped = False
         for i in range(reps):
-            if not stats.probe_may_stop(k_read[1], budget_ms):
+            # decided before the kernel's i-th repetition, on i of each (the parent replays it at that point);
+            # once stopped it stays stopped: the hopeless rule reads the check's median, which moves
+            stopped = stopped or stats.probe_stops(*k_read, *l_read, self.sync_jitter_ms, hint_ms, cfg)
+            if not stopped:
                 s, d = self._rep(kernel, i)
                 k_read[0].append(s)
                 k_read[1].append(d)

@@ -36,10 +36,12 @@ class SummaryDisagrees(ProtocolError):
     (an honest child summarises with the same code, core/timing_stats.py). An integrity violation."""
 
 
-def _readings_checked(where: str, name: str, r, max_n: int, cfg, full: bool | None) -> None:
+def _readings_checked(where: str, name: str, r, max_n: int, cfg, full: bool | None, **probe) -> None:
+    """`probe`: for the kernel's probe, the library check's readings, the synchronize's jitter and the hint
+    sent (core/timing_stats.stop_rule_problem's hopeless rule reads them)."""
     problem = stats.readings_problem(r, max_n)
     if problem is None and full is not None:
-        problem = stats.stop_rule_problem(r, cfg, full)
+        problem = stats.stop_rule_problem(r, cfg, full, **probe)
     if problem is not None:
         raise ProtocolError(f"{where}: the {name} readings: {problem}")
 
@@ -59,6 +61,8 @@ def trusted_timings(job, timings) -> tuple[ShapeTiming, ...]:
     SummaryDisagrees where the child's summary differs from its readings'. The library hint and early exit
     are then re-derived from these numbers by judge/library_cache.reconcile."""
     cfg = job.timing
+    # the hints this parent sent (never the child's echo of them): the probe's hopeless rule reads them
+    sent = {(tuple(s), d): ms for s, d, ms in job.library_hint}
     out = []
     for t in timings:
         where = f"shape {list(t.shape)} {t.dtype}"
@@ -67,7 +71,8 @@ def trusted_timings(job, timings) -> tuple[ShapeTiming, ...]:
             raise ProtocolError(f"{where}: the child reported no raw timing readings")
         if not (math.isfinite(r.sync_jitter_ms) and r.sync_jitter_ms >= 0):
             raise ProtocolError(f"{where}: a synchronize jitter of {r.sync_jitter_ms!r} ms")
-        _readings_checked(where, "kernel probe", r.probe, cfg.library_check_reps, cfg, False)
+        _readings_checked(where, "kernel probe", r.probe, cfg.library_check_reps, cfg, False, check=r.check,
+                          sync_jitter_ms=r.sync_jitter_ms, hint_ms=sent.get((tuple(t.shape), t.dtype)))
         _readings_checked(where, "library check", r.check, cfg.library_check_reps, cfg, None)
         if len(r.check.stream_ms) != cfg.library_check_reps:
             raise ProtocolError(f"{where}: {len(r.check.stream_ms)} library check readings, expected "
