@@ -111,9 +111,10 @@ class Sandbox(Stage):
             peak = f" (peak {out.memory_peak_bytes / 2**20:.0f} MiB)" if out.memory_peak_bytes else ""
             return self.stop(Status.OUT_OF_MEMORY, f"the child went over its memory limit and was killed{peak}")
         if out.timed_out and out.stage_timeout == "import":
+            import_s = cfg.sandbox.import_deadline_s(ev.task.module_entry_point is not None)
             return self.stop(Status.TIMEOUT, f"the submission's import (its module's top level and the entry "
                                              f"point's construction) did not finish within its "
-                                             f"{cfg.sandbox.import_s:.0f} s stage deadline and the child was killed")
+                                             f"{import_s:.0f} s stage deadline and the child was killed")
         if out.timed_out and out.stage_timeout == "call":
             checkpoint = too_slow.read_checkpoint(ev)
             if checkpoint is not None:      # its finished trials are checked first (issue 38): its report

@@ -38,6 +38,9 @@ def child_spec(task, dsl: str, backend: str, config: EvalConfig, placement: Plac
     placement = placement or Placement()
     sandbox = ChildSandbox(**{f.name: getattr(config.sandbox, f.name) for f in dataclasses.fields(config.sandbox)},
                            lane_dir=placement.lane_dir)
+    # the import's deadline of this task's kind of entry point (a module class is built within it)
+    import_s = config.sandbox.import_deadline_s(task.module_entry_point is not None)
+    sandbox = dataclasses.replace(sandbox, import_s=import_s)
     tasks_dir = task.tasks_dir
     # a user's task directory the sandbox's uid cannot read: refused here, before a child fails on it
     check_task_readable(task, sandbox)
