@@ -311,21 +311,23 @@ def table(rows) -> str:
 
 
 # The fields a variant may set: EvalConfig's integers and switches, TimingConfig's (issue 35's levers:
-# graph_replay, stop_rule, recheck_outside_exclusive, clock_warmup_rule, warm_once) and SandboxConfig's launch bound, each with how its value is read
+# graph_replay, stop_rule, recheck_outside_exclusive, clock_warmup_rule, warm_once, probe_hopeless_reps) and SandboxConfig's launch bound, each with how its value is read
 SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile",
             "read_outputs_outside_lane", "recheck_outside_exclusive", "warm_once", "read_outputs_while_timing")
-TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive", "clock_warmup_rule", "warm_once")
+TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive", "clock_warmup_rule", "warm_once",
+                 "probe_hopeless_reps")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
 PLACEMENT_FIELDS = ("held_output_bytes", "held_device_bytes")       # scheduling: on the evaluations' Placement, not their config
 CHOICES = {"stop_rule": ("spread", "interval"), "clock_warmup_rule": ("fixed", "steady")}
 VARIANT_FIELDS = ("held_output_bytes", "held_device_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
                   "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane",
-                  "recheck_outside_exclusive", "clock_warmup_rule", "warm_once", "read_outputs_while_timing")
+                  "recheck_outside_exclusive", "clock_warmup_rule", "warm_once", "read_outputs_while_timing",
+                  "probe_hopeless_reps")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
           "launch_bound_after_compile=1", "read_outputs_outside_lane=1", "recheck_outside_exclusive=1",
           "clock_warmup_rule=steady", "warm_once=1", "held_device_bytes=1024M",
-          "read_outputs_outside_lane=1,read_outputs_while_timing=1",
+          "read_outputs_outside_lane=1,read_outputs_while_timing=1", "probe_hopeless_reps=3",
           "compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1")
 
 
@@ -422,7 +424,8 @@ def main(argv=None) -> int:
                     help="the lanes mode once more with these EvalConfig (or Placement: held_output_bytes, held_device_bytes) fields (held_output_bytes, held_device_bytes=1024M, timed_shapes, "
                          "compile_outside_lane=0/1, precompute_reference=0/1, read_outputs_outside_lane=0/1, graph_replay=0/1, "
                          "recheck_outside_exclusive=0/1, "
-                         "warm_once=0/1, clock_warmup_rule=fixed/steady, stop_rule=spread/interval; 'levers' for every lever of issue 35 alone and together; "
+                         "warm_once=0/1, clock_warmup_rule=fixed/steady, stop_rule=spread/interval, probe_hopeless_reps=0 or 3-10; "
+                         "'levers' for every lever of issue 35 alone and together; "
                          "'' for the defaults), side by side; repeatable. held_output_bytes=0 writes each output "
                          "inside the lane, as before 2026-12-04")
     ap.add_argument("--warm-library", choices=("auto", "on", "off"), default="auto",

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelgym_gap.sim.pipeline import Job, Setup
+# the probe's hopeless rule: its transform and estimate are a module of their own
+from kernelgym_gap.sim.probe_levers import PROBE_HOPELESS, PROBE_HOPELESS_REPS, PROBE_REPS, probe_hopeless_stop
 
 # Refit on the H100 light batch of 2026-12-06 (results/h100_2026-12-06_levers/call3/light/
 # throughput_records.jsonl, the call after the library warm-up: defaults and all five levers, 12 evaluations
@@ -398,6 +400,10 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
                  "the GPU is at its clock under the lanes)", STEADY),
         Scenario("warm-up once per shape", warm_once, _same,
                  f"{WARM_S_PER_SHAPE:g} s x {TIMED_SHAPES} shapes of the measured part (assumed)", ONCE),
+        Scenario("hopeless kernels' probe ends at 3", probe_hopeless_stop, _same,
+                 f"a job whose every shape exited early: its kernel's probe repetitions {PROBE_REPS} -> "
+                 f"{PROBE_HOPELESS_REPS} per shape at child_timing_first_call / {TIMED_SHAPES} each (estimated)",
+                 PROBE_HOPELESS),
         Scenario("outputs held on the device", device_held_outputs, _same,
                  f"child_correctness_save leaves the shared hold (device copies at {DEVICE_COPY_FACTOR:g} of it, "
                  "assumed) and joins the checkpoints' let-go writes", DEVICE_HELD),
@@ -411,6 +417,10 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
         Scenario("the lane-time levers together, 4 slots", lane_time_levers, _same,
                  "steady clock, warm-up once, rechecks after, reads before the check's lane (begun while the child "
                  "times), outputs held on the device, graph + interval stop (the compiles and the early reference left as they are)", NEW_ALL),
+        # the probe's cut first: it reads the record's own child_timing_measure (0 for a job that exited early
+        # everywhere), which the other transforms replace with a share of the timing
+        Scenario("the lane-time levers + the hopeless probe, 4 slots",
+                 lambda j: lane_time_levers(probe_hopeless_stop(j)), _same, "the row above and the hopeless kernels' probe ending at 3", f"{NEW_ALL},{PROBE_HOPELESS}"),
         Scenario("all levers, 6 slots", both, lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=6),
                  "the five changes, 6 slots (the cores' rule on this host)", f"{ALL} --per-gpu 6"),
         Scenario("all levers, 8 slots", both, lambda s: dataclasses.replace(all_setup(s), slots_per_gpu=8),

@@ -67,6 +67,11 @@ class Job:
     checkpoint_plan: object = None
     timing: float = 2.7
     timing_measure: float = 0.0   # the timing's measured repetitions (child_timing_measure; 0: not recorded)
+    # inside `timing`: the probes (child_timing_probe: the warm-ups, the library check and the kernel's first
+    # repetitions) and the timed shapes' first calls (child_timing_first_call), one per shape; 0: not recorded.
+    # The probe's hopeless rule (levers.probe_hopeless_stop) reads them
+    timing_probe: float = 0.0
+    timing_first_call: float = 0.0
     # the timed shapes' rechecks (child_timing_recheck): inside `timing` while `recheck` is 0; with
     # TimingConfig.recheck_outside_exclusive they are `recheck`, a shared hold after the timing (child_recheck)
     timing_recheck: float = 0.0
