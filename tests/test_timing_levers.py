@@ -572,3 +572,29 @@ def test_gpu_a_steady_warm_up_on_a_busy_gpu_ends_early_and_reads_the_clock():
     last = b.clock_rates[-STEADY_READINGS:]
     assert min(last) >= (1 - STEADY_TOLERANCE) * max(last)
     torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+def test_gpu_a_hopeless_kernels_probe_ends_at_3_and_the_parent_believes_it():
+    """On the device (TimingConfig.probe_hopeless_reps): a kernel of ~20 ms (a spin) against a library of a
+    vector add (~0.1 ms) stops its probe after 3 repetitions and exits early; the same without the rule takes 10.
+    The parent replays both from the raw readings and re-derives the early exit."""
+    import torch
+    from kernelgym_gap.child.timing import Bench as LoopBench
+    x = torch.randn(1 << 24, device="cuda")
+    cycles = int(LoopBench._spin_cycles(20.0))
+
+    def slow(i):
+        torch.cuda._sleep(cycles)
+        return x + 1
+
+    for cfg, reps in ((TimingConfig(clock_warmup_ms=50.0), 10),
+                      (TimingConfig(clock_warmup_ms=50.0, probe_hopeless_reps=3), 3)):
+        k, fields = time_shape(LoopBench(cfg), cfg, slow, lambda i: x + 1, None)
+        t = ShapeTiming(shape=TRIAL.shape, dtype=TRIAL.dtype, split="public", kernel_ms=k.median_ms,
+                        kernel_spread=k.spread, kernel_reps=k.reps, launches_per_call=1, programs=64,
+                        side_stream=stats.side_stream_suspected(k), stream_ms=k.stream_ms, device_ms=k.device_ms,
+                        **fields)
+        assert len(t.readings.probe.stream_ms) == reps and t.early_exit
+        job = _job(cfg)
+        assert reconcile(job, trusted_timings(job, (t,)))[0].early_exit
