@@ -139,12 +139,13 @@ def light_only(args) -> int:
           "shared stretches scaled)")
     print(table(sens, ("timing_x", "shared_x", "slots_4", "slots_6")))
     steady = study.light_steady(inp)
+    ipc_steps = study.ipc_steps(inp)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, "seed": args.seed,
                                                "refit": inp.refit.__dict__, "calibration": calib,
                                                "predictions": preds, "sensitivity": sens, "checkpoints": ckpt,
-                                               "steady_lane_time_levers": steady,
+                                               "steady_lane_time_levers": steady, "ipc_steps": ipc_steps,
                                                "note": "simulated figures are predictions; measured ones are the "
                                                        "summary's, on the device named"}, indent=1) + "\n")
         print(f"wrote {args.json}")
@@ -152,6 +153,11 @@ def light_only(args) -> int:
           f"(measured, {inp.device})")
     print(table(preds, ("scenario", "simulated", "measured", "error", "simulated_wall_p50_s", "step_p50_s",
                         "variant")))
+    if ipc_steps:    # a folder without warm steps (the full mix) has no such table
+        print("\n== the warm env.step with the outputs handed over on the device (SIMULATED; a DESIGN, not built: "
+              "docs/measurement.md, \"The outputs handed over on the device\"): the call's measured steps replayed "
+              "as they ran and with the hand-over")
+        print(table(ipc_steps, ("steps", "n", "measured_p50_s", "replayed_p50_s", "ipc_p50_s", "variant")))
     print("\n== the lane-time levers in the steady state (SIMULATED): the defaults row x4 in 3 seeded orders, mean and "
           "range; the 6-slot rows add no GPU-sharing slowdown (an upper bound)")
     print(table(steady, ("scenario", "slots", "steady", "range")))

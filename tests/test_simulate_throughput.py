@@ -151,7 +151,10 @@ def test_the_script_runs_quickly_and_writes_its_tables(tmp_path, capsys):
     assert time.process_time() - t < 20
     assert rc == 0
     out = capsys.readouterr().out
-    assert out.rstrip().splitlines()[-1].startswith("+ hung calls")          # the predictions table is last
+    # the predictions table is last, and its last rows are the designs not built (the outputs handed over on the
+    # device, sim/ipc_outputs.py) after the trace's candidates
+    assert out.rstrip().splitlines()[-1].startswith("the lane-time levers + outputs handed over on the device")
+    assert any(line.startswith("+ hung calls") for line in out.splitlines())
     assert "SIMULATED, not measured" in out
     data = json.loads((tmp_path / "sim.json").read_text())
     assert {r["workload"] for r in data["calibration"]} >= {"full mix", "light batch", "warm env.step p50 (s)"}
@@ -660,3 +663,109 @@ def test_the_full_mix_with_its_fixtures_replays_within_the_bound(tmp_path):
     assert all(abs(r["error"]) <= BOUND for r in data["calibration"])
     preds = {r["scenario"]: r for r in data["predictions"]}
     assert preds["the lane-time levers together, 4 slots"]["measured"] == 456.6
+
+
+# ---- the outputs handed over on the device by CUDA IPC (a DESIGN, simulated; issue 35's 4 s step) ----
+from kernelgym_gap.sim import ipc_outputs  # noqa: E402
+
+# a warm step's record as the H100 gave it with the levers of 2026-12-06 (the outputs' stages rounded)
+_STEP_LAT = {"child": 5.4, "child_preimport": 0.3, "child_setup": 0.35, "child_correctness": 3.2,
+             "child_correctness_calls": 1.5, "child_correctness_save": 1.0, "child_checkpoint_write": 0.46,
+             "child_checkpoint_unlaned": 0.4, "child_timing": 0.5, "child_recheck": 0.5, "child_timing_recheck": 0.5,
+             "child_outputs_write": 0.2, "child_total": 5.1, "check": 1.2, "check_prefetch": 0.5, "check_read": 0.3,
+             "check_compare": 0.1, "total": 6.75}
+
+
+def _ipc_step(**lat):
+    return workload.step_job({"task": "T", "status": "ok", "latency": {**_STEP_LAT, **lat}})
+
+
+def test_the_ipc_design_replaces_the_outputs_stages_with_a_device_copy():
+    """Host copies -> device copies in the held stretch, no checkpoint let-gos, no output files, and the check's
+    reads (prefetch and read under the lane) -> the opener's hand-over; everything else as recorded."""
+    j = _ipc_step()
+    moved = ipc_outputs.ipc_outputs(j)
+    nbytes, outputs = ipc_outputs.output_bytes(j)
+    assert (nbytes, outputs) == (ipc_outputs.LIGHT_OUTPUT_BYTES, 24)
+    hand = ipc_outputs.handover_s(nbytes, outputs)
+    assert moved.save == pytest.approx(1.0 * levers.DEVICE_COPY_FACTOR)
+    assert moved.correctness == pytest.approx(j.correctness - 1.0 * (1 - levers.DEVICE_COPY_FACTOR))
+    # the checkpoints still let the lane go (the window a waiting timing takes), with nothing to write
+    assert moved.checkpoints == j.checkpoints == workload.CHECKPOINT_LET_GOS
+    assert moved.unlaned == pytest.approx(ipc_outputs.CHECKPOINT_MESSAGE_S * j.checkpoints)
+    assert (moved.check_prefetch, moved.check_read) == (0.0, 0.0)
+    assert moved.write == pytest.approx(ipc_outputs.EXPORT_S_PER_OUTPUT * 24)
+    assert moved.check == pytest.approx(j.check - 0.3 + hand)
+    assert (moved.timing, moved.recheck, moved.setup, moved.calls) == (j.timing, j.recheck, j.setup, j.calls)
+    # alone on the GPU the step is the sum of its stages: it shortens by exactly the stages moved
+    gone = (1.0 * (1 - levers.DEVICE_COPY_FACTOR) + (0.4 - moved.unlaned) + (0.2 - moved.write) + 0.5 + 0.3 - hand)
+    assert study.step_p50([j]) - study.step_p50([moved]) == pytest.approx(gone, abs=1e-6)
+
+
+def test_the_hand_over_costs_its_handles_and_the_bytes_at_the_h100_copy_rate():
+    assert ipc_outputs.H100_COPY_BYTES_PER_S == pytest.approx(2.97e12)   # calibrated, results/h100_2026-12-05_calibration
+    one_gib = ipc_outputs.handover_s(1 << 30, 0) - ipc_outputs.OPENER_FIXED_S
+    assert one_gib == pytest.approx(2 * (1 << 30) / 2.97e12) and one_gib < 0.001   # ~0.72 ms: read + written
+    assert ipc_outputs.handover_s(0, 10) == pytest.approx(ipc_outputs.OPENER_FIXED_S + 10 * ipc_outputs.OPEN_S_PER_OUTPUT)
+    with pytest.raises(ValueError):
+        ipc_outputs.handover_s(-1, 3)
+
+
+def test_the_hand_over_takes_the_bytes_of_the_jobs_checkpoint_plan_where_it_has_one():
+    plan = checkpoints.CheckpointPlan(("second call", "repeats"), (1 << 20, 3 << 20), 4 << 20, calls=6)
+    j = dataclasses.replace(_ipc_step(), checkpoint_plan=plan)
+    assert ipc_outputs.output_bytes(j) == (int((8 << 20) * (1 + ipc_outputs.RECHECK_BYTES_SHARE)),
+                                           6 + levers.TIMED_SHAPES)
+
+
+def test_the_ipc_design_leaves_a_gate_refusal_and_an_unchecked_job_their_own_stages():
+    gate_only = workload.job_from_record({"mode": "lanes", "task": "T", "status": "syntax_error", "at_s": 0.0,
+                                          "latency": {"gate": 0.01, "total": 0.02}})
+    assert not gate_only.child and ipc_outputs.ipc_outputs(gate_only) == gate_only
+    unchecked = dataclasses.replace(_ipc_step(), checked=False)
+    moved = ipc_outputs.ipc_outputs(unchecked)
+    assert moved.check == unchecked.check and moved.check_read == unchecked.check_read
+    assert moved.unlaned < unchecked.unlaned       # its child still handed over nothing through files
+    bare = dataclasses.replace(_ipc_step(), save=0.0, write=0.0, check_read=0.0, check_prefetch=0.0)
+    assert ipc_outputs.ipc_outputs(bare) == bare
+
+
+def test_the_ipc_rows_are_in_the_predictions_without_a_measured_figure(tmp_path):
+    """The light batch's prediction table has the design's rows (no variant, nothing measured beside them),
+    and ipc_steps replays a call's defaults and env-step variant steps with and without the hand-over."""
+    rec = _checked_record(child_timing_measure=0.5, check_reference=0.1, check_inputs=0.1, check_read=1.5,
+                          child_correctness_save=0.9)
+    folder = tmp_path / "call"
+    folder.mkdir()
+    (folder / "throughput_records.jsonl").write_text("\n".join(json.dumps({**rec, "submission": f"s{i}",
+                                                                           "at_s": 5.0 * i}) for i in range(4)) + "\n")
+    step = {"task": "T", "status": "ok", "wall_s": 7.0, "latency": _STEP_LAT}
+    summary = {"device": "synthetic", "modes": [{"mode": "lanes x4", "evals_per_gpu_hour": 500.0}],
+               "env_step": {"steps": [step, step], "p50_s": 7.9,
+                            "variant": {"fields": "held_device_bytes=1024M", "steps": [step], "p50_s": 6.6}}}
+    (folder / "throughput_synthetic_2026-12-06.json").write_text(json.dumps(summary))
+    inp = study.load_light(folder, CORPUS)
+    assert len(inp.variant_steps) == 1 and inp.measured_variant_step_p50 == 6.6
+    rows = {r["scenario"]: r for r in study.light_predictions(inp)}
+    for name, _ in ipc_outputs.SCENARIOS:
+        assert rows[name]["variant"] is None and rows[name]["measured"] is None
+        assert rows[name]["step_p50_s"] < rows["as measured (4 slots)"]["step_p50_s"]
+    steps = {r["steps"]: r for r in study.ipc_steps(inp)}
+    assert steps["defaults"]["measured_p50_s"] == 7.9 and steps["env-step variant"]["measured_p50_s"] == 6.6
+    assert steps["env-step variant"]["variant"] == "held_device_bytes=1024M"
+    for r in steps.values():
+        assert r["ipc_p50_s"] < r["replayed_p50_s"]
+
+
+def test_the_ipc_design_keeps_the_checkpoints_let_gos_because_a_waiting_timing_needs_them():
+    """On the H100 lane-levers call (committed records), the lane-time levers with the hand-over: its checkpoints'
+    let-gos kept (nothing to write) against the correctness stretch held in one piece, where a timing at the gate
+    waits for every other slot's whole stretch. The model: 1,070.5 against 901.0 (docs/measurement.md)."""
+    inp = study.load_light(ROOT / "results" / "h100_2026-12-06_lane_levers" / "call1", CORPUS)
+    base = inp.rows[study.DEFAULTS_MODE]
+    kept = [ipc_outputs.lane_time_levers_ipc(j) for j in base]
+    assert all(j.checkpoints > 0 and j.unlaned > 0 for j in kept)
+    one_piece = [dataclasses.replace(j, unlaned=0.0, checkpoints=0) for j in kept]
+    with_let_gos = simulate(kept, Setup()).evals_per_gpu_hour
+    assert with_let_gos > 1.1 * simulate(one_piece, Setup()).evals_per_gpu_hour
+    assert with_let_gos > 1.1 * simulate([levers.lane_time_levers(j) for j in base], Setup()).evals_per_gpu_hour

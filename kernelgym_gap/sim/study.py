@@ -19,7 +19,7 @@ import random
 import statistics
 from pathlib import Path
 
-from kernelgym_gap.sim import checkpoints, levers, workload
+from kernelgym_gap.sim import checkpoints, ipc_outputs, levers, workload
 from kernelgym_gap.sim.pipeline import Job, Setup, simulate
 
 CALIBRATION_RUNS = (   # (label, records file, mode, the summary's row: its reported rate; None: from the records)
@@ -124,7 +124,8 @@ def predictions(inp: Inputs, seed: int = 1) -> list[dict]:
     state, each copy in a seeded order), and the warm env.step's p50."""
     rows = []
     longer = replicated(inp.workloads["full mix"], 4, seed)
-    for sc in levers.scenarios(inp.fit):
+    # the designs not built (no variant) after the levers: the outputs handed over on the device
+    for sc in levers.scenarios(inp.fit) + ipc_outputs.scenarios():
         setup = sc.setup(Setup())
         full = simulate([sc.job(j) for j in inp.workloads["full mix"]], setup)
         light = simulate([sc.job(j) for j in inp.workloads["light batch"]], setup)
@@ -223,6 +224,11 @@ class LightInputs:
     measured_step_p50: float | None
     refit: levers.Refit
     fit: levers.TimingFit
+    # the warm steps run with the summary's env-step variant (env_step.variant: throughput.py's
+    # --env-steps-variant), and their measured p50; empty where the call ran none
+    variant_steps: tuple[Job, ...] = ()
+    measured_variant_step_p50: float | None = None
+    step_variant: str = ""
 
 
 def variant_of(mode: str) -> str:
@@ -267,12 +273,16 @@ def load_light(records_dir: str | Path, corpus_json: str | Path) -> LightInputs:
         step = summary.get("env_step") or {}
         steps = [workload.step_job(s) for s in step.get("steps", [])]
         step_p50 = float(step["p50_s"]) if steps else None
+        other = step.get("variant") or {}
+        variant_steps = tuple(workload.step_job(s) for s in other.get("steps", []))
+        variant_step_p50 = float(other["p50_s"]) if variant_steps else None
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, StudyError):
             raise
         raise StudyError(f"{d}: {e}") from None
     return LightInputs(str(d), str(summary.get("device", "?")), rows, variants, measured, walls, steps, step_p50,
-                       levers.refit(records), levers.fit_timing(corpus_json))
+                       levers.refit(records), levers.fit_timing(corpus_json), variant_steps, variant_step_p50,
+                       str(other.get("fields", "")) if variant_steps else "")
 
 
 def _setup_for(variant: str) -> Setup:
@@ -315,16 +325,31 @@ def light_predictions(inp: LightInputs) -> list[dict]:
     cases.append(("all levers as run: no early reference (warm checker)",
                   lambda j: levers.compile_share(levers.graph_interval_measured(j)),
                   lambda s: dataclasses.replace(s, compile_outside_lane=True), levers.ALL))
+    # designs not built: no row of the call ran them, so no measured figure beside them (variant None)
+    cases += [(sc.name, sc.job, sc.setup, None) for sc in ipc_outputs.scenarios()]
     out = []
     for name, job, setup, variant in cases:
         r = simulate([job(j) for j in base], setup(Setup()))
-        mode = ran.get(frozenset(variant.split(",")) - {levers.LAUNCH}) if variant else DEFAULTS_MODE
+        mode = (None if variant is None else ran.get(frozenset(variant.split(",")) - {levers.LAUNCH}) if variant
+                else DEFAULTS_MODE)
         m = inp.measured.get(mode) if mode else None
         out.append({"scenario": name, "variant": variant, "simulated": round(r.evals_per_gpu_hour, 1),
                     "measured": m, "error": round(r.evals_per_gpu_hour / m - 1, 4) if m else None,
                     "simulated_wall_p50_s": round(r.wall_p50, 2),
                     "step_p50_s": round(step_p50([job(s) for s in inp.steps], setup(Setup())), 2) if inp.steps else None})
     return out
+
+
+def ipc_steps(inp: LightInputs) -> list[dict]:
+    """The warm env.step with the outputs handed over on the device (ipc_outputs, a DESIGN): each set of the
+    call's measured steps (the defaults', and the env-step variant's where it ran) replayed as measured and
+    with the hand-over, beside its measured p50. Replaying the variant's own steps needs no lever transform:
+    what they ran is in their records."""
+    sets = (("defaults", inp.steps, inp.measured_step_p50, ""),
+            ("env-step variant", list(inp.variant_steps), inp.measured_variant_step_p50, inp.step_variant))
+    return [{"steps": label, "n": len(steps), "measured_p50_s": measured, "replayed_p50_s": round(step_p50(steps), 2),
+             "ipc_p50_s": round(step_p50([ipc_outputs.ipc_outputs(s) for s in steps]), 2), "variant": variant}
+            for label, steps, measured, variant in sets if steps]
 
 
 def light_sensitivity(inp: LightInputs, seed: int = 1, copies: int = 4) -> list[dict]:

@@ -1,0 +1,111 @@
+"""The correctness outputs handed over on the device by CUDA IPC (issue 35, the warm env.step's 4 s goal):
+a DESIGN, simulated and not built (docs/measurement.md, "The outputs handed over on the device").
+
+Today an output travels child GPU memory -> host copy (child_correctness_save) -> file (the checkpoints' writes
+and child_outputs_write) -> the checker's host memory (check_prefetch, or check_read under the lane) -> the
+checker's GPU memory (the copy `.to(ref.device)` inside check_read). On the H100's warm steps of 2026-12-06
+that was 2.4-3.0 s of a 6.7-8.0 s step. With the design the child keeps each output on the device, exports a
+handle to it, and a per-evaluation opener maps the handles and copies the bytes device-to-device into the
+checker's memory under the check's shared lane hold. What the simulator changes for it (`ipc_outputs`):
+  correctness   the host copies become device copies (DEVICE_COPY_FACTOR of them, as Placement.held_device_bytes
+                measured: 0.003 s against 0.984 s on the H100, item 11), and stay in the held stretch
+  checkpoints   no files to write: each checkpoint is a message of handle records (CHECKPOINT_MESSAGE_S), and
+                the child still lets the shared lane go for it. The let-go is kept on purpose: it is the window a
+                timing waiting at the gate takes. Without it (the let-gos dropped with their writes) the model
+                gives the lane-time levers + this design 901.0 per GPU-hour against 902.9 without it on the H100
+                call of 2026-12-06 (results/h100_2026-12-06_lane_levers/call1), with them 1,070.5
+  write         child_outputs_write becomes the handle export of each output (EXPORT_S_PER_OUTPUT)
+  check         the reads (check_prefetch, and check_read, which holds the host-to-device copy) become the
+                opener's work: OPEN_S_PER_OUTPUT per handle plus the bytes read and written once at the H100's
+                measured copy rate (H100_COPY_BYTES_PER_S)
+Every figure it gives is a PREDICTION. This package imports nothing of kernelgym_gap's."""
+from __future__ import annotations
+
+import dataclasses
+
+from kernelgym_gap.sim import levers
+from kernelgym_gap.sim.pipeline import Job
+
+# The H100's device-to-device copy rate, bytes read + written per second: `kernelgym-gap calibrate --child`
+# on an H100 80GB HBM3, 2026-12-05 15:27 UTC, three runs 2.966-2.974 TB/s (results/h100_2026-12-05_calibration/;
+# docs/measurement.md "The read and write rates", docs/journal.md). A copy of N bytes moves 2N of them.
+H100_COPY_BYTES_PER_S = 2.97e12
+# ASSUMED (not measured; the GPU run owed names it): cudaIpcOpenMemHandle + cuMemGetAddressRange +
+# cudaIpcCloseMemHandle per output, in the opener. Mapping an allocation into another context is a driver
+# call that edits page tables; a millisecond each is the order the runtime docs' "lightweight" export leaves
+# for it, taken x2 to be conservative.
+OPEN_S_PER_OUTPUT = 0.002
+# ASSUMED: the child's cudaIpcGetMemHandle (the docs call it lightweight) and one JSON record per output
+EXPORT_S_PER_OUTPUT = 0.0005
+# ASSUMED: a checkpoint's message of handle records to the parent, with the shared lane let go and taken back
+# (an flock release and a pipe write; the waits to take it back are the simulator's own)
+CHECKPOINT_MESSAGE_S = 0.001
+# ASSUMED: the opener's own round trip per evaluation (a pre-started, single-use process like the children:
+# its CUDA context is made during the agent's turn; here only its message and its synchronize)
+OPENER_FIXED_S = 0.02
+# What a light-batch evaluation hands over when its job has no checkpoint plan: Softmax-v2 and LayerNorm-v1's
+# honest outputs on cuda, 16 correctness trials (1.39 and 1.40 GiB: sandbox/output_sizes.expected_bytes over
+# their correctness order, as scripts/simulate_throughput.checkpoint_plans computes them), plus the timed shapes'
+# recheck outputs, ASSUMED at half the correctness bytes (one call per timed shape where the correctness order
+# calls each shape about twice): 2.1 GiB. At the copy rate below that is 1.5 ms: the bytes do not matter, the
+# per-handle costs do.
+RECHECK_BYTES_SHARE = 0.5
+LIGHT_OUTPUT_BYTES = int(2.1 * (1 << 30))
+LIGHT_OUTPUTS = 16 + levers.TIMED_SHAPES
+
+
+def output_bytes(j: Job) -> tuple[int, int]:
+    """(bytes, outputs) the job hands over: its task's checkpoint plan where the job carries one (every
+    checkpoint's bytes, the last one's included, and RECHECK_BYTES_SHARE more for the timed shapes' rechecks; one
+    output per correctness call plus one per timed shape), else the light batch's LIGHT_OUTPUT_BYTES and LIGHT_OUTPUTS."""
+    plan = j.checkpoint_plan
+    if plan is not None and getattr(plan, "calls", 0) > 0:
+        correctness = sum(plan.sizes) + plan.last
+        return int(correctness * (1 + RECHECK_BYTES_SHARE)), int(plan.calls) + levers.TIMED_SHAPES
+    return LIGHT_OUTPUT_BYTES, LIGHT_OUTPUTS
+
+
+def handover_s(nbytes: int, outputs: int) -> float:
+    """The opener's seconds under the check's shared hold: each handle opened, checked and closed, and the bytes
+    copied device-to-device once (read and written: 2 x nbytes at H100_COPY_BYTES_PER_S)."""
+    if nbytes < 0 or outputs < 0:
+        raise ValueError(f"a hand-over of {nbytes} bytes in {outputs} outputs")
+    return OPENER_FIXED_S + OPEN_S_PER_OUTPUT * outputs + 2.0 * nbytes / H100_COPY_BYTES_PER_S
+
+
+def ipc_outputs(j: Job) -> Job:
+    """The job with its outputs handed over on the device (see the module's docstring). A job that never
+    reached its check (a gate refusal, a killed call without one) keeps its check as it was; a job whose outputs
+    never left the device through files (no save, no write, no read) is left as it is."""
+    if not j.child or (j.save <= 0 and j.write <= 0 and j.check_read <= 0 and j.check_prefetch <= 0):
+        return j
+    nbytes, outputs = output_bytes(j)
+    moved = j.save * (1 - levers.DEVICE_COPY_FACTOR)
+    change = dict(correctness=max(0.0, j.correctness - moved), save=j.save - moved,
+                  unlaned=CHECKPOINT_MESSAGE_S * j.checkpoints if j.unlaned > 0 else 0.0,
+                  write=EXPORT_S_PER_OUTPUT * outputs if j.write > 0 else 0.0)
+    if j.has_check and j.check > 0:
+        read = min(j.check, j.check_read if j.check_read > 0 else levers.READ_SHARE * j.check)
+        change.update(check=j.check - read + handover_s(nbytes, outputs), check_read=0.0, check_prefetch=0.0)
+    return dataclasses.replace(j, **change)
+
+
+def lane_time_levers_ipc(j: Job) -> Job:
+    """The lane-time levers (levers.lane_time_levers) with the outputs handed over on the device in place of
+    the reads before and during the lane and the device-held outputs' let-go writes."""
+    return ipc_outputs(levers.lane_time_levers(j))
+
+
+SCENARIOS = (
+    ("outputs handed over on the device (CUDA IPC; DESIGN, not built)", ipc_outputs),
+    ("the lane-time levers + outputs handed over on the device (DESIGN)", lane_time_levers_ipc),
+)
+
+
+def scenarios() -> list[levers.Scenario]:
+    """The design's rows for the simulator's prediction tables (no variant: nothing to run on the GPU yet)."""
+    basis = (f"save x {levers.DEVICE_COPY_FACTOR:g} in the held stretch, the checkpoints' let-gos kept with "
+             f"{CHECKPOINT_MESSAGE_S * 1e3:g} ms of message each, no output files; "
+             f"the check's reads -> {OPENER_FIXED_S:g} s + {OPEN_S_PER_OUTPUT * 1e3:g} ms per handle (assumed) + "
+             f"2 x bytes at {H100_COPY_BYTES_PER_S / 1e12:.2f} TB/s (H100 copy, calibrated 2026-12-05)")
+    return [levers.Scenario(name, fn, lambda s: s, basis, None) for name, fn in SCENARIOS]
