@@ -89,3 +89,16 @@ def test_the_scenario_is_the_throughput_variant_and_lands_on_the_timing_config()
     assert config.timing.probe_hopeless_reps == probe_levers.PROBE_HOPELESS_REPS
     assert dataclasses.replace(config.timing, probe_hopeless_reps=0) == EvalConfig().timing
     assert probe_levers.PROBE_HOPELESS in tp.LEVERS
+
+
+def test_a_record_that_measured_nothing_after_its_probe_loses_no_measured_part(jobs):
+    """A job that exited early on every shape recorded child_timing_measure 0 beside its probe: the levers that
+    shrink the measured repetitions (graph replay with the interval stop, warm-once) leave its timing as it is. The
+    old rule read the 0 as unrecorded and cut MEASURE_SHARE of the timing that was never there."""
+    for r, j in jobs:
+        if r["submission"] in HOPELESS:
+            assert levers.measured_part(j) == 0.0
+            assert levers.graph_interval_measured(j).timing == j.timing
+            assert levers.warm_once(j).timing == j.timing
+    bare = Job(name="old", timing=2.0)                    # a record without the timing's parts: the share stands
+    assert levers.measured_part(bare) == pytest.approx(levers.MEASURE_SHARE * 2.0)
