@@ -29,6 +29,16 @@ def test_the_shape_count_is_the_simulators():
     assert probe_levers.SHAPES == levers.TIMED_SHAPES
 
 
+def test_the_probes_constants_are_the_timing_configs_defaults():
+    """The simulator keeps no import of the package's config; its copies of the probe's repetitions and budget
+    must still be what TimingConfig gives the child."""
+    from kernelgym_gap.core.config import TimingConfig
+    cfg = TimingConfig()
+    assert probe_levers.PROBE_REPS == cfg.library_check_reps
+    assert probe_levers.EARLY_EXIT_BUDGET_S * 1e3 == cfg.early_exit_budget_ms
+    assert probe_levers.PROBE_HOPELESS == f"probe_hopeless_reps={probe_levers.PROBE_HOPELESS_REPS}"
+
+
 def test_the_records_probe_and_first_call_reach_the_job(jobs):
     r, j = next((r, j) for r, j in jobs if r["submission"] == "GELU/triton_scalar.py")
     assert (j.timing_probe, j.timing_first_call) == (r["latency"]["child_timing_probe"],
