@@ -53,6 +53,13 @@ FIXTURES = (   # (file under tests/fixtures/, expected status); all are LayerNor
 )
 
 
+def solution_item(task, sol, backend: str):
+    """(tag, kind, EvalRequest) of one of a task's Triton reference solutions: a batch's entry."""
+    from kernelgym_gap.api.batch import EvalRequest
+    return (f"{task.name}/{sol.file}", sol.kind,
+            EvalRequest(task.id, task.solution_path(sol).read_text(), "triton", backend))
+
+
 def make_batch(tasks: list[str] | None, max_n: int | None, backend: str, fixtures: str = "all"):
     """[(tag, kind, EvalRequest)]: the solutions, round robin over tasks (so a cut keeps the mix), then the
     fixtures."""
@@ -63,9 +70,7 @@ def make_batch(tasks: list[str] | None, max_n: int | None, backend: str, fixture
     for task in reg:
         if tasks and task.name not in tasks:
             continue
-        per_task.append([(f"{task.name}/{s.file}", s.kind, EvalRequest(task.id, task.solution_path(s).read_text(),
-                                                                        "triton", backend))
-                         for s in task.solutions if s.dsl == "triton"])
+        per_task.append([solution_item(task, s, backend) for s in task.solutions if s.dsl == "triton"])
     solutions = []
     while any(per_task):
         for group in per_task:
@@ -87,7 +92,6 @@ def warm_up_batch(batch, backend: str):
     solutions' tasks, so its first row met LayerNorm's library time unknown: call_hang_after_first.py ran to the
     60 s unknown-time bound there and was stopped in 2 s in the next row, most of that row's measured gain
     (docs/measurement.md, "The simulator")."""
-    from kernelgym_gap.api.batch import EvalRequest
     from kernelgym_gap.core.registry import default_registry
     chosen = {}
     for tag, kind, req in batch:
@@ -101,8 +105,7 @@ def warm_up_batch(batch, backend: str):
         task = reg.get(req.task_id)
         sol = next((s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized"), None)
         if sol is not None:
-            chosen[req.task_id] = (f"{task.name}/{sol.file}", "optimized",
-                                   EvalRequest(task.id, task.solution_path(sol).read_text(), "triton", backend))
+            chosen[req.task_id] = solution_item(task, sol, backend)
     return list(chosen.values())
 
 
