@@ -38,6 +38,12 @@
 #   fidelity-levers   #35: the levers' E against do_bench (fidelity.py --variant): the defaults, ALL_NEW and each
 #                     lever group alone on the light batch's optimized Triton solutions (FID_ONLY); ~480 s
 #   kb-survey         #36: scripts/kb_library_times.py over KB_DIRS (imported KernelBench tasks, carried), SAMPLE
+#   ipc-probe         #35: the outputs' hand-over by CUDA IPC, the mechanism alone (scripts/ipc_probe.py;
+#                     docs/measurement.md "The outputs handed over on the device"): 24 device copies (1.35 GiB)
+#                     exported by one process, opened, range-checked, copied and closed by a fresh opener into the
+#                     checker's arena (3 rounds, each part timed), then the hostile rows (forged, freed and
+#                     reallocated handles, the extent, the sandbox's namespaces, the exporter stopped and killed);
+#                     IPC_S (default 240) is the probe's own limit, inside STEP_S; JSON in $OUT/ipc_probe/
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
 #
@@ -159,6 +165,12 @@ for step in "$@"; do
       timeout "${STEP_S:-200}" python3 -m pytest -q -s -m gpu -p no:cacheprovider \
         "tests/test_timing_levers.py::test_gpu_a_steady_warm_up_on_a_busy_gpu_ends_early_and_reads_the_clock" \
         "tests/test_gpu.py::test_outputs_held_on_the_device_reach_the_checker_the_same" 2>&1 | tail -${TAIL:-12} ;;
+    ipc-probe)
+      # #35's owed GPU probe of the IPC hand-over (the header): it ends itself at IPC_S and prints its tables
+      # last (the parts' medians and p90s, the hostile rows, the design's assumed costs beside the measured)
+      mkdir -p "$OUT/ipc_probe"
+      timeout "$STEP_S" python3 scripts/ipc_probe.py --timeout-s "${IPC_S:-240}" \
+        --json "$OUT/ipc_probe/ipc_probe.json" 2>&1 | tee "$OUT/ipc_probe/log.txt" | tail -${TAIL:-50} ;;
     replay)
       timeout "$STEP_S" python3 -m kernelgym_gap.cli.main bench --agent replay --tasks "$TASKS" \
         --backend "$BACKEND" --samples 1 --steps 1 --name "$LABEL" --db "$DB" --out "$OUT/bench" \
