@@ -16,12 +16,16 @@ from typing import Any
 from kernelgym_gap.core import bounded_json
 from kernelgym_gap.core.config import TimingConfig
 from kernelgym_gap.core.errors import ProtocolError
+from kernelgym_gap.core.output_handle import OutputHandle  # noqa: F401 - a field's type here, and re-exported
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.timing_stats import TimingReadings
 
 SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 64 << 20     # from_json's default size bound (a child's report has its own, smaller)
 # ChildReport's own version: 2 since its timings carry the raw readings the parent summarises (issue 31).
+# Bumped when a report of the old version would be misread by the new parent. Not for an optional field whose
+# absence means what the old report meant (output_handle, recheck_output_handle: None is "no hand-over", the
+# file path as before).
 CHILD_REPORT_VERSION = 2
 
 
@@ -41,7 +45,9 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
                 return _convert(a, value, where)
             except ProtocolError as e:
                 errors.append(str(e))
-        raise ProtocolError(f"{where}: {value!r} matches none of {args}")
+        # bounded: the value is the child's (a report may hold megabytes), the first error says which rule
+        raise ProtocolError(f"{where}: {repr(value)[:200]} matches none of {args}"
+                            + (f" ({errors[0][:300]})" if errors else ""))
     if dataclasses.is_dataclass(tp):
         return _from_dict(tp, value, where)
     if isinstance(tp, type) and issubclass(tp, Status):
@@ -256,6 +262,7 @@ class TrialOutcome:
     input_digest_after: str
     output_aliases_input: bool = False
     output_type: str = "torch.Tensor"
+    output_handle: OutputHandle | None = None   # handed over on the device (core/output_handle.py), not a file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +280,7 @@ class ShapeTiming:
     programs: int
     recheck_output_file: str | None = None   # output of a call made after timing, checked again
     recheck_trial: Trial | None = None
+    recheck_output_handle: OutputHandle | None = None   # that output handed over on the device instead
     side_stream: bool = False                 # the device-wide reading far exceeded the stream's
     stream_ms: float | None = None            # median of the current-stream readings
     device_ms: float | None = None            # median of the device-wide readings
