@@ -29,8 +29,10 @@ from kernelgym_gap.core import tensor_file
 from kernelgym_gap.core.record import BadElement, CheckResult, ChildReport, FailureDetail, Job, Trial
 from kernelgym_gap.core.registry import users_tasks_dir
 from kernelgym_gap.core.status import Status
-from kernelgym_gap.core.task import TaskSpec, itemsize, numel
+from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.judge import lowbit, scaled_tolerance
+from kernelgym_gap.judge.output_rules import (dtype_problem, max_output_bytes, oversize_message, recheck_what,
+                                              shape_problem, trial_what)
 from kernelgym_gap.judge.early_prefetch import early_line
 from kernelgym_gap.judge.prefetch import Fetched, Prefetch, prefetch_outputs
 
@@ -50,7 +52,7 @@ def _load_output(path: Path, max_bytes: int) -> torch.Tensor:
         raise _Fail(Status.PROTOCOL_ERROR, f"the child reported an output file it did not write ({path.name})")
     size = path.stat().st_size
     if size > max_bytes + tensor_file.MAX_HEADER + 16:
-        raise _Fail(Status.WRONG_SHAPE, f"the output file is {size} bytes, far larger than the expected output")
+        raise _Fail(Status.WRONG_SHAPE, oversize_message(size))
     try:
         return tensor_file.read_tensor(path, max_bytes)
     except (tensor_file.TensorFileError, OSError) as e:
@@ -145,20 +147,17 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
     if ref is None:
         ref = _reference(task, ins)   # on the trials' device: the comparison runs there too
     parts.enter("read")
-    out = _prefetched_or_load(path, 2 * numel(ref.shape) * itemsize("float64") + (1 << 16), fetched)
+    out = _prefetched_or_load(path, max_output_bytes(ref.shape), fetched)
     out = out.to(ref.device)
     parts.enter("compare")
-    if out.dtype != expected_dtype:
-        raise _Fail(Status.WRONG_DTYPE, f"{what}: the output is {out.dtype}, expected {expected_dtype} (the "
-                                        f"task's output dtype for {trial.dtype} inputs)", **where)
+    # the dtype and shape rules and their words are output_rules', shared with the hand-over on the device
+    if (problem := dtype_problem(what, out.dtype, expected_dtype, trial.dtype)) is not None:
+        raise _Fail(Status.WRONG_DTYPE, problem, **where)
     # a public trial's message ends with the call that regenerates its inputs; a held-out one's leaves it to
     # the record (failure.reproduce), which people read and agents do not (engine/feedback.py)
     inputs_line = f"\ninputs: {reproduce}" if public else ""
-    if tuple(out.shape) != tuple(ref.shape):
-        hint = " (the same number of elements, another shape)" if out.numel() == ref.numel() else ""
-        shapes = (f"has shape {list(out.shape)}, expected {list(ref.shape)}" if public else
-                  f"does not have the expected shape ({out.dim()} dimensions, expected {ref.dim()})")
-        raise _Fail(Status.WRONG_SHAPE, f"{what}: the output {shapes}{hint}", **where)
+    if (problem := shape_problem(what, out.shape, ref.shape, public)) is not None:
+        raise _Fail(Status.WRONG_SHAPE, problem, **where)
     if task.output_view is not None:     # several correct outputs (tied indices): compared through the view
         try:
             out, ref = task.output_view(ins, out), task.output_view(ins, ref)
@@ -231,16 +230,6 @@ def judge_output(task: TaskSpec, trial: Trial, path: Path, ins: tuple, device: s
     return Status.OK, ""
 
 
-def trial_label(trial: Trial) -> str:
-    """How a message names a trial: a public one by its shape, dtype, input distribution and seed; a
-    held-out one in kind only (held-out shape, dtype, distribution): its shape and seed are the record's
-    (failure.trial, failure.reproduce), never the agent's feedback (engine/feedback.py)."""
-    if trial.split != "public":
-        return f"held-out shape, {trial.dtype}, {trial.distribution} inputs"
-    return (f"{trial.split} shape {list(trial.shape)}, {trial.dtype}, {trial.distribution} inputs, "
-            f"seed {trial.seed}")
-
-
 PRECOMPUTE_BYTES = 2 << 30   # inputs and references held at once by `precompute`; the rest are made by `check`
 
 
@@ -288,7 +277,7 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
                 raise _Fail(Status.PROTOCOL_ERROR, f"the child's report has no outcome for trial {trial.index}")
             parts.enter("inputs")
             ins, ref = ready.pop(trial.index, None) or (inputs_mod.make_trial_inputs(task, trial, device), None)
-            what = f"trial {trial.index} ({trial_label(trial)})"
+            what = trial_what(trial)
             digest = inputs_mod.digest(ins)
             parts.enter("other")
             if outcome.input_digest_before != digest:
@@ -313,7 +302,7 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
             ins = inputs_mod.make_trial_inputs(task, trial, device)
             parts.enter("other")
             _judge(task, trial, outputs / timing.recheck_output_file, ins,
-                   f"the output of a call after timing ({trial_label(trial)})", device, parts,
+                   recheck_what(trial), device, parts,
                    fetched=fetched.pop(timing.recheck_output_file, None))
             checked += 1
     except _Fail as f:
