@@ -149,3 +149,30 @@ def test_construction_applies_the_same_rules():
     with pytest.raises(ProtocolError):
         _handle(shape=[16, 128])          # a list is not the record's tuple
     assert _handle(offset=2 ** 48 - 1, shape=()).offset == 2 ** 48 - 1
+
+
+def test_the_parent_reads_a_report_with_a_malformed_record_as_a_protocol_error(tmp_path):
+    """Through the parent's own reading of the report file (sandbox/child_io.read_report): ProtocolError,
+    which the child-report stage turns into protocol_error (crash if the child also exited non-zero), the
+    status any other malformed report gets."""
+    from kernelgym_gap.sandbox.child_io import read_report
+    from kernelgym_gap.sandbox.process import ChildOutcome
+    outcome = ChildOutcome(returncode=0, signal=None, timed_out=False, wall_s=1.0, stdout_tail="", stderr_tail="",
+                           output_bytes=0, layers=())
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(_report().to_json())
+    assert read_report(good, outcome) == _report()
+    d = _report().to_dict()
+    d["timings"][0]["recheck_output_handle"]["nbytes"] = -1
+    bad.write_text(json.dumps(d))
+    with pytest.raises(ProtocolError, match="nbytes -1"):
+        read_report(bad, outcome)
+
+
+def test_every_handle_the_record_accepts_is_one_the_ipc_runtime_decodes():
+    """The runtime's codec (judge/cuda_ipc.handle_from_hex) takes either case; the record takes the lower case
+    its encoder writes (handle_hex), so no record passes the schema and then fails to decode."""
+    from kernelgym_gap.judge.cuda_ipc import handle_from_hex, handle_hex
+    raw = bytes(range(64))
+    assert _handle(handle=handle_hex(raw)).handle == raw.hex()
+    assert handle_from_hex(_handle(handle=handle_hex(raw)).handle) == raw
