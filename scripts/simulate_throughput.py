@@ -8,6 +8,9 @@ past the calibration table is a prediction.
     python3 scripts/simulate_throughput.py --light-only --records results/h100_2026-12-06_levers/call3/light
         # a light batch alone: each row replayed, the levers predicted from the defaults row beside the rows
         # that ran them, the refit shares, and what 1,000 per GPU-hour takes on that batch
+    python3 scripts/simulate_throughput.py --light-only --records results/h100_2026-12-06_lane_levers/call1 \
+        --goals --goals-full results/h100_2026-12-06b_full_levers/call1_full
+        # and last, the gap to issue 35's goals after the lane-time levers and the hand-over (sim/goals.py)
 
 The model (kernelgym_gap/sim/): each measured evaluation's stages replayed with its own recorded durations,
 less the waits the lanes made, through 4 slots per GPU and the GPU's lane (writer-preferring reader/writer, as
@@ -107,6 +110,42 @@ def light_checkpoints(inp, args) -> list[dict]:
     return study.checkpoint_predictions(inp, checkpoint_plans(tasks), full, args.seed)
 
 
+def goals_full_jobs(folder: str | None):
+    """The full mix the goals study replays (--goals-full): a folder's throughput_full_records.jsonl (the H200 runs)
+    or, for a light-only folder that ran the full mix (the H100 call1_full of 2026-12-06), its
+    throughput_records.jsonl; the defaults row ("lanes") either way. None without a folder."""
+    from kernelgym_gap.sim import study, workload
+    if not folder:
+        return None
+    d = Path(folder)
+    for name in ("throughput_full_records.jsonl", study.LIGHT_RECORDS):
+        if (d / name).is_file():
+            return workload.jobs_of_mode(workload.read_records(d / name), study.DEFAULTS_MODE)
+    raise study.StudyError(f"{d}: no throughput_full_records.jsonl or {study.LIGHT_RECORDS} (--goals-full)")
+
+
+def print_goals(result: dict) -> None:
+    """The goals study's tables (kernelgym_gap/sim/goals.py), printed last."""
+    labels = [k for k in ("light", "full") if k in result["lane_shares"]]
+    g = result["goals"]
+    print(f"\n== the gap to the goals (SIMULATED, PREDICTIONS: kernelgym_gap/sim/goals.py): the defaults row with the "
+          f"lane-time levers + the outputs handed over on the device (a DESIGN); goals light >= {g['light']:g}, "
+          f"full mix >= {g['full']:g} per GPU-hour, step p50 <= {g['step_p50_s']:g} s; rates are the steady state "
+          f"(the row x{result['copies']} in seeded orders {result['seeds']}, mean); full mix: {result['full_mix']}")
+    print("baseline: " + ", ".join(f"{k} {v}" for k, v in result["baseline"].items()))
+    print("\n-- each stage family alone scaled by x (4 slots; _gain against the first row)")
+    cols = ("family", "x") + tuple(c for lb in labels for c in (lb, f"{lb}_gain")) + ("step_p50_s", "keys")
+    print(table(result["sensitivity"], cols))
+    print("\n-- a combination that reaches each goal (GREEDY: one family one step down, 1 -> 0.5 -> 0, the best step "
+          "first; not proven the smallest; 6 and 8 slots add no GPU-sharing slowdown: upper bounds)")
+    print(table(result["combinations"], ("goal", "slots", "reached", "value", "steps", "combination")))
+    for lb in labels:
+        print(f"\n-- the share of the lane-held seconds each family holds after the levers + the hand-over ({lb}; "
+              "seconds per evaluation; own_share: of the evaluation's own seconds)")
+        print(table(result["lane_shares"][lb], ("family", "lane", "seconds", "lane_seconds", "lane_share",
+                                                "own_share")))
+
+
 def light_only(args) -> int:
     """The tables of a light-batch-only folder (see study.load_light)."""
     from kernelgym_gap.sim import study
@@ -140,12 +179,21 @@ def light_only(args) -> int:
     print(table(sens, ("timing_x", "shared_x", "slots_4", "slots_6")))
     steady = study.light_steady(inp)
     ipc_steps = study.ipc_steps(inp)
+    goals_result = None
+    if args.goals:
+        from kernelgym_gap.sim import goals
+        try:
+            goals_result = goals.study(inp.rows[study.DEFAULTS_MODE], goals_full_jobs(args.goals_full), inp.steps)
+        except (study.StudyError, goals.GoalsError, OSError, ValueError) as e:
+            print(f"simulate_throughput: {e}", file=sys.stderr)
+            return 2
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, "seed": args.seed,
                                                "refit": inp.refit.__dict__, "calibration": calib,
                                                "predictions": preds, "sensitivity": sens, "checkpoints": ckpt,
                                                "steady_lane_time_levers": steady, "ipc_steps": ipc_steps,
+                                               **({"goals": goals_result} if goals_result else {}),
                                                "note": "simulated figures are predictions; measured ones are the "
                                                        "summary's, on the device named"}, indent=1) + "\n")
         print(f"wrote {args.json}")
@@ -170,6 +218,8 @@ def light_only(args) -> int:
                        "steady_range", "light_levers", "light_levers_gain", "steady_levers", "steady_levers_gain",
                        "steady_levers_range", "shared_wait_s", "exclusive_wait_s", "full_mix", "full_mix_gain",
                        "full_mix_x4", "full_mix_x4_gain")))
+    if goals_result:
+        print_goals(goals_result)
     return 0 if worst <= TOLERANCE else 1
 
 
@@ -188,6 +238,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --light-only: the folder of a full mix's records (throughput_full_records.jsonl) the "
                          "checkpoint candidates are also predicted on (default: the H200 run of 2026-12-05)")
     ap.add_argument("--json", help="also write every table here")
+    ap.add_argument("--goals", action="store_true",
+                    help="also the gap to issue 35's goals (kernelgym_gap/sim/goals.py), printed last: each stage "
+                         "family scaled by 0.5 and 0 after the lane-time levers and the hand-over, a greedy "
+                         "combination per goal at 4, 6 and 8 slots, the families' lane shares (PREDICTIONS)")
+    ap.add_argument("--goals-full",
+                    help="with --goals --light-only: the folder of the full mix whose defaults row the goals study "
+                         "replays (throughput_full_records.jsonl, or a light-only folder's throughput_records.jsonl); "
+                         "without it the full mix's goal is not studied (without --light-only: the records' full mix)")
     ap.add_argument("--trace-out", help="write the simulated full mix's trace JSON and PNG to this folder")
     args = ap.parse_args(argv)
     if args.light_only:
@@ -202,6 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     sens = study.sensitivity(inp, args.seed)
     from kernelgym_gap.core.slots import slots_per_gpu
     scale = study.scaling(inp, args.seed, slots_per_gpu)
+    goals_result = None
+    if args.goals:
+        from kernelgym_gap.sim import goals
+        try:
+            full = goals_full_jobs(args.goals_full) if args.goals_full else inp.workloads["full mix"]
+            goals_result = goals.study(inp.workloads["light batch"], full, inp.steps)
+        except (study.StudyError, goals.GoalsError, OSError, ValueError) as e:
+            print(f"simulate_throughput: {e}", file=sys.stderr)
+            return 2
     fit = inp.fit
     print(f"timing fit over {fit.rows} corpus evaluations: {fit.fixed:.2f} s + {fit.per_shape:.3f} s/shape + "
           f"{fit.per_rep_s * 1e3:.3f} ms/repetition + {fit.gpu_factor:.2f} x GPU time; launch share "
@@ -228,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"seed": args.seed, "timing_fit": fit.__dict__, "calibration": calib,
                                                "predictions": preds, "scaling": scale, "sensitivity": sens,
+                                               **({"goals": goals_result} if goals_result else {}),
                                                "note": "predictions are simulated, not measured"}, indent=1) + "\n")
         print(f"wrote {args.json}")
     print("\n== predictions per design change (SIMULATED, not measured): evaluations per GPU-hour on the replayed "
@@ -235,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     print("(variant: how scripts/throughput.py runs the lever on the GPU, --variant and --per-gpu; none: not built)")
     print(table(preds, ("scenario", "full_mix", "full_mix_x4", "light_batch", "step_p50_s", "full_mix_wall_p50_s",
                         "variant", "basis")))
+    if goals_result:
+        print_goals(goals_result)
     return 0 if worst <= TOLERANCE else 1
 
 
