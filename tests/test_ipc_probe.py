@@ -291,3 +291,116 @@ def test_a_bad_command_is_a_reply_not_the_end(probe, monkeypatch):
     rt, msgs = _run_opener(probe, monkeypatch, {}, [{"op": "nonsense"}, {"op": "alive"}])
     assert msgs[2]["ok"] is False and "KeyError" in msgs[2]["error"]
     assert msgs[3]["alive"] is None
+
+
+# ------------------------------------------------------------------------- the parent's flow, children scripted
+class ScriptedChild:
+    """A role's process replaced by its replies (the parent's side of the protocol is what is under test). Its
+    `proc` is a real sleeping process, so the rows' SIGSTOP and SIGKILL reach something of ours."""
+
+    def __init__(self, name, role, log):
+        self.name, self.role, self.log = name, role, log
+        self.t_start = __import__("time").perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        self.inbox = ([{"hello": True, "pid": 1, "import_s": 0.01}, {"ready": True, "context_s": 0.2, "cudart": "x"}]
+                      if role == "opener" else
+                      [{"hello": True, "ready": True, "context_s": 2.0, "device": "Scripted", "torch": "t",
+                        "cudart": "x"}])
+
+    def recv(self, timeout):
+        return __import__("time").perf_counter(), self.inbox.pop(0)
+
+    def send(self, obj):
+        if obj.get("op") == "exit":          # a real role exits on it; the parent then waits for the process
+            self.kill()
+
+    def tail(self, n=6):
+        return ""
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def call(self, obj, timeout):
+        self.log.append((self.role, obj["op"]))
+        op = obj["op"]
+        h = "ab" * 64
+        if op == "exit":
+            return {"ok": True}
+        if self.role == "exporter":
+            if op == "make":
+                return {"ok": True, "records": [
+                    {"i": i, "nbytes": n, "dtype": "float32", "shape": [n // 4], "seed": 1000 + i, "handle": h,
+                     "offset": 0, "segment": n, "torch_share_s": 1e-4, "raw_handle_s": 2e-5, "device_copy_s": 1e-3,
+                     "checksum": 5, "torch_holds_raw": True, "offsets_agree": True, "interior_handle_same": True}
+                    for i, n in enumerate(obj["sizes"])]}
+            if op == "hold":
+                return {"ok": True, "record": {"handle": h, "offset": 0, "nbytes": obj["nbytes"],
+                                               "segment": obj["nbytes"]}, "sha": "s"}
+            if op == "freed":
+                return {"ok": True, "handle": h, "offset": 0, "nbytes": obj["nbytes"], "segment": obj["nbytes"],
+                        "reserved_freed": obj["nbytes"], "same_base": True, "same_handle": False,
+                        "new_sha": "n", "old_sha": "o"}
+            if op == "self_open":
+                return {"ok": True, "open": "cudaErrorInvalidContext", "alive": None}
+        if self.role == "checker":
+            if op == "arena":
+                return {"ok": True, "handle": h, "offset": 0, "segment": obj["nbytes"]}
+            if op == "verify":
+                return {"ok": True, "verify_s": 0.1,
+                        "records": [{"i": r["i"], "exact": True, "checksum": True} for r in obj["records"]]}
+            return {"ok": True, "alive": None}
+        if self.role == "opener":
+            if op == "copy":
+                return {"ok": True, "arena_open_s": 1e-3, "arena_close_s": 1e-4, "total_s": 0.05, "records": [
+                    {"i": r["i"], "open_s": 1e-3, "range_s": 1e-5, "copy_s": 1e-4, "close_s": 5e-4,
+                     "segment": r["nbytes"], "status": "copied"} for r in obj["records"]]}
+            if op == "try":
+                if obj.get("hold"):
+                    return {"ok": True, "open": "ok", "range": "ok", "held": 123}
+                if not obj.get("check_range", True):
+                    return {"ok": True, "open": "ok", "range": "ok", "copy": "cudaErrorIllegalAddress",
+                            "close": "cudaErrorIllegalAddress", "alive": "cudaErrorIllegalAddress"}
+                return {"ok": True, "open": "cudaErrorInvalidResourceHandle", "alive": None}
+            if op == "copy_held":
+                return {"ok": True, "copy": "ok", "sha": "s", "close": "ok", "alive": None}
+            return {"ok": True, "alive": None}
+        raise AssertionError(f"unscripted {self.role} {op}")
+
+
+def test_the_parent_runs_every_section_and_prints_its_tables(probe, monkeypatch, tmp_path, capsys):
+    log, made = [], []
+
+    def start(self, name, role, prefix=None, cwd=None, env=None):
+        c = ScriptedChild(name, role, log)
+        made.append(c)
+        self.children.append(c)
+        return c
+
+    monkeypatch.setattr(probe.Probe, "start", start)
+    monkeypatch.setattr(probe.Probe, "namespace_exporters", lambda self: {
+        "namespace: pid alone (unshare --pid)": self.start("ns", "exporter"),
+        "namespace: the sandbox's": "not possible here: needs root and util-linux unshare"})
+    monkeypatch.setattr(probe, "has_cuda", lambda: True)
+    out = tmp_path / "p.json"
+    rc = probe.main(["--handles", "5", "--rounds", "2", "--json", str(out), "--timeout-s", "120"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    report = json.loads(out.read_text())
+    assert report["errors"] == [] and len(report["rounds"]) == 2
+    assert [r["status"] for r in report["rounds"]] == [{"copied": 5}] * 2
+    cases = [r["case"] for r in report["rows"]]
+    assert len(cases) == 11 and cases[-1].startswith("copy past the extent WITHOUT")
+    rows = {r["case"]: r for r in report["rows"]}
+    assert rows["random 64 handle bytes"]["result"] == "open cudaErrorInvalidResourceHandle"
+    assert rows["namespace: the sandbox's"]["result"].startswith("not possible here")
+    assert "the NEW allocation's" not in rows["handle of memory freed then allocated again"]["result"]
+    kill = rows["exporter SIGKILLed while the opener holds the mapping"]["result"]
+    assert "copy ok, bytes match" in kill and "checker: alive yes, its arena intact" in kill
+    assert rows["copy past the extent WITHOUT the range check (why the check; disposable opener)"]["sticky"] \
+        .startswith("yes")
+    # the tables, last: the parts, the rows, the assumed beside the measured
+    assert "per handle: open + range + close" in text and "assumed" in text and "measured" in text
+    assert text.rstrip().splitlines()[-1].startswith("whole hand-over of 5 outputs")
+    assert all(c.proc.poll() is not None for c in made)        # nothing left running
