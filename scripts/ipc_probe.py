@@ -845,6 +845,8 @@ class Probe:
                           else unshare_argv(scratch, cfg, uid))
                 env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "PYTHONPATH": self.env["PYTHONPATH"],
                        "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": dev}
+                if os.environ.get("LD_LIBRARY_PATH"):          # where a CUDA install puts the runtime
+                    env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
                 out[f"{label}: {isolation}, uid {uid}"] = self.start(label, "exporter", prefix, cwd=str(scratch),
                                                                       env=env)
             except Exception as e:      # noqa: BLE001

@@ -404,3 +404,28 @@ def test_the_parent_runs_every_section_and_prints_its_tables(probe, monkeypatch,
     assert "per handle: open + range + close" in text and "assumed" in text and "measured" in text
     assert text.rstrip().splitlines()[-1].startswith("whole hand-over of 5 outputs")
     assert all(c.proc.poll() is not None for c in made)        # nothing left running
+
+
+@pytest.mark.skipif(not _no_cuda(), reason="on a GPU the exporters would really start; the probe covers that")
+@pytest.mark.timeout(240)
+def test_the_namespace_exporters_start_under_the_sandboxs_own_argv(probe):
+    """Each namespace row's exporter (the sandbox's bwrap/unshare argv with and without its uid, and unshare of one
+    namespace) reaches the exporter role inside its namespaces: here it stops at torch's missing CUDA, which
+    proves the interpreter, the packages and the script were all visible in there."""
+    import argparse
+    args = argparse.Namespace(timeout_s=200, rounds=1, skip_hostile=False, json=None, handles=None, sizes=None,
+                              role=None)
+    pr = probe.Probe(args)
+    try:
+        spares = pr.namespace_exporters()
+        started = {k: c for k, c in spares.items() if not isinstance(c, str)}
+        for k, why in spares.items():
+            if isinstance(why, str):
+                assert why.startswith("not possible here"), (k, why)
+        if not started:
+            pytest.skip("no namespace can be made here: " + "; ".join(spares.values()))
+        for name, c in started.items():
+            with pytest.raises(probe.ChildGone, match="not ready: .*CUDA"):
+                pr.ready(c, 120)
+    finally:
+        pr.cleanup()
