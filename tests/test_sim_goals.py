@@ -10,6 +10,7 @@ import pytest
 
 from kernelgym_gap.sim import goals, ipc_outputs, levers, study
 from kernelgym_gap.sim.pipeline import Setup, simulate
+from kernelgym_gap.sim.workload import job_from_record
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "results" / "h200_2026-12-04_corpus" / "gap_study_cuda.json"
@@ -85,6 +86,22 @@ def test_the_families_split_the_timing_and_the_correctness_stretch_without_overl
         assert timing == pytest.approx(j.timing) and held == pytest.approx(j.correctness)
         assert check == pytest.approx(j.check) and s.handover > 0 and s.warmup == levers.STEADY_CLOCK_WARMUP_S
         assert j.recheck > 0 and goals.family("the rechecks").seconds(s) == pytest.approx(j.recheck)
+
+
+def test_a_record_without_the_timings_parts_loses_its_measured_repetitions_when_scaled_to_zero():
+    """The H200 records carry no child_timing_measure: the levers give the job MEASURE_SHARE of its timing as its
+    measured part, and scaling that family to 0 takes exactly it off the timing (it does not come back as
+    MEASURE_SHARE of what is left, as levers.measured_part would read a 0 without a probe)."""
+    lat = {k: v for k, v in _LAT.items() if not k.startswith("child_timing_")}
+    s = goals.stage(job_from_record({"mode": "lanes", "task": "T", "status": "ok", "at_s": 10.0,
+                                    "latency": lat}))
+    f = goals.family("timing: measured repetitions")
+    measure = f.seconds(s)
+    assert measure > 0 and s.job.timing_probe == 0
+    zero = f.scale(s, 0.0)
+    assert f.seconds(zero) == 0 and zero.job.timing == pytest.approx(s.job.timing - measure)
+    parts = sum(goals.family(n).seconds(zero) for n in goals.FAMILY_NAMES if n.startswith("timing:"))
+    assert parts == pytest.approx(zero.job.timing)
 
 
 def test_scaling_a_family_by_one_changes_nothing(workload):

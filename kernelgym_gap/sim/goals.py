@@ -80,7 +80,10 @@ def _timing_part(seconds: Callable[[Staged], float], field: str | None = None, w
 
 
 def _measure(s: Staged) -> float:
-    return min(s.job.timing, levers.measured_part(s.job)) if s.job.timing > 0 else 0.0
+    """The Job's timing_measure, which levers.graph_interval_measured sets for every timed job (from the record's
+    part, else MEASURE_SHARE of the timing). Not levers.measured_part: on a record without the timing's parts (the
+    H200 runs) that reads a measure scaled to 0 as unrecorded and gives MEASURE_SHARE of the timing back."""
+    return min(s.job.timing, s.job.timing_measure) if s.job.timing > 0 else 0.0
 
 
 def _probe(s: Staged) -> float:
@@ -220,10 +223,10 @@ FAMILIES: tuple[Family, ...] = (
     Family("checkpoints' let-gos (messages)", "child_checkpoint_unlaned", "", *_unlaned),
     Family("outputs' export", "child_outputs_write", "", *_write),
     Family("child set-up and import", "child_setup + child_import", "", *_setup),
-    Family("child start and hand-off", "hand-off, pre-start imports and CUDA context", "shared", *_handoff,
-           laned=lambda s: s.job.pre_context),
-    Family("killed calls (to their deadline)", "the hung call's seconds (hang_s)", "shared", *_hang,
-           laned=_hung_laned),
+    Family("child start and hand-off", "hand-off, pre-start imports and CUDA context", "host; context shared",
+           *_handoff, laned=lambda s: s.job.pre_context),
+    Family("killed calls (to their deadline)", "the hung call's seconds (hang_s)", "shared (a call); host (import)",
+           *_hang, laned=_hung_laned),
     Family("gate and the record's rest", "gate, the child's unaccounted rest, the record's assembly", "", *_rest),
 )
 FAMILY_NAMES = tuple(f.name for f in FAMILIES)
