@@ -1,0 +1,388 @@
+"""core/cuda_vmm.py (issue 35's second route for the outputs' hand-over: VMM allocations exported as POSIX fds and
+sent by SCM_RIGHTS) and scripts/ipc_probe_vmm.py. The cpu tests hold the struct layouts, the typed errors without
+libcuda, the socket layer's bounds on a real socket pair (no descriptor leaked), the opener's clean-up order over a
+scripted driver, and the probe's exit 2; the gpu tests do the round trip across processes on the device."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernelgym_gap.core import cuda_vmm as vmm
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = ROOT / "scripts" / "ipc_probe_vmm.py"
+
+
+def _libcuda_present() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _record(n: int = 4096, **kw) -> dict:
+    return dict({"offset": 0, "nbytes": n, "dtype": "float32", "shape": [n // 4]}, **kw)
+
+
+# ------------------------------------------------------------------------------------------ import, layouts
+def test_the_module_imports_without_cuda_and_loads_nothing_until_a_driver_is_made():
+    # loaded by its path, as the opener does (the package's __init__ imports torch)
+    by_path = ("import importlib.util as u; s = u.spec_from_file_location('m', %r); m = u.module_from_spec(s); "
+               "import sys; sys.modules['m'] = m; s.loader.exec_module(m); maps = open('/proc/self/maps').read(); "
+               "print('libcuda' in maps, 'torch' in sys.modules)" % str(ROOT / "kernelgym_gap/core/cuda_vmm.py"))
+    r = subprocess.run([sys.executable, "-c", by_path], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "False"]
+    assert "import torch" not in (ROOT / "kernelgym_gap/core/cuda_vmm.py").read_text()
+
+
+def test_the_driver_structs_have_cuda_h_layout():
+    # cuda.h (CUDA 12/13): CUmemAllocationProp {int type; int requestedHandleTypes; CUmemLocation {int type; int
+    # id;} location; void *win32HandleMetaData; struct {uchar compressionType; uchar gpuDirectRDMACapable; ushort
+    # usage; uchar reserved[4];} allocFlags;}: 32 bytes on LP64
+    P = vmm.CUmemAllocationProp
+    assert ctypes.sizeof(P) == 32
+    assert [(f, getattr(P, f).offset) for f, _ in P._fields_] == [
+        ("type", 0), ("requestedHandleTypes", 4), ("location", 8), ("win32HandleMetaData", 16), ("allocFlags", 24)]
+    assert ctypes.sizeof(vmm.CUmemLocation) == 8 and vmm.CUmemLocation.id.offset == 4
+    F = vmm.CUmemAllocFlags
+    assert ctypes.sizeof(F) == 8
+    assert (F.gpuDirectRDMACapable.offset, F.usage.offset, F.reserved.offset) == (1, 2, 4)
+    assert ctypes.sizeof(vmm.CUmemAccessDesc) == 12 and vmm.CUmemAccessDesc.flags.offset == 8
+    # the generic handle and device pointers are 64-bit in every signature that carries them
+    assert vmm.DRIVER_SIGNATURES["cuMemMap"][1][3] is ctypes.c_ulonglong
+    assert vmm.DRIVER_SIGNATURES["cuMemcpyDtoDAsync_v2"][1][:2] == [ctypes.c_uint64, ctypes.c_uint64]
+
+
+@pytest.mark.skipif(_libcuda_present(), reason="libcuda is present here")
+def test_no_libcuda_is_a_typed_unsupported_error():
+    with pytest.raises(vmm.VmmUnsupported) as e:
+        vmm.VmmDriver(0)
+    assert e.value.call == "load libcuda" and e.value.code == -1
+    assert isinstance(e.value, vmm.CudaVmmError)
+
+
+def test_a_library_that_is_not_cuda_is_a_typed_unsupported_error():
+    import ctypes.util
+    libc = ctypes.util.find_library("c")
+    with pytest.raises(vmm.VmmUnsupported) as e:
+        vmm.VmmDriver(0, libcuda=libc)
+    assert e.value.call == "load symbols"
+
+
+@pytest.mark.skipif(_libcuda_present(), reason="libcuda is present here")
+def test_the_probe_exits_2_with_one_line_without_cuda():
+    r = subprocess.run([sys.executable, str(PROBE), "--json", "/nonexistent/x.json"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ipc_probe_vmm: no CUDA device")
+    assert r.stderr == ""
+
+
+def test_the_probe_plans_the_light_batch_outputs():
+    spec = __import__("importlib.util").util.spec_from_file_location("probe_vmm", PROBE)
+    m = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    sizes = m.pick_sizes(None)
+    assert len(sizes) == 24 and min(sizes) == 4096 and max(sizes) == 256 << 20
+    assert 1.3 < sum(sizes) / 2 ** 30 < 1.45
+    offs, total = m.arena_layout([4096, 100, 8])
+    assert offs == [0, 4096, 4352] and total == 4608
+    assert m.quantiles([0.001, 0.002, 0.003])[:2] == (3, 2.0)
+    with pytest.raises(ValueError):
+        m.pick_sizes(0)
+
+
+# ------------------------------------------------------------------------------------------ the socket layer
+def test_a_record_and_its_fd_cross_a_socket_pair():
+    a, b = vmm.socket_pair()
+    with a, b, tempfile.TemporaryFile() as f:
+        vmm.send_output(b, f.fileno(), _record(8192, i=3))
+        rec, fd = vmm.recv_output(a, timeout_s=5)
+        try:
+            assert rec == _record(8192, i=3)
+            assert fd != f.fileno() and os.fstat(fd).st_ino == os.fstat(f.fileno()).st_ino
+            # received close-on-exec: a process the opener starts does not inherit it
+            import fcntl
+            assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+        finally:
+            os.close(fd)
+
+
+def test_more_descriptors_than_the_bound_are_refused_and_none_leak():
+    a, b = vmm.socket_pair()
+    with a, b, tempfile.TemporaryFile() as f:
+        before = _open_fds()
+        fds = [os.dup(f.fileno()) for _ in range(3)]
+        socket.send_fds(b, [json.dumps(_record()).encode()], fds)
+        for fd in fds:
+            os.close(fd)
+        with pytest.raises(vmm.ChannelRefused, match="more than 1 descriptor"):
+            vmm.recv_output(a, timeout_s=5)
+        assert _open_fds() == before
+
+
+def test_a_record_over_the_byte_bound_is_refused_and_its_fd_closed():
+    a, b = vmm.socket_pair()
+    with a, b, tempfile.TemporaryFile() as f:
+        before = _open_fds()
+        big = json.dumps(_record(pad="x" * vmm.RECORD_MAX_BYTES)).encode()
+        socket.send_fds(b, [big], [f.fileno()])
+        with pytest.raises(vmm.ChannelRefused, match="over 4096 bytes"):
+            vmm.recv_output(a, timeout_s=5)
+        assert _open_fds() == before
+        with pytest.raises(ValueError):           # the honest sender refuses to make one
+            vmm.send_output(b, f.fileno(), _record(pad="x" * vmm.RECORD_MAX_BYTES))
+
+
+@pytest.mark.parametrize("payload, fds, why", [
+    (json.dumps(_record()).encode(), 0, "exactly one descriptor"),
+    (b"{not json", 1, "JSON"),
+    (json.dumps(_record(offset=-1)).encode(), 1, "out of range"),
+    (json.dumps(_record(nbytes=0)).encode(), 1, "out of range"),
+    (json.dumps(_record(nbytes=1.5)).encode(), 1, "integer"),
+    (json.dumps(_record(offset=True)).encode(), 1, "integer"),
+    (json.dumps(_record(nbytes=1 << 48)).encode(), 1, "out of range"),
+    (json.dumps(_record(shape=[2, -1])).encode(), 1, "shape"),
+    (json.dumps(_record(dtype=7)).encode(), 1, "dtype"),
+    (json.dumps([1, 2]).encode(), 1, "JSON object"),
+])
+def test_a_malformed_message_is_refused_with_its_fd_closed(payload, fds, why):
+    a, b = vmm.socket_pair()
+    with a, b, tempfile.TemporaryFile() as f:
+        before = _open_fds()
+        if fds:
+            socket.send_fds(b, [payload], [f.fileno()])
+        else:
+            b.send(payload)
+        with pytest.raises(vmm.ChannelRefused, match=why):
+            vmm.recv_output(a, timeout_s=5)
+        assert _open_fds() == before
+
+
+def test_the_nbytes_bound_and_silence_and_a_closed_peer_are_refused():
+    a, b = vmm.socket_pair()
+    with a, tempfile.TemporaryFile() as f:
+        socket.send_fds(b, [json.dumps(_record(1 << 20)).encode()], [f.fileno()])
+        with pytest.raises(vmm.ChannelRefused, match="over the bound"):
+            vmm.recv_output(a, timeout_s=5, max_nbytes=4096)
+        with pytest.raises(vmm.ChannelRefused, match="no message within"):
+            vmm.recv_output(a, timeout_s=0.2)
+        b.close()
+        with pytest.raises(vmm.ChannelRefused, match="closed"):
+            vmm.recv_output(a, timeout_s=5)
+
+
+def test_the_prefilter_refuses_files_pipes_and_sockets_but_leaves_character_devices_to_the_driver():
+    r, w = os.pipe()
+    a, b = socket.socketpair()
+    with tempfile.TemporaryFile() as f, a, b:
+        try:
+            for fd, kind in ((f.fileno(), "a regular file"), (r, "a pipe"), (a.fileno(), "a socket")):
+                assert vmm.fd_kind(fd) == kind
+                with pytest.raises(vmm.NotAnAllocation, match=kind) as e:
+                    vmm.refuse_plain_fd(fd)
+                assert e.value.call == "fstat"
+        finally:
+            os.close(r)
+            os.close(w)
+    z = os.open("/dev/zero", os.O_RDONLY)
+    try:
+        assert vmm.fd_kind(z) == "a character device"
+        vmm.refuse_plain_fd(z)                     # no error: the import call decides
+    finally:
+        os.close(z)
+    with pytest.raises(vmm.NotAnAllocation, match="descriptor"):
+        vmm.refuse_plain_fd(z)                     # closed: EBADF is a typed refusal too
+
+
+# ------------------------------------------------------------------------------------------ the opener's order
+class _ScriptedDriver:
+    """libcuda's calls as the opener makes them, each answering from `codes` (default success) and logged, so the
+    clean-up order after each refusal can be held without a GPU."""
+
+    def __init__(self, **codes):
+        self.codes, self.log, self.args = codes, [], {}
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.log.append(name)
+            self.args[name] = args
+            if name == "cuGetErrorName":
+                args[1]._obj.value = b"CUDA_ERROR_SCRIPTED"
+                return 0
+            if name == "cuMemGetAllocationPropertiesFromHandle":
+                p = args[0]._obj
+                p.type, p.location.type, p.location.id = 1, 1, 0
+            return self.codes.get(name, 0)
+        return call
+
+
+def _driver(**codes) -> vmm.VmmDriver:
+    d = vmm.VmmDriver.__new__(vmm.VmmDriver)
+    d.drv, d.device, d.cu_device, d.granularity = _ScriptedDriver(**codes), 0, 0, 2 << 20
+    return d
+
+
+def _closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return False
+    except OSError:
+        return True
+
+
+def test_a_refused_import_is_not_an_allocation_and_the_fd_is_closed():
+    d = _driver(cuMemImportFromShareableHandle=vmm.CUDA_ERROR_INVALID_VALUE)
+    fd = os.open("/dev/zero", os.O_RDONLY)
+    with pytest.raises(vmm.NotAnAllocation) as e:
+        d.copy_from_fd(fd, _record(), 0)
+    assert e.value.call == "cuMemImportFromShareableHandle" and e.value.name == "CUDA_ERROR_SCRIPTED"
+    assert _closed(fd)
+    assert "cuMemMap" not in d.drv.log and "cuMemRelease" not in d.drv.log
+
+
+def test_not_supported_from_a_childs_fd_is_a_verdict_not_the_fallback():
+    d = _driver(cuMemImportFromShareableHandle=vmm.CUDA_ERROR_NOT_SUPPORTED)
+    fd = os.open("/dev/zero", os.O_RDONLY)
+    with pytest.raises(vmm.NotAnAllocation) as e:
+        d.copy_from_fd(fd, _record(), 0)
+    assert not isinstance(e.value, vmm.VmmUnsupported)
+
+
+def test_a_plain_file_never_reaches_the_driver():
+    d = _driver()
+    with tempfile.TemporaryFile() as f:
+        fd = os.dup(f.fileno())
+        with pytest.raises(vmm.NotAnAllocation, match="regular file"):
+            d.copy_from_fd(fd, _record(), 0)
+    assert d.drv.log == [] and _closed(fd)
+
+
+def test_an_extent_the_map_refuses_is_extent_refused_and_everything_is_released():
+    d = _driver(cuMemMap=vmm.CUDA_ERROR_INVALID_VALUE)
+    fd = os.open("/dev/zero", os.O_RDONLY)
+    with pytest.raises(vmm.ExtentRefused):
+        d.copy_from_fd(fd, _record(offset=(2 << 20) - 4096, n=8192), 0)
+    log = d.drv.log
+    assert "cuMemcpyDtoDAsync_v2" not in log and "cuMemUnmap" not in log
+    assert log.index("cuMemAddressFree") > log.index("cuMemMap") and log[-1] == "cuMemRelease"
+    assert _closed(fd)
+
+
+def test_the_map_covers_the_records_extent_rounded_to_the_granularity():
+    d = _driver()
+    fd = os.open("/dev/zero", os.O_RDONLY)
+    times: dict = {}
+    d.copy_from_fd(fd, _record(offset=4096, n=(2 << 20)), 0x1000, times=times)
+    assert d.drv.args["cuMemMap"][1].value == 4 << 20      # 4 KiB + 2 MiB: two 2 MiB granules, from offset 0
+    assert d.drv.args["cuMemMap"][2].value == 0
+    assert d.drv.log[-3:] == ["cuMemUnmap", "cuMemAddressFree", "cuMemRelease"]
+    assert set(times) == {"import_s", "props_s", "map_s", "copy_s", "release_s"} and _closed(fd)
+
+
+def test_an_allocation_of_another_device_is_not_an_allocation_here():
+    d = _driver()
+    d.cu_device = 1                              # the scripted properties say device 0
+    fd = os.open("/dev/zero", os.O_RDONLY)
+    with pytest.raises(vmm.NotAnAllocation, match="not pinned memory of device 1"):
+        d.copy_from_fd(fd, _record(), 0)
+    assert "cuMemMap" not in d.drv.log and d.drv.log[-1] == "cuMemRelease" and _closed(fd)
+
+
+# ------------------------------------------------------------------------------------------ on the GPU
+_EXPORTER = textwrap.dedent("""
+    import os, sys, socket, time, torch
+    from kernelgym_gap.core import cuda_vmm as vmm
+    s = socket.socket(fileno=int(sys.argv[1]))
+    torch.cuda.init()
+    drv = vmm.VmmDriver(0)
+    t = torch.arange(int(sys.argv[2]) // 4, dtype=torch.int32, device="cuda") * 7 + 3
+    alloc, fd = drv.export_copy(t.data_ptr(), t.numel() * 4, torch.cuda.current_stream().cuda_stream)
+    vmm.send_output(s, fd, {"offset": 0, "nbytes": t.numel() * 4, "dtype": "int32", "shape": [t.numel()]})
+    os.close(fd)
+    print(os.readlink("/proc/self/ns/pid"), flush=True)
+    vmm.recv_message(s, timeout_s=60)
+""")
+
+
+def _round_trip(prefix: list[str], nbytes: int = 3 << 20):
+    torch = pytest.importorskip("torch")
+    drv = vmm.VmmDriver(0)
+    mine, theirs = vmm.socket_pair()
+    import fcntl
+    child_fd = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, 300)
+    theirs.close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + sys.path))
+    p = subprocess.Popen(prefix + [sys.executable, "-c", _EXPORTER, str(child_fd), str(nbytes)], env=env,
+                         pass_fds=(child_fd,), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    os.close(child_fd)
+    try:
+        rec, fd = vmm.recv_output(mine, timeout_s=120)
+        dst = drv.allocate(nbytes)
+        drv.copy_from_fd(fd, rec, dst.ptr)
+        got = drv.copy_to_host(dst.ptr, nbytes)
+        expect = ((torch.arange(nbytes // 4, dtype=torch.int64) * 7 + 3).to(torch.int32)).numpy().tobytes()
+        assert got == expect
+        drv.free(dst)
+        mine.send(b"done")
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        return out.decode().strip()
+    finally:
+        p.kill()
+        mine.close()
+
+
+@pytest.mark.gpu
+def test_gpu_an_exported_output_crosses_processes_by_its_fd():
+    assert _round_trip([])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_gpu_an_exported_output_crosses_a_pid_namespace_by_its_fd():
+    child_ns = _round_trip(["unshare", "--pid", "--ipc", "--net", "--fork", "--"])
+    assert child_ns != os.readlink("/proc/self/ns/pid")
+
+
+@pytest.mark.gpu
+def test_gpu_a_non_cuda_fd_is_a_typed_refusal_and_the_opener_lives():
+    drv = vmm.VmmDriver(0)
+    dst = drv.allocate(4096)
+    for make in (lambda: os.open("/dev/zero", os.O_RDONLY), lambda: os.pipe()[0]):
+        fd = make()
+        with pytest.raises(vmm.NotAnAllocation):
+            drv.copy_from_fd(fd, _record(), dst.ptr, prefilter=False)
+        assert _closed(fd)
+        assert drv.alive() is None
+    drv.free(dst)
+
+
+@pytest.mark.gpu
+def test_gpu_an_extent_past_the_allocation_is_refused_before_any_copy():
+    drv = vmm.VmmDriver(0)
+    a = drv.allocate(1)
+    fd = drv.export_fd(a.handle)
+    dst = drv.allocate(8192)
+    with pytest.raises(vmm.ExtentRefused):
+        drv.copy_from_fd(fd, _record(offset=a.size - 4096, n=8192), dst.ptr)
+    assert drv.alive() is None
+    drv.free(dst)
+    drv.free(a)
