@@ -301,18 +301,23 @@ def role_exporter() -> None:
         clock = time.perf_counter
         n = c.numel() * c.element_size()
         rec = {"i": i, "nbytes": n, "dtype": "float32", "shape": list(c.shape), "seed": seed}
+        share = None
         if with_torch:
+            # torch's own export also makes a ref-counter file and an event: if that fails here, the raw export
+            # below still runs and the row says why torch's did not
             t = clock()
-            share = c.untyped_storage()._share_cuda_()
-            rec["torch_share_s"] = clock() - t
-            rec.update(torch_handle_len=len(share[1]), torch_offset=int(share[3]),
-                       torch_size=int(share[2]))
+            try:
+                share = c.untyped_storage()._share_cuda_()
+                rec["torch_share_s"] = clock() - t
+                rec.update(torch_handle_len=len(share[1]), torch_offset=int(share[3]), torch_size=int(share[2]))
+            except Exception as e:      # noqa: BLE001
+                rec["torch_share_error"] = f"{type(e).__name__}: {e}"[:300]
         t = clock()
         base, size = rt.address_range(c.data_ptr())
         raw = rt.get_handle(base)
         rec["raw_handle_s"] = clock() - t
         rec.update(handle=ci.handle_hex(raw), offset=c.data_ptr() - base, segment=size)
-        if with_torch:
+        if share is not None:
             rec["torch_holds_raw"] = raw in bytes(share[1])
             rec["offsets_agree"] = rec["torch_offset"] == rec["offset"]
         try:
@@ -594,7 +599,8 @@ class Probe:
         self.report["exports"] = recs
         for r in recs:
             self.parts["exporter: device_copy (HeldOutputs.add)"].append(r["device_copy_s"])
-            self.parts["exporter: torch _share_cuda_"].append(r["torch_share_s"])
+            if "torch_share_s" in r:
+                self.parts["exporter: torch _share_cuda_"].append(r["torch_share_s"])
             self.parts["exporter: range + cudaIpcGetMemHandle"].append(r["raw_handle_s"])
         offs, total = arena_layout([r["nbytes"] for r in recs])
         for r, o in zip(recs, offs):
@@ -911,6 +917,9 @@ class Probe:
         exports = self.report.get("exports", [])
         if exports:
             agree = sum(1 for r in exports if r.get("torch_holds_raw") and r.get("offsets_agree"))
+            failed = [r["torch_share_error"] for r in exports if "torch_share_error" in r]
+            if failed:
+                lines.append(f"torch's _share_cuda_ failed on {len(failed)} outputs: {failed[0]}")
             inner = sum(1 for r in exports if r.get("interior_handle_same") is True)
             seg = [(r["nbytes"], r["segment"]) for r in exports]
             lines.append(f"exports: {len(exports)}; torch's handle holds the raw one at the same offset: {agree}; "

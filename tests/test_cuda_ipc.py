@@ -157,6 +157,7 @@ _OPENER = textwrap.dedent("""
 
 
 @pytest.mark.gpu
+@pytest.mark.timeout(180)      # the exporter's readline has no limit of its own
 def test_gpu_a_handle_exported_in_one_process_opens_and_copies_in_another():
     import hashlib
 
