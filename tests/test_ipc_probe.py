@@ -429,3 +429,18 @@ def test_the_namespace_exporters_start_under_the_sandboxs_own_argv(probe):
                 pr.ready(c, 120)
     finally:
         pr.cleanup()
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(240)
+def test_gpu_a_small_probe_hands_every_output_over_bit_exact(tmp_path):
+    """The probe's timed rounds on the device, small: four outputs, two rounds (a fresh opener each), no hostile
+    rows; every copy bit-exact in the checker's arena."""
+    out = tmp_path / "p.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--sizes", "4K,64K,1M,32M", "--rounds", "2", "--skip-hostile",
+                        "--timeout-s", "180", "--json", str(out)], capture_output=True, text=True, timeout=220)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["errors"] == []
+    assert [x["status"] for x in report["rounds"]] == [{"copied": 4}] * 2
+    assert all(x["mismatched"] == [] for x in report["rounds"])
