@@ -44,6 +44,12 @@
 #                     checker's arena (3 rounds, each part timed), then the hostile rows (forged, freed and
 #                     reallocated handles, the extent, the sandbox's namespaces, the exporter stopped and killed);
 #                     IPC_S (default 240) is the probe's own limit, inside STEP_S; JSON in $OUT/ipc_probe/
+#   ipc-probe-vmm     #35: the second route for the outputs' hand-over, CUDA VMM allocations exported as POSIX fds
+#                     and sent by SCM_RIGHTS (scripts/ipc_probe_vmm.py, core/cuda_vmm.py): 24 outputs (1.35 GiB)
+#                     exported, imported, mapped and copied into the checker's VMM arena, in the root namespaces
+#                     and with the exporter in the sandbox's (bwrap, unshare), then the hostile rows (file, pipe,
+#                     /dev/zero, /dev/nvidiactl fds, the extent, the exporter killed while mapped); VMM_S (default
+#                     240) is the probe's own limit, inside STEP_S; JSON in $OUT/ipc_probe_vmm/
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
 #
@@ -243,6 +249,11 @@ for step in "$@"; do
       python3 -m pytest --collect-only -q -m gpu $FILES 2>/dev/null | grep '::' | nl -w1 -s' ' \
         | xargs -P "${JOBS:-1}" -L 1 bash -c 'run_node "$1" "$0"'
       cat "$OUT"/owed/*.txt >> "$OUT/owed_tests.txt" 2>/dev/null ;;
+    ipc-probe-vmm)
+      # #35: the VMM/fd route's GPU probe (the header); it ends itself at VMM_S and prints its tables last
+      mkdir -p "$OUT/ipc_probe_vmm"
+      timeout "$STEP_S" python3 scripts/ipc_probe_vmm.py --timeout-s "${VMM_S:-240}" \
+        --json "$OUT/ipc_probe_vmm/ipc_probe_vmm.json" 2>&1 | tee "$OUT/ipc_probe_vmm/log.txt" | tail -${TAIL:-50} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done

@@ -95,6 +95,16 @@ def test_the_probe_exits_2_with_one_line_without_cuda():
     assert r.stderr == ""
 
 
+@pytest.mark.skipif(_libcuda_present(), reason="libcuda is present here")
+def test_the_device_session_step_runs_the_vmm_probe_and_keeps_its_log(tmp_path):
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "device_session.sh"), "ipc-probe-vmm"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2, r.stdout + r.stderr      # pipefail: the step's status is the probe's
+    assert "ipc_probe_vmm: no CUDA device" in r.stdout
+    assert "no CUDA device" in (tmp_path / "out" / "ipc_probe_vmm" / "log.txt").read_text()
+
+
 def test_the_probe_plans_the_light_batch_outputs():
     spec = __import__("importlib.util").util.spec_from_file_location("probe_vmm", PROBE)
     m = __import__("importlib.util").util.module_from_spec(spec)
@@ -210,6 +220,46 @@ def test_the_prefilter_refuses_files_pipes_and_sockets_but_leaves_character_devi
         os.close(z)
     with pytest.raises(vmm.NotAnAllocation, match="descriptor"):
         vmm.refuse_plain_fd(z)                     # closed: EBADF is a typed refusal too
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "unshare"])
+def test_a_descriptor_crosses_the_sandboxs_pid_namespace_by_scm_rights(kind, tmp_path):
+    """The route's premise without a GPU: a child started under sandbox/isolation.py's own argv (its own pid, ipc
+    and net namespaces; a fresh uid when root), its socket end passed with pass_fds at fd 300, sends the fd of a
+    file it made; the parent reads the child's bytes through it. No pid is named on either side."""
+    from kernelgym_gap.core.config import SandboxConfig
+    from kernelgym_gap.sandbox import isolation
+    if not isolation.mode_works(kind):
+        pytest.skip(f"{kind} does not work on this machine")
+    import fcntl
+    uid = isolation._fresh_uid() if isolation.mode_works(kind + "+uid") else None
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o755)
+    if uid is not None:
+        os.chown(scratch, uid, uid)
+    prefix = (isolation.bwrap_argv(scratch, SandboxConfig(), uid, privileged=os.geteuid() == 0) if kind == "bwrap"
+              else isolation.unshare_argv(scratch, SandboxConfig(), uid))
+    mine, theirs = vmm.socket_pair()
+    child_fd = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, 300)
+    theirs.close()
+    code = ("import os, socket, json; s = socket.socket(fileno=300); f = open('out', 'w+b'); "
+            "f.write(os.readlink('/proc/self/ns/pid').encode()); f.flush(); "
+            "socket.send_fds(s, [json.dumps({'offset': 0, 'nbytes': 4, 'dtype': 'uint8', 'shape': [4]}).encode()], "
+            "[f.fileno()])")
+    try:
+        r = subprocess.run(prefix + [sys.executable, "-S", "-c", code], pass_fds=(child_fd,), cwd=scratch,
+                           capture_output=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    finally:
+        os.close(child_fd)
+    assert r.returncode == 0, r.stderr[-500:]
+    with mine:
+        rec, fd = vmm.recv_output(mine, timeout_s=5)
+    try:
+        their_ns = os.pread(fd, 64, 0).decode()
+    finally:
+        os.close(fd)
+    assert rec["nbytes"] == 4
+    assert their_ns.startswith("pid:[") and their_ns != os.readlink("/proc/self/ns/pid")
 
 
 # ------------------------------------------------------------------------------------------ the opener's order
