@@ -318,6 +318,8 @@ def role_exporter() -> None:
         rec["raw_handle_s"] = clock() - t
         rec.update(handle=ci.handle_hex(raw), offset=c.data_ptr() - base, segment=size)
         if share is not None:
+            # torch's handle (c10's CUDACachingAllocator): a version byte (2; 3 from torch 2.13), b"c" for a
+            # cudaMalloc segment (b"e" for an expandable one: no legacy handle at all), then the 64 raw bytes
             rec["torch_holds_raw"] = raw in bytes(share[1])
             rec["offsets_agree"] = rec["torch_offset"] == rec["offset"]
         try:
@@ -1002,8 +1004,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.path.insert(0, str(ROOT))
     probe = Probe(args)
+    alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    probe.report["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
     print(f"ipc probe: {len(sizes)} outputs, {sum(sizes) / (1 << 30):.2f} GiB, {args.rounds} rounds, "
-          f"limit {args.timeout_s:.0f} s", flush=True)
+          f"limit {args.timeout_s:.0f} s"
+          + (f"; PYTORCH_CUDA_ALLOC_CONF={alloc_conf} (expandable segments have no legacy handle)"
+             if alloc_conf else ""), flush=True)
     rc = probe.run(sizes)
     probe.report["parts"] = {k: list(v) for k, v in probe.parts.items()}
     probe.report["rows"] = probe.rows
