@@ -60,13 +60,23 @@ FD_AT = 300              # the children's socket ends sit here: clear of unshare
 HOSTILE_FILL = 0xA5
 
 
-def load_vmm():
-    """core/cuda_vmm.py by its path (stdlib only), without the package's __init__ (which imports torch)."""
-    spec = importlib.util.spec_from_file_location("kgg_cuda_vmm", ROOT / "kernelgym_gap" / "core" / "cuda_vmm.py")
+def _load(name: str):
+    """core/<name>.py by its path (stdlib only), without the package's __init__ (which imports torch)."""
+    if f"kgg_{name}" in sys.modules:
+        return sys.modules[f"kgg_{name}"]
+    spec = importlib.util.spec_from_file_location(f"kgg_{name}", ROOT / "kernelgym_gap" / "core" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["kgg_cuda_vmm"] = mod
+    sys.modules[f"kgg_{name}"] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_vmm():
+    """core/cuda_vmm.py and core/fd_channel.py as one namespace: the driver's calls and the channel's."""
+    vmm, ch = _load("cuda_vmm"), _load("fd_channel")
+    for k in ("socket_pair", "send_output", "recv_output", "recv_message", "parse_record", "ChannelRefused"):
+        setattr(vmm, k, getattr(ch, k))
+    return vmm
 
 
 def cuda_present() -> str | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kernelgym_gap.core import cuda_vmm as vmm
+from kernelgym_gap.core import fd_channel as ch
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT / "scripts" / "ipc_probe_vmm.py"
@@ -121,10 +122,10 @@ def test_the_probe_plans_the_light_batch_outputs():
 
 # ------------------------------------------------------------------------------------------ the socket layer
 def test_a_record_and_its_fd_cross_a_socket_pair():
-    a, b = vmm.socket_pair()
+    a, b = ch.socket_pair()
     with a, b, tempfile.TemporaryFile() as f:
-        vmm.send_output(b, f.fileno(), _record(8192, i=3))
-        rec, fd = vmm.recv_output(a, timeout_s=5)
+        ch.send_output(b, f.fileno(), _record(8192, i=3))
+        rec, fd = ch.recv_output(a, timeout_s=5)
         try:
             assert rec == _record(8192, i=3)
             assert fd != f.fileno() and os.fstat(fd).st_ino == os.fstat(f.fileno()).st_ino
@@ -136,29 +137,29 @@ def test_a_record_and_its_fd_cross_a_socket_pair():
 
 
 def test_more_descriptors_than_the_bound_are_refused_and_none_leak():
-    a, b = vmm.socket_pair()
+    a, b = ch.socket_pair()
     with a, b, tempfile.TemporaryFile() as f:
         before = _open_fds()
         fds = [os.dup(f.fileno()) for _ in range(3)]
         socket.send_fds(b, [json.dumps(_record()).encode()], fds)
         for fd in fds:
             os.close(fd)
-        with pytest.raises(vmm.ChannelRefused, match="more than 1 descriptor"):
-            vmm.recv_output(a, timeout_s=5)
+        with pytest.raises(ch.ChannelRefused, match="more than 1 descriptor"):
+            ch.recv_output(a, timeout_s=5)
         assert _open_fds() == before
 
 
 def test_a_record_over_the_byte_bound_is_refused_and_its_fd_closed():
-    a, b = vmm.socket_pair()
+    a, b = ch.socket_pair()
     with a, b, tempfile.TemporaryFile() as f:
         before = _open_fds()
-        big = json.dumps(_record(pad="x" * vmm.RECORD_MAX_BYTES)).encode()
+        big = json.dumps(_record(pad="x" * ch.RECORD_MAX_BYTES)).encode()
         socket.send_fds(b, [big], [f.fileno()])
-        with pytest.raises(vmm.ChannelRefused, match="over 4096 bytes"):
-            vmm.recv_output(a, timeout_s=5)
+        with pytest.raises(ch.ChannelRefused, match="over 4096 bytes"):
+            ch.recv_output(a, timeout_s=5)
         assert _open_fds() == before
         with pytest.raises(ValueError):           # the honest sender refuses to make one
-            vmm.send_output(b, f.fileno(), _record(pad="x" * vmm.RECORD_MAX_BYTES))
+            ch.send_output(b, f.fileno(), _record(pad="x" * ch.RECORD_MAX_BYTES))
 
 
 @pytest.mark.parametrize("payload, fds, why", [
@@ -174,29 +175,29 @@ def test_a_record_over_the_byte_bound_is_refused_and_its_fd_closed():
     (json.dumps([1, 2]).encode(), 1, "JSON object"),
 ])
 def test_a_malformed_message_is_refused_with_its_fd_closed(payload, fds, why):
-    a, b = vmm.socket_pair()
+    a, b = ch.socket_pair()
     with a, b, tempfile.TemporaryFile() as f:
         before = _open_fds()
         if fds:
             socket.send_fds(b, [payload], [f.fileno()])
         else:
             b.send(payload)
-        with pytest.raises(vmm.ChannelRefused, match=why):
-            vmm.recv_output(a, timeout_s=5)
+        with pytest.raises(ch.ChannelRefused, match=why):
+            ch.recv_output(a, timeout_s=5)
         assert _open_fds() == before
 
 
 def test_the_nbytes_bound_and_silence_and_a_closed_peer_are_refused():
-    a, b = vmm.socket_pair()
+    a, b = ch.socket_pair()
     with a, tempfile.TemporaryFile() as f:
         socket.send_fds(b, [json.dumps(_record(1 << 20)).encode()], [f.fileno()])
-        with pytest.raises(vmm.ChannelRefused, match="over the bound"):
-            vmm.recv_output(a, timeout_s=5, max_nbytes=4096)
-        with pytest.raises(vmm.ChannelRefused, match="no message within"):
-            vmm.recv_output(a, timeout_s=0.2)
+        with pytest.raises(ch.ChannelRefused, match="over the bound"):
+            ch.recv_output(a, timeout_s=5, max_nbytes=4096)
+        with pytest.raises(ch.ChannelRefused, match="no message within"):
+            ch.recv_output(a, timeout_s=0.2)
         b.close()
-        with pytest.raises(vmm.ChannelRefused, match="closed"):
-            vmm.recv_output(a, timeout_s=5)
+        with pytest.raises(ch.ChannelRefused, match="closed"):
+            ch.recv_output(a, timeout_s=5)
 
 
 def test_the_prefilter_refuses_files_pipes_and_sockets_but_leaves_character_devices_to_the_driver():
@@ -239,7 +240,7 @@ def test_a_descriptor_crosses_the_sandboxs_pid_namespace_by_scm_rights(kind, tmp
         os.chown(scratch, uid, uid)
     prefix = (isolation.bwrap_argv(scratch, SandboxConfig(), uid, privileged=os.geteuid() == 0) if kind == "bwrap"
               else isolation.unshare_argv(scratch, SandboxConfig(), uid))
-    mine, theirs = vmm.socket_pair()
+    mine, theirs = ch.socket_pair()
     child_fd = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, 300)
     theirs.close()
     code = ("import os, socket, json; s = socket.socket(fileno=300); f = open('out', 'w+b'); "
@@ -253,7 +254,7 @@ def test_a_descriptor_crosses_the_sandboxs_pid_namespace_by_scm_rights(kind, tmp
         os.close(child_fd)
     assert r.returncode == 0, r.stderr[-500:]
     with mine:
-        rec, fd = vmm.recv_output(mine, timeout_s=5)
+        rec, fd = ch.recv_output(mine, timeout_s=5)
     try:
         their_ns = os.pread(fd, 64, 0).decode()
     finally:
@@ -359,23 +360,23 @@ def test_an_allocation_of_another_device_is_not_an_allocation_here():
 # ------------------------------------------------------------------------------------------ on the GPU
 _EXPORTER = textwrap.dedent("""
     import os, sys, socket, time, torch
-    from kernelgym_gap.core import cuda_vmm as vmm
+    from kernelgym_gap.core import cuda_vmm as vmm, fd_channel as ch
     s = socket.socket(fileno=int(sys.argv[1]))
     torch.cuda.init()
     drv = vmm.VmmDriver(0)
     t = torch.arange(int(sys.argv[2]) // 4, dtype=torch.int32, device="cuda") * 7 + 3
     alloc, fd = drv.export_copy(t.data_ptr(), t.numel() * 4, torch.cuda.current_stream().cuda_stream)
-    vmm.send_output(s, fd, {"offset": 0, "nbytes": t.numel() * 4, "dtype": "int32", "shape": [t.numel()]})
+    ch.send_output(s, fd, {"offset": 0, "nbytes": t.numel() * 4, "dtype": "int32", "shape": [t.numel()]})
     os.close(fd)
     print(os.readlink("/proc/self/ns/pid"), flush=True)
-    vmm.recv_message(s, timeout_s=60)
+    ch.recv_message(s, timeout_s=60)
 """)
 
 
 def _round_trip(prefix: list[str], nbytes: int = 3 << 20):
     torch = pytest.importorskip("torch")
     drv = vmm.VmmDriver(0)
-    mine, theirs = vmm.socket_pair()
+    mine, theirs = ch.socket_pair()
     import fcntl
     child_fd = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, 300)
     theirs.close()
@@ -384,7 +385,7 @@ def _round_trip(prefix: list[str], nbytes: int = 3 << 20):
                          pass_fds=(child_fd,), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     os.close(child_fd)
     try:
-        rec, fd = vmm.recv_output(mine, timeout_s=120)
+        rec, fd = ch.recv_output(mine, timeout_s=120)
         dst = drv.allocate(nbytes)
         drv.copy_from_fd(fd, rec, dst.ptr)
         got = drv.copy_to_host(dst.ptr, nbytes)
