@@ -536,6 +536,7 @@ class Probe:
         self.args = args
         self.deadline = Deadline(args.timeout_s)
         self.children: list[Child] = []
+        self.scratches: list[Path] = []        # the sandboxed exporters' working directories
         self.parts: dict[str, list[float]] = collections.defaultdict(list)
         self.rows: list[dict] = []
         self.report: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "errors": [],
@@ -590,6 +591,8 @@ class Probe:
     def cleanup(self) -> None:
         for c in self.children:
             c.kill()
+        for d in self.scratches:
+            shutil.rmtree(d, ignore_errors=True)
 
     # -- the main rounds
     def main_rounds(self, exporter: Child, checker: Child, sizes: list[int]) -> list[dict]:
@@ -843,6 +846,7 @@ class Probe:
             try:
                 cfg = SandboxConfig(gpu_devices=(0,), uid=uid_setting)
                 scratch = Path(tempfile.mkdtemp(prefix="kgg-ipc-probe-"))
+                self.scratches.append(scratch)
                 isolation, uid = choose_isolation(cfg, scratch)
                 if isolation == "none":
                     why = "; ".join(f"{k}: {try_mode(k)[1]}" for k in ("bwrap", "unshare"))

@@ -429,6 +429,7 @@ def test_the_namespace_exporters_start_under_the_sandboxs_own_argv(probe):
                 pr.ready(c, 120)
     finally:
         pr.cleanup()
+    assert not any(d.exists() for d in pr.scratches)      # their working directories go with them
 
 
 @pytest.mark.gpu
