@@ -218,3 +218,16 @@ def test_on_the_h100_call_the_studys_as_run_baseline_is_the_prediction_tables_ro
     excl = [r for r in shares.values() if r["lane"] == "exclusive"]
     assert max(excl, key=lambda r: r["lane_seconds"])["family"] == "timing: the probe"
     assert dataclasses.replace(Setup()).slots_per_gpu == 4
+
+
+def test_goals_leaves_the_h200_calibration_and_predictions_as_they_were(tmp_path, capsys):
+    """The H200 mode (no --light-only): its calibration (the rows the 15% bound gates), scaling and predictions are
+    the same with --goals, whose tables come last with the records' own light batch and full mix."""
+    script = _script()
+    rc0 = script.main(["--json", str(tmp_path / "a.json")])
+    plain = capsys.readouterr().out.replace(str(tmp_path / "a.json"), "J")
+    rc1 = script.main(["--json", str(tmp_path / "b.json"), "--goals"])
+    with_goals = capsys.readouterr().out.replace(str(tmp_path / "b.json"), "J")
+    assert rc0 == rc1 == 0 and with_goals.startswith(plain) and "== the gap to the goals" in with_goals[len(plain):]
+    a, b = json.loads((tmp_path / "a.json").read_text()), json.loads((tmp_path / "b.json").read_text())
+    assert {k: v for k, v in b.items() if k != "goals"} == a and b["goals"]["full_mix"] == "studied"
