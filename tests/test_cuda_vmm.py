@@ -120,6 +120,115 @@ def test_the_probe_plans_the_light_batch_outputs():
         m.pick_sizes(0)
 
 
+def test_the_probes_tables_print_a_full_report(capsys):
+    """The success path's tables never run on cpu otherwise: a report as the device would give it prints every
+    round, part and hostile row, the failed ones included."""
+    spec = __import__("importlib.util").util.spec_from_file_location("probe_vmm_t", PROBE)
+    m = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    ok = {"row": "a: root namespaces", "handles": 24, "bytes": 1449132032, "parent_pid_ns": "pid:[1]",
+          "exporter": {"sent": 24, "fd_kinds": ["a character device"], "granularity": 2097152, "pid_ns": "pid:[1]",
+                       "uid": 0},
+          "opener_errors": [], "verified": 24, "mismatched": [], "error": None, "round_trip_s": 9.1,
+          "from_first_start_s": 9.5, "handover_s": 0.21,
+          "start": {"python_s": 0.05, "context_s": 0.3, "to_first_cuda_s": 0.4}}
+    report = {"rounds": [ok, {"row": "b: exporter in bwrap", "error": "RuntimeError: exporter exited"}],
+              "parts": {"a: exporter create+map+copy+export": [0.001, 0.002],
+                        "a: opener import+props+map+copy+unmap/release": []},
+              "hostile": [{"row": "file", "sent": "a regular file", "result": "NotAnAllocation: fstat failed",
+                           "opener_alive": "yes", "fresh_alive": "yes"},
+                          {"row": "kill", "result": "not run (time)"}]}
+    m.print_tables(report)
+    out = capsys.readouterr().out
+    assert "24/24 verified (1.35 GiB)" in out and "hand-over 0.210 s" in out
+    assert "b: exporter in bwrap: FAILED: RuntimeError" in out
+    assert "a: exporter create+map+copy+export" in out and "nan" in out      # an empty part prints, as NaN
+    assert "NotAnAllocation: fstat failed" in out and "not run (time)" in out
+
+
+class _HostDriver:
+    """The opener role's driver over host memory: an "allocation" is a memfd, its import a dup, its map an mmap.
+    Only the role's flow is under test (the arena's import, each record copied at its planned offset, the done
+    messages, a broken channel ending the loop); the driver's own sequence is held by the scripted tests above."""
+    granularity = 4096
+
+    def __init__(self, device=0):
+        self.mms = []
+
+    def import_fd(self, fd, prefilter=True):
+        return os.dup(fd)
+
+    def map(self, handle, size):
+        import mmap
+        mm = mmap.mmap(handle, size)
+        self.mms.append(mm)
+        return ctypes.addressof(ctypes.c_char.from_buffer(mm))
+
+    def unmap(self, ptr, size):
+        pass
+
+    def release(self, handle):
+        os.close(handle)
+
+    def copy_from_fd(self, fd, record, dst_ptr, prefilter=True, times=None):
+        data = os.pread(fd, record["nbytes"], record["offset"])
+        ctypes.memmove(dst_ptr, data, len(data))
+        os.close(fd)
+        times.update(import_s=0.0, props_s=0.0, map_s=0.0, copy_s=0.0, release_s=0.0)
+
+
+def _memfd(data: bytes) -> int:
+    fd = os.memfd_create("kgg-test")
+    os.ftruncate(fd, max(len(data), 4096))
+    os.pwrite(fd, data, 0)
+    return fd
+
+
+@pytest.mark.parametrize("break_after", [None, 2])
+def test_the_probes_opener_copies_each_record_to_its_offset_and_says_done(capsys, monkeypatch, break_after):
+    import argparse
+    spec = __import__("importlib.util").util.spec_from_file_location("probe_vmm_o", PROBE)
+    m = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    real = m.load_vmm()
+    fake = type("V", (), {k: getattr(real, k) for k in ("recv_output", "recv_message", "ChannelRefused",
+                                                         "round_up")})
+    fake.VmmDriver = _HostDriver
+    monkeypatch.setattr(m, "load_vmm", lambda: fake)
+    sizes = [4096, 100, 8, 5000]
+    offs, total = m.arena_layout(sizes)
+    total = -(-total // 4096) * 4096              # the checker's allocation is whole granules, as the driver's is
+    arena = _memfd(b"\0" * total)
+    e_mine, e_theirs = ch.socket_pair()
+    c_mine, c_theirs = ch.socket_pair()
+    outs = [bytes([i + 1]) * n for i, n in enumerate(sizes)]
+    ch.send_output(c_mine, arena, {"offset": 0, "nbytes": total, "dtype": "uint8", "shape": [total]})
+    for i, data in enumerate(outs[:break_after]):
+        fd = _memfd(b"x" * 16 + data)
+        ch.send_output(e_mine, fd, {"offset": 16, "nbytes": len(data), "dtype": "uint8", "shape": [len(data)]})
+        os.close(fd)
+    if break_after is not None:
+        e_mine.close()                            # the exporter gone: the opener must not wait per record
+    a = argparse.Namespace(t0=__import__("time").time(), arena_sock=c_theirs.detach(), sock=e_theirs.detach(),
+                           wait_s=5.0, n=len(sizes), offsets=",".join(map(str, offs)))
+    m.role_opener(a)
+    report = json.loads(capsys.readouterr().out.strip()[len("@@"):])
+    got = os.pread(arena, total, 0)
+    n_ok = len(sizes) if break_after is None else break_after
+    for i in range(n_ok):
+        assert got[offs[i]:offs[i] + sizes[i]] == outs[i]
+    assert len(report["parts"]) == n_ok and report["handover_s"] is not None
+    assert set(report["start"]) == {"python_s", "context_s", "to_first_cuda_s"}
+    assert c_mine.recv(16) == b"done"
+    if break_after is None:
+        assert report["errors"] == [] and e_mine.recv(16) == b"done"
+    else:
+        # one error for the broken channel (the loop ended there, not 2 x 5 s of waiting), one for the done it
+        # could not send to the gone exporter
+        assert report["errors"] == ["2: channel: the peer closed the channel", "done: [Errno 32] Broken pipe"]
+    os.close(arena)
+
+
 # ------------------------------------------------------------------------------------------ the socket layer
 def test_a_record_and_its_fd_cross_a_socket_pair():
     a, b = ch.socket_pair()
