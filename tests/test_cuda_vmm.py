@@ -229,6 +229,47 @@ def test_the_probes_opener_copies_each_record_to_its_offset_and_says_done(capsys
     os.close(arena)
 
 
+_SCRIPTED_ROLES = {
+    "hexporter": "import time; print('@@' + '{\"sent\": \"kill\", \"record\": {\"offset\": 0}}', flush=True); "
+                 "time.sleep(60)",
+    "hopener": "import sys; print('@@{\"mapped\": true}', flush=True); sys.stdin.readline(); "
+               "print('@@{\"result\": \"copied, bytes intact\", \"opener_alive\": \"yes\"}', flush=True)",
+    "fresh": "print('@@{\"alive\": \"yes\"}', flush=True)",
+    # an opener that fails before it maps (its import refused): its answer is the row
+    "hopener_fails": "print('@@{\"result\": \"NotAnAllocation: refused\", \"opener_alive\": \"yes\"}', flush=True)",
+}
+
+
+@pytest.mark.parametrize("opener", ["hopener", "hopener_fails"])
+def test_the_probes_kill_row_kills_the_exporter_while_the_opener_holds_the_mapping(opener):
+    """The kill row's order, with scripted roles: the opener says "mapped", only then is the exporter killed
+    (SIGKILL, reaped), then the opener is told to copy; its answer and a fresh process's make the row."""
+    spec = __import__("importlib.util").util.spec_from_file_location("probe_vmm_k", PROBE)
+    m = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+
+    class Scripted(m.Probe):
+        def start(self, name, role, extra, fds=(), prefix=(), cwd=None, env=None):
+            role = opener if role == "hopener" else role
+            c = m.Child(name, [sys.executable, "-c", _SCRIPTED_ROLES[role]], self.env, pass_fds=fds)
+            self.children.append(c)
+            return c
+
+    import argparse
+    p = Scripted(argparse.Namespace(timeout_s=60, handles=1, skip_hostile=False, child_s=20))
+    t0 = __import__("time").monotonic()
+    p.hostile_row("kill")
+    row = p.hostile[-1]
+    if opener == "hopener":
+        assert row["exporter_rc"] == -9
+        assert row["result"] == "copied, bytes intact"
+    else:                                        # never mapped: nothing to kill under it, and no wait for a 2nd answer
+        assert "exporter_rc" not in row and row["result"] == "NotAnAllocation: refused"
+        assert __import__("time").monotonic() - t0 < 15
+    assert row["opener_alive"] == "yes" and row["fresh_alive"] == "yes"
+    assert all(c.proc.poll() is not None for c in p.children)
+
+
 # ------------------------------------------------------------------------------------------ the socket layer
 def test_a_record_and_its_fd_cross_a_socket_pair():
     a, b = ch.socket_pair()
@@ -518,7 +559,7 @@ def test_gpu_an_exported_output_crosses_processes_by_its_fd():
 @pytest.mark.gpu
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
 def test_gpu_an_exported_output_crosses_a_pid_namespace_by_its_fd():
-    child_ns = _round_trip(["unshare", "--pid", "--ipc", "--net", "--fork", "--"])
+    child_ns = _round_trip(["unshare", "--pid", "--ipc", "--net", "--fork", "--kill-child", "--"])
     assert child_ns != os.readlink("/proc/self/ns/pid")
 
 
