@@ -49,7 +49,8 @@
 #                     exported, imported, mapped and copied into the checker's VMM arena, in the root namespaces
 #                     and with the exporter in the sandbox's (bwrap, unshare), then the hostile rows (file, pipe,
 #                     /dev/zero, /dev/nvidiactl fds, the extent, the exporter killed while mapped); VMM_S (default
-#                     240) is the probe's own limit, inside STEP_S; JSON in $OUT/ipc_probe_vmm/
+#                     240) is the probe's own limit, inside STEP_S; JSON in $OUT/ipc_probe_vmm/; then the route's
+#                     gpu tests (tests/test_cuda_vmm.py, 150 s at most) into $OUT/ipc_probe_vmm/gpu_tests.txt
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
 #
@@ -253,7 +254,13 @@ for step in "$@"; do
       # #35: the VMM/fd route's GPU probe (the header); it ends itself at VMM_S and prints its tables last
       mkdir -p "$OUT/ipc_probe_vmm"
       timeout "$STEP_S" python3 scripts/ipc_probe_vmm.py --timeout-s "${VMM_S:-240}" \
-        --json "$OUT/ipc_probe_vmm/ipc_probe_vmm.json" 2>&1 | tee "$OUT/ipc_probe_vmm/log.txt" | tail -${TAIL:-50} ;;
+        --json "$OUT/ipc_probe_vmm/ipc_probe_vmm.json" 2>&1 | tee "$OUT/ipc_probe_vmm/log.txt" | tail -${TAIL:-50}
+      rc=$?
+      if (( rc != 2 )); then    # 2: no CUDA here, where the gpu tests would only skip; the step keeps that status
+        # the route's own gpu tests (round trip, across a pid namespace, a non-CUDA fd, the extent), report kept
+        timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cuda_vmm.py \
+          > "$OUT/ipc_probe_vmm/gpu_tests.txt" 2>&1; tail -3 "$OUT/ipc_probe_vmm/gpu_tests.txt"
+      else (exit 2); fi ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done
