@@ -70,10 +70,17 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
         clock.lap("timing_probe")
     agreed = hint_ms is not None and cfg.library_agrees(check.median_ms, hint_ms)
     early = cfg.hopeless(k_probe.median_ms, hint_ms if agreed else check.median_ms)
+    # TimingConfig.probe_readings_count: the probe's readings (the same Bench._rep, interleaved as the full timing
+    # interleaves) begin the full timing, which then needs that many fewer repetitions; off: every full timing
+    # starts empty, as before
+    fold = bool(getattr(cfg, "probe_readings_count", False))
     if early:
         k, lib = k_probe, (None if agreed else bench.measure(library))
     elif agreed:
-        k, lib = bench.measure(kernel), None
+        k, lib = (bench.measure_interleaved([kernel], seeds=[k_probe.readings])[0] if fold
+                  else bench.measure(kernel)), None
+    elif fold:
+        k, lib = bench.measure_interleaved([kernel, library], seeds=[k_probe.readings, check.readings])
     else:
         k, lib = bench.measure_interleaved([kernel, library])
     if clock is not None:

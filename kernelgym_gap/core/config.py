@@ -145,6 +145,15 @@ class TimingConfig:
     # seconds"). Nothing else moves: the warm-ups, the library check's repetitions and every kernel that is not
     # hopeless are timed as before; the parent replays the rule (core/timing_stats.probe_stops)
     probe_hopeless_reps: int = 0
+    # The probe's repetitions counted (issue 35; off until a GPU run compares it): where the probe ends in a full
+    # timing, the kernel's probe readings are the first readings of its measurement (and, where the library is
+    # timed in full, the library check's are the first of the library's), so the measurement takes that many
+    # fewer repetitions to its stopping rule. Sound because both are taken by the same Bench._rep (flush, spin,
+    # events) after a warm-up, interleaved as measure_interleaved interleaves; the parent wants the measurement to
+    # begin with the probe's readings and replays the stopping rule from there (judge/measure.trusted_timings).
+    # Not with graph_replay: graph readings are another procedure (no spin, no launch), which the loop's probe
+    # readings would bias (docs/measurement.md, "The probe's readings counted").
+    probe_readings_count: bool = False
 
     def __post_init__(self):
         if self.stop_rule not in ("spread", "interval"):
@@ -164,6 +173,9 @@ class TimingConfig:
         if self.probe_hopeless_reps and not 3 <= self.probe_hopeless_reps <= self.library_check_reps:
             raise ValueError(f"probe_hopeless_reps must be 0 (off) or from 3 (a median of fewer is noise) to "
                              f"library_check_reps ({self.library_check_reps}), not {self.probe_hopeless_reps}")
+        if self.probe_readings_count and self.graph_replay:
+            raise ValueError("probe_readings_count with graph_replay: the probe's readings are the loop's (a spin and "
+                             "a launch per repetition) and a graph's are not, so one median of both is biased")
 
     def library_agrees(self, check_ms: float, hint_ms: float) -> bool:
         """Whether a check of the library's time confirms the cached one (the child decides with this, the

@@ -49,7 +49,8 @@ class Readings:
 @dataclasses.dataclass(frozen=True)
 class TimingReadings:
     """Everything one timed shape measured, raw. `kernel`: the kernel's full timing (its probe again when
-    the timing stopped early); `probe`: the kernel's first calls; `check`: the library's short check,
+    the timing stopped early; with TimingConfig.probe_readings_count beginning with the probe's readings, and
+    `library` with the check's); `probe`: the kernel's first calls; `check`: the library's short check,
     interleaved with the probe; `library`: the library's full timing (None where the parent's cached time
     stood and was not measured); `sync_jitter_ms`: the spread of a bare synchronize (capped when used)."""
     kernel: Readings
@@ -191,12 +192,14 @@ def probe_stops(kernel_stream, kernel_device, check_stream, check_device, sync_j
 
 
 def stop_rule_problem(r: Readings, cfg, full: bool, check: Readings | None = None, sync_jitter_ms: float = 0.0,
-                      hint_ms: float | None = None) -> str | None:
+                      hint_ms: float | None = None, seeded: int = 0) -> str | None:
     """For the parent: why these readings could not have come from the child's stopping rules, or None.
     `full`: a full timing (may_stop, at least 3 repetitions, at most cfg.max_reps); else the kernel's probe
     (probe_stops, at most cfg.library_check_reps; `check`, `sync_jitter_ms` and `hint_ms` are the library
     check's readings, the synchronize's jitter and the hint the parent sent, which the hopeless rule of
-    TimingConfig.probe_hopeless_reps reads). An honest child uses the same functions on the same rounded
+    TimingConfig.probe_hopeless_reps reads). `seeded` (a full timing under TimingConfig.probe_readings_count): how
+    many of its first readings are the probe's, taken before the full timing could stop (Bench.measure_interleaved's
+    seeds): its first stopping point is there. An honest child uses the same functions on the same rounded
     readings, so it meets them exactly; a child that stopped where its numbers happened to suit it does not."""
     s, d = list(r.stream_ms), list(r.device_ms)
     n = len(s)
@@ -211,7 +214,7 @@ def stop_rule_problem(r: Readings, cfg, full: bool, check: Readings | None = Non
         # the child's own minimum is cfg.min_reps, or 3 for a call that alone outlasts the budget's share:
         # a stop it must have made whichever minimum it had
         least = max(cfg.min_reps, 3)
-        early = next((k for k in range(least, n) if may_stop(s[:k], d[:k], least, cfg)), None)
+        early = next((k for k in range(max(least, seeded), n) if may_stop(s[:k], d[:k], least, cfg)), None)
         if early is not None:
             return f"{n} repetitions, where the stopping rule ended the timing after {early}"
     else:

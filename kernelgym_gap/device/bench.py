@@ -207,28 +207,38 @@ class Bench:
     def measure(self, fn: Callable[[int], object]) -> Measurement:
         return self.measure_interleaved([fn])[0]
 
-    def measure_interleaved(self, fns: list[Callable[[int], object]]) -> list[Measurement]:
+    def measure_interleaved(self, fns: list[Callable[[int], object]],
+                            seeds: list[Readings] | None = None) -> list[Measurement]:
         """Time several callables with their repetitions interleaved (a, b, a, b, ...), so that a clock
         or thermal drift during the measurement moves all of them alike and their ratio (E) stays put.
         Each gets repetitions until every spread is under target and min_time_ms of its GPU time has
-        passed, or its budget is spent."""
+        passed, or its budget is spent.
+
+        `seeds` (TimingConfig.probe_readings_count): each callable's readings already taken by this bench's
+        `_rep` (the probe's), which begin its measurement: the stopping rule reads them with the new ones (a
+        callable they already settle takes none), its repetitions go on from their index (the input sets' rotation
+        continues) and max_reps bounds them all. Without seeds every callable starts empty, as before."""
         cfg = self.cfg
         per_call = [self._warm(fn) for fn in fns]
         # a call that alone outlasts the budget's share gets the fewest repetitions that still give a median
         min_reps = [cfg.min_reps if pc * cfg.min_reps <= cfg.budget_ms else 3 for pc in per_call]
-        readings: list[tuple[list[float], list[float]]] = [([], []) for _ in fns]
-        done = [False] * len(fns)
-        i = 0
-        while not all(done) and i < cfg.max_reps:
+        seeds = seeds if seeds is not None else [Readings((), ()) for _ in fns]
+        if len(seeds) != len(fns):
+            raise ValueError(f"{len(seeds)} seeds for {len(fns)} callables")
+        readings: list[tuple[list[float], list[float]]] = [(list(r.stream_ms), list(r.device_ms)) for r in seeds]
+        # a seed is a stopping point the child reaches before any repetition of its own (the parent replays it there)
+        done = [len(r[0]) >= cfg.max_reps or (bool(r[0]) and stats.may_stop(r[0], r[1], least, cfg))
+                for r, least in zip(readings, min_reps)]
+        while not all(done):
             for k, fn in enumerate(fns):
                 if done[k]:
                     continue
-                s, d = self._rep(fn, i)
+                s, d = self._rep(fn, len(readings[k][0]))
                 readings[k][0].append(s)
                 readings[k][1].append(d)
-            i += 1
             for k in range(len(fns)):
-                done[k] = done[k] or stats.may_stop(readings[k][0], readings[k][1], min_reps[k], cfg)
+                done[k] = (done[k] or len(readings[k][0]) >= cfg.max_reps
+                           or stats.may_stop(readings[k][0], readings[k][1], min_reps[k], cfg))
         return [self._summarise(stream_ms, device_ms) for stream_ms, device_ms in readings]
 
     def _summarise(self, stream_ms: list[float], device_ms: list[float]) -> Measurement:

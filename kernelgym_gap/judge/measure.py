@@ -46,6 +46,15 @@ def _readings_checked(where: str, name: str, r, max_n: int, cfg, full: bool | No
         raise ProtocolError(f"{where}: the {name} readings: {problem}")
 
 
+def _begins_with(where: str, name: str, r, first_name: str, first) -> None:
+    """TimingConfig.probe_readings_count: `r` (a full timing's readings) must begin with `first` (the probe's), reading
+    for reading, both ways: a child that replaced or reordered them measured something else than it reports."""
+    n = len(first.stream_ms)
+    if (tuple(r.stream_ms[:n]) != tuple(first.stream_ms) or tuple(r.device_ms[:n]) != tuple(first.device_ms)):
+        raise ProtocolError(f"{where}: the {name} readings do not begin with the {first_name}'s {n} "
+                            "(TimingConfig.probe_readings_count)")
+
+
 def _agree(a, b) -> bool:
     if a is None or b is None:
         return a is b
@@ -77,16 +86,27 @@ def trusted_timings(job, timings) -> tuple[ShapeTiming, ...]:
         if len(r.check.stream_ms) != cfg.library_check_reps:
             raise ProtocolError(f"{where}: {len(r.check.stream_ms)} library check readings, expected "
                                 f"{cfg.library_check_reps}")
+        # TimingConfig.probe_readings_count: a full timing begins with the probe's readings (the kernel's with its
+        # probe, the library's with its check), and its stopping rule is replayed from where they end
+        fold = bool(getattr(cfg, "probe_readings_count", False))
         if t.early_exit:
             if r.kernel != r.probe:
                 raise ProtocolError(f"{where}: an early exit's kernel readings are not its probe's")
         else:
-            _readings_checked(where, "kernel", r.kernel, cfg.max_reps, cfg, True)
+            if fold:
+                _begins_with(where, "kernel", r.kernel, "probe", r.probe)
+            _readings_checked(where, "kernel", r.kernel, cfg.max_reps, cfg, True,
+                              seeded=len(r.probe.stream_ms) if fold else 0)
         if (r.library is None) != (t.library_source == "cached"):
             raise ProtocolError(f"{where}: library readings {'absent' if r.library is None else 'present'} "
                                 f"with the library time {t.library_source}")
         if r.library is not None:
-            _readings_checked(where, "library", r.library, cfg.max_reps, cfg, True)
+            # the library timed in full after an early exit is timed alone, from nothing (child/timing.time_shape)
+            seeded = fold and not t.early_exit
+            if seeded:
+                _begins_with(where, "library", r.library, "library check", r.check)
+            _readings_checked(where, "library", r.library, cfg.max_reps, cfg, True,
+                              seeded=len(r.check.stream_ms) if seeded else 0)
         k = stats.summarise_readings(r.kernel, r.sync_jitter_ms)
         check = stats.summarise_readings(r.check, r.sync_jitter_ms)
         lib = check if r.library is None else stats.summarise_readings(r.library, r.sync_jitter_ms)
