@@ -51,6 +51,12 @@
 #                     /dev/zero, /dev/nvidiactl fds, the extent, the exporter killed while mapped); VMM_S (default
 #                     240) is the probe's own limit, inside STEP_S; JSON in $OUT/ipc_probe_vmm/; then the route's
 #                     gpu tests (tests/test_cuda_vmm.py, 150 s at most) into $OUT/ipc_probe_vmm/gpu_tests.txt
+#   probe-fold        #35: TimingConfig.probe_readings_count (the probe's readings begin the full timing; built
+#                     off 2026-12-06, docs/measurement.md item 12): first its gpu test (the probe's readings and the
+#                     full timing's own read a kernel alike, within 3%; the parent recomputes the combined sample),
+#                     then the light batch's 24 with the defaults, the lever, and the lever with probe_hopeless_reps=3
+#                     side by side (SIMULATED beforehand: 794 -> 808 alone, 863 -> 879 with the hopeless rule);
+#                     the throughput rows in $OUT/probe_fold/
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
 #
@@ -261,6 +267,16 @@ for step in "$@"; do
         timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cuda_vmm.py \
           > "$OUT/ipc_probe_vmm/gpu_tests.txt" 2>&1; tail -3 "$OUT/ipc_probe_vmm/gpu_tests.txt"
       else (exit 2); fi ;;
+    probe-fold)
+      # #35: the premise first (its gpu test, 90 s at most), then the rows (the header)
+      mkdir -p "$OUT/probe_fold"
+      timeout 90 python3 -m pytest -q -s -m gpu -p no:cacheprovider \
+        "tests/test_probe_fold.py::test_gpu_the_probes_readings_read_the_kernel_as_the_full_timing_does" \
+        > "$OUT/probe_fold/gpu_test.txt" 2>&1; tail -4 "$OUT/probe_fold/gpu_test.txt"
+      timeout $(( STEP_S - 100 )) python3 scripts/throughput.py --backend cuda \
+        --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
+        --variant "" --variant probe_readings_count=1 --variant probe_readings_count=1,probe_hopeless_reps=3 \
+        --out "$OUT/probe_fold" 2>&1 | tee "$OUT/probe_fold/log.txt" | tail -${TAIL:-24} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done

@@ -83,3 +83,33 @@ def test_the_predictions_order_and_the_early_jobs_untouched(base):
     assert rows["+ both"]["measure_per_eval_s"] == rows["+ the probe's readings counted"]["measure_per_eval_s"]
     early = [j for j in base if j.timing_measure == 0 and j.timing_probe > 0]
     assert len(early) == 2 and all(pf.probe_fold(pf.todays_defaults(j)) == pf.todays_defaults(j) for j in early)
+
+
+def test_the_device_step_runs_the_gpu_test_then_the_three_rows(tmp_path):
+    """scripts/device_session.sh probe-fold, its python replaced by one that records its arguments: the gpu test it
+    names exists, and the throughput rows are the defaults, the lever, and the lever with the hopeless rule, each a
+    --variant throughput.py accepts, on the light batch's 24 at 4 slots."""
+    import os
+    import subprocess
+    calls, bin_dir = tmp_path / "calls.txt", tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" "----" >> {calls}\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "device_session.sh"), "probe-fold"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    test_args, run_args = [c.split("\n") for c in calls.read_text().split("----\n")[:2]]
+    node = next(a for a in test_args if a.startswith("tests/"))
+    path, name = node.split("::")
+    assert f"def {name}(" in (ROOT / path).read_text()
+    assert run_args[0] == "scripts/throughput.py"
+    spec = importlib.util.spec_from_file_location("throughput_step", ROOT / "scripts" / "throughput.py")
+    tp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tp)
+    variants = [run_args[k + 1] for k, a in enumerate(run_args) if a == "--variant"]
+    timings = [tp.apply_variant(EvalConfig(), tp.parse_variant(v))[0].timing for v in variants]
+    assert [(t.probe_readings_count, t.probe_hopeless_reps) for t in timings] == [(False, 0), (True, 0), (True, 3)]
+    assert run_args[run_args.index("--max") + 1] == "24" and run_args[run_args.index("--per-gpu") + 1] == "4"
+    assert run_args[run_args.index("--out") + 1] == str(tmp_path / "out" / "probe_fold")
