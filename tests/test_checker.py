@@ -64,7 +64,8 @@ def test_float32_error_where_a_sum_cancels_is_admitted_only_with_the_bound(swigl
     tol = swiglu.tolerances["float16"]
     ref = torch.nn.functional.silu(gate) * up
     assert float((near.double() - ref).abs()) > tol.atol + tol.rtol * float(ref.abs())   # the tolerance alone fails it
-    assert judge(swiglu, near, ins, tmp_path) in (True, False)                            # ok: no _Fail raised
+    # ok: no _Fail raised; None, since KernelBench's check runs on the timed distribution only, not on "large"
+    assert judge(swiglu, near, ins, tmp_path) is None
     with pytest.raises(checker._Fail) as e:
         judge(dataclasses.replace(swiglu, error_bound=None), near, ins, tmp_path)
     assert e.value.status is Status.MISMATCH

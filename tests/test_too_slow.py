@@ -120,7 +120,8 @@ def test_a_correct_kernel_killed_on_its_largest_shape_is_too_slow(serial_record,
     assert "shape [16, 128]" in t["killed_call"]
     # cpu: no GPU figure from interpreter time, not even a bound
     assert t["E"] is None and t["U"] is None and t["E_upper"] is None and t["U_upper"] is None
-    assert t["kernelbench_allclose"] is True
+    # KernelBench's check runs on the timed distribution's trials (terms v2): none of the 4 it finished is one
+    assert t["kernelbench_allclose"] is None
     m = record.message
     assert m.startswith("correct on the 4 trial(s) it finished"), m
     assert f"ran past {CALL_S:.1f} s, its stage deadline" in m and "not a GPU figure" in m, m

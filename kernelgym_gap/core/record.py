@@ -393,7 +393,9 @@ class CheckResult(_Record):
     message: str
     trials_checked: int
     failure: FailureDetail | None = None
-    kernelbench_allclose: bool | None = None   # allclose(atol=rtol=1e-2) against the same-dtype reference
+    # KernelBench's own check, allclose(atol=rtol=1e-2) against the same-dtype reference, on the trials of the
+    # task's timed distribution (KernelBench's inputs) only; None when the check failed or checked none of them
+    kernelbench_allclose: bool | None = None
     # where the check's seconds went (inputs, reference, read, compare, allclose), for the record's latency
     seconds: dict[str, float] = dataclasses.field(default_factory=dict, compare=False)   # not the verdict
     schema: str = "kernelgym_gap.check"

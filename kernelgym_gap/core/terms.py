@@ -26,7 +26,10 @@ from kernelgym_gap.core.errors import ProtocolError
 
 # 1: the keys as they were when the terms were first typed (2026-12-05). A change of a key's meaning or
 # type bumps it; a reader refuses terms newer than it knows.
-TERMS_VERSION = 1
+# 2 (2026-12-06, issue 35): `kernelbench_allclose` is KernelBench's check on the trials of the task's timed
+# distribution only (KernelBench's own inputs), compared on the raw output (no output_view); in 1 it ran on
+# every correctness trial, stress distributions included, and through the view where a task has one.
+TERMS_VERSION = 2
 
 
 def _convert(tp: Any, value: Any, where: str) -> Any:
@@ -232,7 +235,13 @@ class TooSlowTerms(_Terms):
 class Terms(_Terms):
     """`EvalRecord.terms`: the base keys every record carries (engine/evaluation.py), and the groups the
     stage that decided wrote. None for performance, E, U and per_shape where nothing was measured (every
-    cpu record: no CPU time is ever a GPU figure)."""
+    cpu record: no CPU time is ever a GPU figure).
+
+    `kernelbench_allclose`: KernelBench's own check (torch.allclose(atol=rtol=1e-2) of the raw output against
+    the task's reference in the input dtype) over the correctness trials of the task's timed distribution, the
+    inputs KernelBench's check runs on; the stress distributions are the verdict's alone. None where no such
+    trial was checked (a failed check; on cpu a workload whose trials never meet the timed distribution) and
+    on records whose stage did not reach the check. Terms of version 1 ran it on every trial."""
     _FLAT: ClassVar[frozenset[str]] = frozenset({"counts", "score", "too_slow"})
     _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"terms_version"})
     correctness: float

@@ -30,13 +30,13 @@ from kernelgym_gap.core.record import BadElement, CheckResult, ChildReport, Fail
 from kernelgym_gap.core.registry import users_tasks_dir
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
-from kernelgym_gap.judge import lowbit, scaled_tolerance
+from kernelgym_gap.judge import kernelbench_check, lowbit, scaled_tolerance
 from kernelgym_gap.judge.output_rules import (dtype_problem, max_output_bytes, oversize_message, recheck_what,
                                               shape_problem, trial_what)
 from kernelgym_gap.judge.early_prefetch import early_line
+from kernelgym_gap.judge.kernelbench_check import KERNELBENCH_TOL
 from kernelgym_gap.judge.prefetch import Fetched, Prefetch, prefetch_outputs
 
-KERNELBENCH_TOL = 1e-2
 SAMPLES = 3          # rejected elements a message shows (expected vs got)
 
 
@@ -134,8 +134,11 @@ class _Parts:
 
 
 def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, device: str,
-           parts: _Parts | None = None, ref: torch.Tensor | None = None, fetched: Fetched | None = None) -> bool:
-    """Raises _Fail on the first problem; returns whether a KernelBench-style allclose would pass. `ref`: the
+           parts: _Parts | None = None, ref: torch.Tensor | None = None, fetched: Fetched | None = None,
+           flag: bool = True) -> bool | None:
+    """Raises _Fail on the first problem. Returns KernelBench's own check of the output where it runs (the
+    timed distribution's trials; judge/kernelbench_check.py), else None. `flag` False (a recheck, an audited
+    output): the caller does not report it, so it runs only where the verdict applies it. `ref`: the
     reference precomputed from the same inputs (`precompute`), else computed here. `fetched`: the output
     file as read before the lane (judge/prefetch.py), else read here."""
     parts = parts or _Parts("cpu")
@@ -158,6 +161,7 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
     inputs_line = f"\ninputs: {reproduce}" if public else ""
     if (problem := shape_problem(what, out.shape, ref.shape, public)) is not None:
         raise _Fail(Status.WRONG_SHAPE, problem, **where)
+    raw_out, raw_ref = out, ref          # KernelBench's check compares these, never the view below
     if task.output_view is not None:     # several correct outputs (tied indices): compared through the view
         try:
             out, ref = task.output_view(ins, out), task.output_view(ins, ref)
@@ -207,11 +211,10 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
                     f"{max_rel:.3g})\nfirst bad elements: {samples_text(first, public)}{inputs_line}",
                     max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac,
                     first_bad=first, atol=tol.atol, rtol=tol.rtol, bad_elements=n, **where)
-    parts.enter("allclose")
-    with torch.no_grad():
-        same_dtype_ref = task.reference(*ins)
-    kb = bool(torch.allclose(out.float(), same_dtype_ref.float(), atol=KERNELBENCH_TOL, rtol=KERNELBENCH_TOL))
-    if not kb and trial.dtype in task.kernelbench_check and trial.distribution == task.timed_distribution:
+    parts.enter("allclose")              # entered on every passing trial, so the record's key is always there
+    kb = kernelbench_check.passes(task, ins, raw_out, raw_ref) if kernelbench_check.wanted(task, trial, flag) \
+        else None
+    if kb is False and kernelbench_check.gated(task, trial):
         # an imported problem's own check is part of its verdict (issue 36: the record said false, reward 1.0)
         raise _Fail(Status.MISMATCH, f"{what}: KernelBench's own check rejects the output (torch.allclose "
                                      f"atol=rtol={KERNELBENCH_TOL} against the reference in {trial.dtype}){inputs_line}",
@@ -224,7 +227,7 @@ def judge_output(task: TaskSpec, trial: Trial, path: Path, ins: tuple, device: s
     """(status, message) of one saved output judged exactly as check() judges a trial's: the input audit
     (judge/input_audit.py) runs input-independent outputs through it."""
     try:
-        _judge(task, trial, path, ins, "audited output", device)
+        _judge(task, trial, path, ins, "audited output", device, flag=False)
     except _Fail as f:
         return f.status, f.message
     return Status.OK, ""
@@ -265,7 +268,7 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
     fetched = dict(prefetched.files) if prefetched is not None else {}
     outputs = Path(job.outputs_dir)
     by_index = {o.index: o for o in report.trials}
-    kb = True
+    kb: bool | None = None               # None until a trial of the timed distribution is checked
     checked = 0
     parts = _Parts(device)
     if prefetched is not None:           # outside `check`'s lane hold: the record's check_prefetch
@@ -290,8 +293,10 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
             if outcome.output_aliases_input:
                 raise _Fail(Status.OUTPUT_ALIASES_INPUT, f"{what}: the output shares memory with an input",
                             trial=trial)
-            kb &= _judge(task, trial, outputs / outcome.output_file, ins, what, device, parts, ref,
-                         fetched.pop(outcome.output_file, None))
+            trial_kb = _judge(task, trial, outputs / outcome.output_file, ins, what, device, parts, ref,
+                              fetched.pop(outcome.output_file, None))
+            if trial_kb is not None:
+                kb = trial_kb if kb is None else kb and trial_kb
             del ins, ref
             checked += 1
         for timing in report.timings:
@@ -303,7 +308,7 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
             parts.enter("other")
             _judge(task, trial, outputs / timing.recheck_output_file, ins,
                    recheck_what(trial), device, parts,
-                   fetched=fetched.pop(timing.recheck_output_file, None))
+                   fetched=fetched.pop(timing.recheck_output_file, None), flag=False)
             checked += 1
     except _Fail as f:
         parts.enter("other")    # closes the part that failed
