@@ -79,10 +79,11 @@ def evaluate_parts(spec: str, repeat: int) -> dict:
     from kernelgym_gap.engine.pipeline import evaluate
     name, solution = spec.split(":", 1)
     task = default_registry().get(name)
-    source = task.solution_path(next(s for s in task.solutions if s.file == solution)).read_bytes()
+    sol = next(s for s in task.solutions if s.file == solution)
+    source = task.solution_path(sol).read_bytes()
     runs = []
     for i in range(repeat):
-        rec = evaluate(name, source, backend="cpu", config=EvalConfig(trial_seed=7 + i))
+        rec = evaluate(name, source, sol.dsl, backend="cpu", config=EvalConfig(trial_seed=7 + i))
         runs.append({"status": rec.status.value, "kernelbench_allclose": (rec.terms or {}).get("kernelbench_allclose"),
                      "trials_checked": rec.trials_checked,
                      **{k: round(v, 4) for k, v in rec.latency.items() if k.startswith("check")}})
