@@ -15,11 +15,11 @@ hanging: every child has a timeout (killed as a process group) and every failure
 
 Rows: (a) all three in the root namespaces; (b) the exporter inside the sandbox's own namespaces, started with
 sandbox/isolation.py's bwrap_argv and unshare_argv (a fresh uid when root, as SandboxedChild does) and, where
-neither works, a bare `unshare --pid --ipc --net --fork`; its socket end passed with pass_fds; (c) hostile: a
-regular file, a pipe, /dev/zero and /dev/nvidiactl sent as the output's fd (with the opener's pre-filter and
-without it, so the driver's own answer is seen), an extent past the allocation, nbytes larger than the allocation,
-the exporter SIGKILLed after sending while the opener holds the mapping (the memory must stay valid); after each
-hostile row, whether the same opener can still do CUDA work and whether a fresh process can.
+neither works, a bare `unshare --pid --ipc --net --fork --mount-proc`; its socket end passed with pass_fds;
+(c) hostile: a regular file, a pipe, /dev/zero and /dev/nvidiactl sent as the output's fd (with the opener's
+pre-filter and without it, so the driver's own answer is seen), an extent past the allocation, nbytes larger than
+the allocation, the exporter SIGKILLed after sending while the opener holds the mapping (the memory must stay
+valid); after each hostile row, whether the same opener can still do CUDA work and whether a fresh process can.
 
 Tables print last: the parts' medians and p90 (ms), the round trips, the hostile rows. On a machine without CUDA
 it exits 2 with one line.
@@ -449,8 +449,11 @@ class Probe:
                     prefix = isolation.unshare_argv(Path(scratch), cfg, uid)
                 out.append((f"{kind} (isolation.py{', uid ' + str(uid) if uid else ''})", prefix, env, scratch))
         if not out and shutil.which("unshare") and os.geteuid() == 0:
-            out.append(("unshare --pid --ipc --net --fork (bare)",
-                        ["unshare", "--pid", "--ipc", "--net", "--fork", "--kill-child", "--"], env, None))
+            # --mount --mount-proc: a fresh /proc, as the sandbox has; without it /proc/<getpid()> inside is the
+            # host's pid 1 (tests/test_cuda_vmm.py's gpu test failed on the H200 with the bare form, 2026-12-06)
+            out.append(("unshare --pid --ipc --net --fork --mount-proc (bare)",
+                        ["unshare", "--mount", "--pid", "--ipc", "--net", "--fork", "--kill-child", "--mount-proc",
+                         "--"], env, None))
         return out
 
     # -- rows (a) and (b)

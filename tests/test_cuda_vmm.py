@@ -523,19 +523,49 @@ _EXPORTER = textwrap.dedent("""
 """)
 
 
-def _round_trip(prefix: list[str], nbytes: int = 3 << 20):
-    torch = pytest.importorskip("torch")
-    drv = vmm.VmmDriver(0)
+# The pid namespace the gpu test's exporter runs in: isolation.unshare_argv's namespaces (the probe's row b, which
+# passed on the H200 on 2026-12-06) without its shell. --mount --mount-proc matter: without them the child keeps the
+# host's /proc, where /proc/<its getpid()> is the host's pid 1, not itself (a cpu test below shows it), while every
+# row that passed with a pid namespace had a fresh /proc (row b, and ipc_probe.py's "pid alone" row). The bare
+# `unshare --pid --ipc --net --fork --kill-child` failed on that H200 with the exporter gone before it sent anything.
+PID_NS_PREFIX = ["unshare", "--mount", "--pid", "--ipc", "--net", "--fork", "--kill-child", "--mount-proc", "--"]
+
+
+def _recv_or_explain(mine: socket.socket, p: subprocess.Popen, argv: list[str], timeout_s: float = 120):
+    """The exporter's record and descriptor, or an AssertionError that carries what the child said: its exit status
+    and stderr (on the H200 the failure said only "the peer closed the channel")."""
+    try:
+        return ch.recv_output(mine, timeout_s=timeout_s)
+    except ch.ChannelRefused as e:
+        p.kill()
+        try:
+            out, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            out, err = b"", b"(no stderr: the child did not end within 10 s of its kill)"
+        raise AssertionError(f"the exporter sent nothing ({e}); argv {argv[:12]}; exit {p.returncode}; "
+                             f"stderr:\n{err.decode(errors='replace')[-4000:]}\nstdout:\n"
+                             f"{out.decode(errors='replace')[-1000:]}") from None
+
+
+def _start_exporter(prefix: list[str], script: str, *args: str):
+    """The exporter under prefix with its socket end at fd 300 (clear of a shell's 3..9, as the probe places it)."""
     mine, theirs = ch.socket_pair()
     import fcntl
     child_fd = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, 300)
     theirs.close()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + sys.path))
-    p = subprocess.Popen(prefix + [sys.executable, "-c", _EXPORTER, str(child_fd), str(nbytes)], env=env,
-                         pass_fds=(child_fd,), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    argv = prefix + [sys.executable, "-c", script, str(child_fd), *args]
+    p = subprocess.Popen(argv, env=env, pass_fds=(child_fd,), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     os.close(child_fd)
+    return p, mine, argv
+
+
+def _round_trip(prefix: list[str], nbytes: int = 3 << 20):
+    torch = pytest.importorskip("torch")
+    drv = vmm.VmmDriver(0)
+    p, mine, argv = _start_exporter(prefix, _EXPORTER, str(nbytes))
     try:
-        rec, fd = ch.recv_output(mine, timeout_s=120)
+        rec, fd = _recv_or_explain(mine, p, argv)
         dst = drv.allocate(nbytes)
         drv.copy_from_fd(fd, rec, dst.ptr)
         got = drv.copy_to_host(dst.ptr, nbytes)
@@ -551,6 +581,28 @@ def _round_trip(prefix: list[str], nbytes: int = 3 << 20):
         mine.close()
 
 
+def test_an_exporter_that_sends_nothing_fails_with_its_own_stderr():
+    p, mine, argv = _start_exporter([], "import sys; print('the exporter broke here', file=sys.stderr); sys.exit(3)")
+    try:
+        with pytest.raises(AssertionError, match=r"(?s)exit 3.*the exporter broke here"):
+            _recv_or_explain(mine, p, argv, timeout_s=60)
+    finally:
+        p.kill()
+        mine.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_the_pid_namespace_prefix_gives_the_exporter_a_proc_of_its_own():
+    """Under PID_NS_PREFIX /proc/self is the process itself, as in the sandbox; under the bare prefix the gpu test
+    used before, it is not (this machine: pid 1 inside, /proc/self a host pid)."""
+    probe = "import os; print(os.readlink('/proc/self') == str(os.getpid()))"
+    ours = subprocess.run(PID_NS_PREFIX + [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert ours.returncode == 0 and ours.stdout.strip() == "True", ours.stderr
+    bare = ["unshare", "--pid", "--ipc", "--net", "--fork", "--kill-child", "--"]
+    old = subprocess.run(bare + [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert old.returncode == 0 and old.stdout.strip() == "False", old.stderr
+
+
 @pytest.mark.gpu
 def test_gpu_an_exported_output_crosses_processes_by_its_fd():
     assert _round_trip([])
@@ -559,7 +611,7 @@ def test_gpu_an_exported_output_crosses_processes_by_its_fd():
 @pytest.mark.gpu
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
 def test_gpu_an_exported_output_crosses_a_pid_namespace_by_its_fd():
-    child_ns = _round_trip(["unshare", "--pid", "--ipc", "--net", "--fork", "--kill-child", "--"])
+    child_ns = _round_trip(PID_NS_PREFIX)
     assert child_ns != os.readlink("/proc/self/ns/pid")
 
 
