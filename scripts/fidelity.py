@@ -184,6 +184,11 @@ def compare(row: dict, independent_rows: list[dict]) -> list[dict]:
                     "env_kernel_ms": env["kernel_ms"], "ref_kernel_ms": ind["kernel_ms"],
                     "env_library_ms": env["library_ms"], "ref_library_ms": ind["library_ms"],
                     "E_env": e_env, "E_ref": e_ref, "ratio": e_env / e_ref,
+                    # the environment's library time: its cached hint standing ("cached") or timed afresh
+                    # ("measured"); a cached hint within library_tolerance of the check moves E_env by that much
+                    # whatever the timing levers do (docs/measurement.md item 13, RMSNorm 8192x4096)
+                    "library_source": env.get("library_source"), "library_hint_ms": env.get("library_hint_ms"),
+                    "library_check_ms": env.get("library_check_ms"),
                     # the same with CUDA-graph replays (no host launch work timed): where do_bench's kernel
                     # reads slower only because of launch gaps, this ratio is near 1
                     "graph_kernel_ms": ind.get("graph_kernel_ms"), "graph_library_ms": ind.get("graph_library_ms"),

@@ -106,7 +106,11 @@ def evaluate_one(task, sol, backend: str, config, checker=None, children=None, p
     per_shape = [{k: p.get(k) for k in ("shape", "dtype", "split", "bound", "kernel_ms", "kernel_spread",
                                         "kernel_reps", "library_ms", "compile_ms", "floor_ms", "E", "E_compile",
                                         "U", "library_U",
-                                        "programs", "launches_per_call")}
+                                        "programs", "launches_per_call",
+                                        # where the library's time came from ("cached": the parent's hint stood,
+                                        # its check within library_tolerance; "measured"), the hint and the check:
+                                        # a cached hint can bias E by up to the tolerance (docs/measurement.md 13)
+                                        "library_source", "library_hint_ms", "library_check_ms")}
                  for p in (terms.get("per_shape") or [])]
     return {
         "task": task.id, "kernel": Path(sol.file).stem, "dsl": sol.dsl, "category": task.category,

@@ -343,3 +343,21 @@ def test_the_fidelity_levers_step_runs_every_variant_on_the_six_light_triton_sol
     chosen = [(t.name, s.dsl) for t, s in gap_study.select(default_registry(), only, None) if s.kind == "optimized"]
     assert sorted(chosen) == sorted((t, "triton") for t in ("GELU", "LayerNorm", "Softmax", "RMSNorm", "AddReLU",
                                                             "RowSum"))
+
+
+def test_a_fidelity_row_carries_the_environments_library_source():
+    """A cached library hint standing moves E_env by up to library_tolerance whatever the lever (item 13's RMSNorm
+    8192x4096: 0.0508 ms cached against do_bench's 0.0470): the row says so; a row without the field gives None."""
+    mod = _script()
+    env = {"task": "kernelgym_gap/RMSNorm-v1", "kernel": "triton_rowwise", "dsl": "triton", "variant": "x=1",
+           "per_shape": [{"shape": [8192, 4096], "dtype": "float16", "kernel_ms": 0.0403, "library_ms": 0.0508,
+                          "library_source": "cached", "library_hint_ms": 0.0508, "library_check_ms": 0.0470},
+                         {"shape": [4096, 8192], "dtype": "float16", "kernel_ms": 0.05, "library_ms": 0.06}]}
+    ind = [{"shape": [8192, 4096], "dtype": "float16", "distribution": "normal", "kernel_ms": 0.0423,
+            "library_ms": 0.0470},
+           {"shape": [4096, 8192], "dtype": "float16", "distribution": "normal", "kernel_ms": 0.05,
+            "library_ms": 0.06}]
+    rows = mod.compare(env, ind)
+    assert (rows[0]["library_source"], rows[0]["library_hint_ms"], rows[0]["library_check_ms"]) == \
+        ("cached", 0.0508, 0.0470)
+    assert rows[1]["library_source"] is None and rows[0]["variant"] == "x=1"

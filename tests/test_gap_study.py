@@ -151,3 +151,24 @@ def test_update_best_known_writes_what_the_diagnosis_reads(tmp_path, monkeypatch
     assert measure.best_known_efficiency("kernelgym_gap/GELU-v1", "triton", "NVIDIA H200") == 0.5
     assert measure.best_known_efficiency("kernelgym_gap/GELU-v1", "tilelang", "Fake GPU") == 2.0
     assert measure.best_known_efficiency("kernelgym_gap/GELU-v1", "tilelang", "NVIDIA H200") is None
+
+
+def test_a_shapes_row_says_where_its_library_time_came_from(monkeypatch):
+    """The per-shape row keeps the library's source, hint and check (docs/measurement.md item 13: a cached hint
+    within library_tolerance of the check biased RMSNorm's E by 11-13% in the fidelity check, and the rows did not
+    say it was cached)."""
+    from types import SimpleNamespace
+
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.engine import pipeline
+    mod = _module()
+    task, sol = next((t, s) for t, s in mod.select(default_registry(), "GELU/triton_blocked", None))
+    shape = {"shape": [8, 8], "dtype": "float16", "kernel_ms": 0.0403, "library_ms": 0.0508,
+             "library_source": "cached", "library_hint_ms": 0.0508, "library_check_ms": 0.0470}
+    rec = SimpleNamespace(status=SimpleNamespace(value="ok"), correct=True, terms={"per_shape": [shape]},
+                          diagnosis={}, reward=0.9, message="", device="cuda", versions={}, latency={},
+                          source_sha256="")
+    monkeypatch.setattr(pipeline, "evaluate", lambda *a, **k: rec)
+    row = mod.evaluate_one(task, sol, "cuda", None)
+    p = row["per_shape"][0]
+    assert (p["library_source"], p["library_hint_ms"], p["library_check_ms"]) == ("cached", 0.0508, 0.0470)
