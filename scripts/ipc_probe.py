@@ -23,8 +23,8 @@ a pid, a net and an ipc namespace alone; the exporter SIGSTOPped while the opene
 the exporter SIGKILLed while the opener holds the mapping (and the checker's state after it).
 
 Every child has a timeout and the whole run a deadline (--timeout-s); a failure is a row, never a traceback that
-ends the run. The tables print last: the parts (n, median, p90 ms), the hostile rows, and the design's assumed
-costs (kernelgym_gap/sim/ipc_outputs.py) beside the measured ones. On a machine without CUDA it exits 2.
+ends the run. The tables print last: the parts (n, median, p90 ms), the hostile rows, and the simulator's
+figures (kernelgym_gap/sim/ipc_outputs.py) beside the measured ones. On a machine without CUDA it exits 2.
 
     python scripts/ipc_probe.py --json /tmp/out/ipc_probe/ipc_probe.json      # scripts/device_session.sh ipc-probe
 """
@@ -919,7 +919,8 @@ class Probe:
         return rc
 
     def tables(self, sizes: list[int]) -> str:
-        from kernelgym_gap.sim.ipc_outputs import H100_COPY_BYTES_PER_S, OPEN_S_PER_OUTPUT, OPENER_FIXED_S
+        from kernelgym_gap.sim.ipc_outputs import (COPY_BYTES_PER_S, OPEN_S_PER_OUTPUT, OPENER_FIXED_S,
+                                                   measured_figures)
         lines = []
         exports = self.report.get("exports", [])
         if exports:
@@ -943,33 +944,25 @@ class Probe:
             lines.append(f"{'case':<80} | result | sticky? | fresh process ok?")
             for r in self.rows:
                 lines.append(f"{r['case']:<80} | {r.get('result')} | {r.get('sticky')} | {r.get('fresh')}")
-        # the design's assumed costs beside the measured ones
-        per = self.parts.get("per handle: open + range + close", [])
-        copies = self.parts.get("per handle: copy", [])
-        trips = self.parts.get("round trip (parent: copy command to reply)", [])
-        rounds = len(trips)
-        lines.append("")
-        lines.append(f"{'figure (kernelgym_gap/sim/ipc_outputs.py)':<58} {'assumed':>10} {'measured':>10}")
-        med_per = statistics.median(per) if per else float("nan")
-        if rounds and per:
-            n_per_round = len(per) / rounds
-            fixed = [t - statistics.median(per) * n_per_round - sum(copies) / rounds for t in trips]
-            med_fixed = statistics.median(fixed)
-        else:
-            med_fixed = float("nan")
-        lines.append(f"{'per handle: open + range check + close (ms)':<58} {OPEN_S_PER_OUTPUT * 1e3:>10.2f} "
-                     f"{med_per * 1e3:>10.2f}")
-        lines.append(f"{'opener round trip less handles and copies (ms)':<58} {OPENER_FIXED_S * 1e3:>10.2f} "
-                     f"{med_fixed * 1e3:>10.2f}")
+        # the simulator's figures beside this run's, reduced by the simulator's own measured_figures (the same
+        # reduction its test applies to the committed probe JSON)
         nbytes = sum(sizes)
-        if copies and rounds:
-            rate = 2 * nbytes * rounds / sum(copies)
-            lines.append(f"{'copy rate, bytes read + written (TB/s)':<58} {H100_COPY_BYTES_PER_S / 1e12:>10.2f} "
-                         f"{rate / 1e12:>10.2f}")
-        if trips:
-            model = OPENER_FIXED_S + OPEN_S_PER_OUTPUT * len(sizes) + 2 * nbytes / H100_COPY_BYTES_PER_S
-            lines.append(f"{f'whole hand-over of {len(sizes)} outputs, {nbytes / (1 << 30):.2f} GiB (ms)':<58} "
-                         f"{model * 1e3:>10.2f} {statistics.median(trips) * 1e3:>10.2f}")
+        lines.append("")
+        lines.append(f"{'figure (kernelgym_gap/sim/ipc_outputs.py)':<58} {'simulator':>10} {'measured':>10}")
+        try:
+            got = measured_figures(self.parts, nbytes)
+        except ValueError as e:
+            lines.append(f"no measured figures: {e}")
+        else:
+            model = OPENER_FIXED_S + OPEN_S_PER_OUTPUT * len(sizes) + 2 * nbytes / COPY_BYTES_PER_S
+            whole = f"whole hand-over of {len(sizes)} outputs, {nbytes / (1 << 30):.2f} GiB (ms)"
+            for label, sim, meas in (
+                    ("per handle: open + range check + close (ms)", OPEN_S_PER_OUTPUT * 1e3,
+                     got.open_s_per_output * 1e3),
+                    ("opener round trip less handles and copies (ms)", OPENER_FIXED_S * 1e3, got.opener_fixed_s * 1e3),
+                    ("copy rate, bytes read + written (TB/s)", COPY_BYTES_PER_S / 1e12, got.copy_bytes_per_s / 1e12),
+                    (whole, model * 1e3, got.handover_s * 1e3)):
+                lines.append(f"{label:<58} {sim:>10.2f} {meas:>10.2f}")
         for e in self.report["errors"]:
             lines.append(f"error: {e}")
         return "\n".join(lines)

@@ -401,8 +401,8 @@ def test_the_parent_runs_every_section_and_prints_its_tables(probe, monkeypatch,
     assert "copy ok, bytes match" in kill and "checker: alive yes, its arena intact" in kill
     assert rows["copy past the extent WITHOUT the range check (why the check; disposable opener)"]["sticky"] \
         .startswith("yes")
-    # the tables, last: the parts, the rows, the assumed beside the measured
-    assert "per handle: open + range + close" in text and "assumed" in text and "measured" in text
+    # the tables, last: the parts, the rows, the simulator's figures beside the measured
+    assert "per handle: open + range + close" in text and "simulator" in text and "measured" in text
     assert text.rstrip().splitlines()[-1].startswith("whole hand-over of 5 outputs")
     assert all(c.proc.poll() is not None for c in made)        # nothing left running
 

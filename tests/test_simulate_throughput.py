@@ -702,13 +702,45 @@ def test_the_ipc_design_replaces_the_outputs_stages_with_a_device_copy():
     assert study.step_p50([j]) - study.step_p50([moved]) == pytest.approx(gone, abs=1e-6)
 
 
-def test_the_hand_over_costs_its_handles_and_the_bytes_at_the_h100_copy_rate():
-    assert ipc_outputs.H100_COPY_BYTES_PER_S == pytest.approx(2.97e12)   # calibrated, results/h100_2026-12-05_calibration
+def test_the_hand_over_costs_its_opener_its_handles_and_the_bytes_at_the_measured_copy_rate():
+    assert ipc_outputs.COPY_BYTES_PER_S == pytest.approx(2.56e12)    # the IPC probe on the H200, 2026-12-06
     one_gib = ipc_outputs.handover_s(1 << 30, 0) - ipc_outputs.OPENER_FIXED_S
-    assert one_gib == pytest.approx(2 * (1 << 30) / 2.97e12) and one_gib < 0.001   # ~0.72 ms: read + written
+    assert one_gib == pytest.approx(2 * (1 << 30) / 2.56e12) and one_gib < 0.001   # ~0.84 ms: read + written
     assert ipc_outputs.handover_s(0, 10) == pytest.approx(ipc_outputs.OPENER_FIXED_S + 10 * ipc_outputs.OPEN_S_PER_OUTPUT)
     with pytest.raises(ValueError):
         ipc_outputs.handover_s(-1, 3)
+
+
+# the legacy-route IPC probe's committed run whose figures the simulator's constants are (H200, 2026-12-06 20:16)
+IPC_PROBE_JSON = ROOT / "results/h200_2026-12-06c_ipc_defaults/call1_ipc_probes/ipc_probe/ipc_probe.json"
+
+
+def test_the_hand_over_constants_are_the_committed_ipc_probes_figures():
+    """Each constant is the committed probe's figure to the digits it is written with, so a new probe run
+    committed in that file's place fails here until the constants (and their comments) are updated knowingly."""
+    report = json.loads(IPC_PROBE_JSON.read_text())
+    assert report["device"] == "NVIDIA H200" and not report["errors"]
+    got = ipc_outputs.measured_figures(report["parts"], sum(e["nbytes"] for e in report["exports"]))
+    assert ipc_outputs.OPEN_S_PER_OUTPUT == pytest.approx(got.open_s_per_output, abs=0.5e-6)       # 0.098 ms
+    assert ipc_outputs.OPENER_FIXED_S == pytest.approx(got.opener_fixed_s, abs=5e-6)               # 1.54 ms
+    assert ipc_outputs.COPY_BYTES_PER_S == pytest.approx(got.copy_bytes_per_s, abs=0.005e12)       # 2.56 TB/s
+    # the model with these constants gives the probe's own whole hand-over (24 outputs, 1.34 GiB) within 1%
+    nbytes, outputs = sum(e["nbytes"] for e in report["exports"]), len(report["exports"])
+    assert ipc_outputs.handover_s(nbytes, outputs) == pytest.approx(got.handover_s, rel=0.01)
+
+
+def test_measured_figures_reduce_a_probes_parts_and_refuse_a_probe_without_rounds():
+    parts = {"per handle: open + range + close": [1e-4, 2e-4, 3e-4, 4e-4],          # 2 rounds of 2 handles
+             "per handle: copy": [1e-3, 1e-3, 2e-3, 2e-3],
+             "round trip (parent: copy command to reply)": [0.01, 0.02]}
+    got = ipc_outputs.measured_figures(parts, 1 << 30)
+    assert got.open_s_per_output == pytest.approx(2.5e-4)
+    # each round: its trip - 2.5e-4 x 2 handles - 3 ms of copies (6 ms over 2 rounds); the median of 6.5 and 16.5 ms
+    assert got.opener_fixed_s == pytest.approx((0.0065 + 0.0165) / 2)
+    assert got.copy_bytes_per_s == pytest.approx(2 * (1 << 30) * 2 / 0.006)
+    assert got.handover_s == pytest.approx(0.015)
+    with pytest.raises(ValueError, match="without timed rounds"):
+        ipc_outputs.measured_figures({**parts, "round trip (parent: copy command to reply)": []}, 1 << 30)
 
 
 def test_the_hand_over_takes_the_bytes_of_the_jobs_checkpoint_plan_where_it_has_one():

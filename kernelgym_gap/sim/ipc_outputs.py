@@ -1,5 +1,6 @@
 """The correctness outputs handed over on the device by CUDA IPC (issue 35, the warm env.step's 4 s goal):
-a DESIGN, simulated and not built (docs/measurement.md, "The outputs handed over on the device").
+a DESIGN, simulated; its records, runtime layers and probes are built and its costs measured on the H200, its wiring
+into the engine is not (docs/measurement.md, "The outputs handed over on the device").
 
 Today an output travels child GPU memory -> host copy (child_correctness_save) -> file (the checkpoints' writes
 and child_outputs_write) -> the checker's host memory (check_prefetch, or check_read under the lane) -> the
@@ -16,42 +17,80 @@ checker's memory under the check's shared lane hold. What the simulator changes 
                 call of 2026-12-06 (results/h100_2026-12-06_lane_levers/call1), with them 1,070.5
   write         child_outputs_write becomes the handle export of each output (EXPORT_S_PER_OUTPUT)
   check         the reads (check_prefetch, and check_read, which holds the host-to-device copy) become the
-                opener's work: OPEN_S_PER_OUTPUT per handle plus the bytes read and written once at the H100's
-                measured copy rate (H100_COPY_BYTES_PER_S)
+                opener's work: OPENER_FIXED_S, OPEN_S_PER_OUTPUT per handle, and the bytes read and written once
+                at COPY_BYTES_PER_S (all three measured by the IPC probe on the H200)
 Every figure it gives is a PREDICTION. This package imports nothing of kernelgym_gap's."""
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 from kernelgym_gap.sim import levers
 from kernelgym_gap.sim.pipeline import Job
 
-# The H100's device-to-device copy rate, bytes read + written per second: `kernelgym-gap calibrate --child`
-# on an H100 80GB HBM3, 2026-12-05 15:27 UTC, three runs 2.966-2.974 TB/s (results/h100_2026-12-05_calibration/;
-# docs/measurement.md "The read and write rates", docs/journal.md). A copy of N bytes moves 2N of them.
-H100_COPY_BYTES_PER_S = 2.97e12
-# ASSUMED (not measured; the GPU run owed names it): cudaIpcOpenMemHandle + cuMemGetAddressRange +
-# cudaIpcCloseMemHandle per output, in the opener. Mapping an allocation into another context is a driver
-# call that edits page tables; a millisecond each is the order the runtime docs' "lightweight" export leaves
-# for it, taken x2 to be conservative.
-OPEN_S_PER_OUTPUT = 0.002
-# ASSUMED: the child's cudaIpcGetMemHandle (the docs call it lightweight) and one JSON record per output
+# The three figures below are MEASURED by scripts/ipc_probe.py (the legacy cudaIpc route) on an NVIDIA H200,
+# torch 2.11, driver 580.159.04, 2026-12-06 20:16 UTC: results/h200_2026-12-06c_ipc_defaults/call1_ipc_probes/
+# ipc_probe/ipc_probe.json, its "parts" (3 rounds of 24 outputs, 1.34 GiB, each by a fresh opener), reduced by
+# measured_figures() below exactly as the probe's last table does (ipc_probe/log.txt, "figure ... measured").
+# tests/test_simulate_throughput.py holds each constant to that file, so a newer probe run committed in its place
+# changes them knowingly. The jobs the simulator replays are H100 records: the copy rate is the H200's, not
+# theirs. Until 2026-12-06 20:16 these were ASSUMED (docs/measurement.md, "The probes, run 2026-12-06").
+#
+# Device-to-device copy rate, bytes read + written per second: 2 x the 24 outputs' bytes x 3 rounds over the
+# sum of "per handle: copy" (72 copies into the checker's arena). A copy of N bytes moves 2N of them.
+COPY_BYTES_PER_S = 2.56e12
+# cudaIpcOpenMemHandle + cuMemGetAddressRange + cudaIpcCloseMemHandle per output, in the opener: the median of
+# "per handle: open + range + close" (n 72; 0.0977 ms, p90 0.125 ms)
+OPEN_S_PER_OUTPUT = 0.098e-3
+# ASSUMED: the child's cudaIpcGetMemHandle (the docs call it lightweight) and one JSON record per output. The
+# probe timed the export call itself at 0.006 ms median ("exporter: range + cudaIpcGetMemHandle", and the same for
+# torch's _share_cuda_); the record's writing was not timed, so the 0.5 ms stands as an upper figure.
 EXPORT_S_PER_OUTPUT = 0.0005
 # ASSUMED: a checkpoint's message of handle records to the parent, with the shared lane let go and taken back
 # (an flock release and a pipe write; the waits to take it back are the simulator's own)
 CHECKPOINT_MESSAGE_S = 0.001
-# ASSUMED: the opener's own round trip per evaluation (a pre-started, single-use process like the children:
-# its CUDA context is made during the agent's turn; here only its message and its synchronize)
-OPENER_FIXED_S = 0.02
+# The opener's round trip per evaluation less its handles and copies: the median over the 3 rounds of "round
+# trip (parent: copy command to reply)" less the median per-handle cost x 24 less that round's share of the
+# copies (0.87, 1.63 and 1.54 ms). The opener is pre-started like the children, so its start (295 ms to ready,
+# "opener start to ready") is made during the agent's turn, off this path.
+OPENER_FIXED_S = 1.54e-3
 # What a light-batch evaluation hands over when its job has no checkpoint plan: Softmax-v2 and LayerNorm-v1's
 # honest outputs on cuda, 16 correctness trials (1.39 and 1.40 GiB: sandbox/output_sizes.expected_bytes over
 # their correctness order, as scripts/simulate_throughput.checkpoint_plans computes them), plus the timed shapes'
 # recheck outputs, ASSUMED at half the correctness bytes (one call per timed shape where the correctness order
-# calls each shape about twice): 2.1 GiB. At the copy rate below that is 1.5 ms: the bytes do not matter, the
+# calls each shape about twice): 2.1 GiB. At the copy rate above that is 1.8 ms: the bytes do not matter, the
 # per-handle costs do.
 RECHECK_BYTES_SHARE = 0.5
 LIGHT_OUTPUT_BYTES = int(2.1 * (1 << 30))
 LIGHT_OUTPUTS = 16 + levers.TIMED_SHAPES
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredFigures:
+    """The simulator's three hand-over figures as one run of scripts/ipc_probe.py measured them."""
+    open_s_per_output: float          # median of "per handle: open + range + close"
+    opener_fixed_s: float             # median round trip less the handles and the round's copies
+    copy_bytes_per_s: float           # bytes read + written per second over all the copies
+    handover_s: float                 # median "round trip (parent: copy command to reply)"
+
+
+def measured_figures(parts: dict[str, list[float]], nbytes: int) -> MeasuredFigures:
+    """The figures from an IPC probe's "parts" (seconds per part, its JSON's key) and the bytes one round hands
+    over (the sum of its exports' nbytes). The probe's last table prints these, so the constants above and that
+    table cannot drift apart. A probe whose rounds or handles did not run has no figures: ValueError."""
+    per = parts.get("per handle: open + range + close") or []
+    copies = parts.get("per handle: copy") or []
+    trips = parts.get("round trip (parent: copy command to reply)") or []
+    if not (per and copies and trips) or nbytes <= 0:
+        raise ValueError(f"a probe without timed rounds: {len(per)} handles, {len(copies)} copies, "
+                         f"{len(trips)} round trips, {nbytes} bytes")
+    rounds = len(trips)
+    med_per = statistics.median(per)
+    # each round's fixed part: its round trip less the median handle cost x its handles and its share of the
+    # copies (the copies are summed, not medianed: their sizes span 4 KiB to 256 MiB)
+    fixed = [t - med_per * len(per) / rounds - sum(copies) / rounds for t in trips]
+    return MeasuredFigures(open_s_per_output=med_per, opener_fixed_s=statistics.median(fixed),
+                           copy_bytes_per_s=2 * nbytes * rounds / sum(copies), handover_s=statistics.median(trips))
 
 
 def output_bytes(j: Job) -> tuple[int, int]:
@@ -67,10 +106,10 @@ def output_bytes(j: Job) -> tuple[int, int]:
 
 def handover_s(nbytes: int, outputs: int) -> float:
     """The opener's seconds under the check's shared hold: each handle opened, checked and closed, and the bytes
-    copied device-to-device once (read and written: 2 x nbytes at H100_COPY_BYTES_PER_S)."""
+    copied device-to-device once (read and written: 2 x nbytes at COPY_BYTES_PER_S)."""
     if nbytes < 0 or outputs < 0:
         raise ValueError(f"a hand-over of {nbytes} bytes in {outputs} outputs")
-    return OPENER_FIXED_S + OPEN_S_PER_OUTPUT * outputs + 2.0 * nbytes / H100_COPY_BYTES_PER_S
+    return OPENER_FIXED_S + OPEN_S_PER_OUTPUT * outputs + 2.0 * nbytes / COPY_BYTES_PER_S
 
 
 def ipc_outputs(j: Job) -> Job:
@@ -106,6 +145,6 @@ def scenarios() -> list[levers.Scenario]:
     """The design's rows for the simulator's prediction tables (no variant: nothing to run on the GPU yet)."""
     basis = (f"save x {levers.DEVICE_COPY_FACTOR:g} in the held stretch, the checkpoints' let-gos kept with "
              f"{CHECKPOINT_MESSAGE_S * 1e3:g} ms of message each, no output files; "
-             f"the check's reads -> {OPENER_FIXED_S:g} s + {OPEN_S_PER_OUTPUT * 1e3:g} ms per handle (assumed) + "
-             f"2 x bytes at {H100_COPY_BYTES_PER_S / 1e12:.2f} TB/s (H100 copy, calibrated 2026-12-05)")
+             f"the check's reads -> {OPENER_FIXED_S * 1e3:g} ms + {OPEN_S_PER_OUTPUT * 1e3:g} ms per handle + "
+             f"2 x bytes at {COPY_BYTES_PER_S / 1e12:.2f} TB/s (the IPC probe on the H200, 2026-12-06)")
     return [levers.Scenario(name, fn, lambda s: s, basis, None) for name, fn in SCENARIOS]
