@@ -32,8 +32,19 @@ def _libcuda_present() -> bool:
         return False
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _open_fds(f) -> int:
+    """How many descriptors of this process refer to `f`'s file. Counted by the file, not as the length of
+    /proc/self/fd: another thread of the test process (a pool, a logger) may open or close descriptors of its own
+    meanwhile, which made the whole-table count flaky in a long pytest run."""
+    want = os.fstat(f.fileno())
+    n = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            st = os.stat(f"/proc/self/fd/{name}")
+        except OSError:            # closed since the listing (the listing's own descriptor among them)
+            continue
+        n += (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino)
+    return n
 
 
 def _record(n: int = 4096, **kw) -> dict:
@@ -289,25 +300,25 @@ def test_a_record_and_its_fd_cross_a_socket_pair():
 def test_more_descriptors_than_the_bound_are_refused_and_none_leak():
     a, b = ch.socket_pair()
     with a, b, tempfile.TemporaryFile() as f:
-        before = _open_fds()
+        before = _open_fds(f)
         fds = [os.dup(f.fileno()) for _ in range(3)]
         socket.send_fds(b, [json.dumps(_record()).encode()], fds)
         for fd in fds:
             os.close(fd)
         with pytest.raises(ch.ChannelRefused, match="more than 1 descriptor"):
             ch.recv_output(a, timeout_s=5)
-        assert _open_fds() == before
+        assert _open_fds(f) == before
 
 
 def test_a_record_over_the_byte_bound_is_refused_and_its_fd_closed():
     a, b = ch.socket_pair()
     with a, b, tempfile.TemporaryFile() as f:
-        before = _open_fds()
+        before = _open_fds(f)
         big = json.dumps(_record(pad="x" * ch.RECORD_MAX_BYTES)).encode()
         socket.send_fds(b, [big], [f.fileno()])
         with pytest.raises(ch.ChannelRefused, match="over 4096 bytes"):
             ch.recv_output(a, timeout_s=5)
-        assert _open_fds() == before
+        assert _open_fds(f) == before
         with pytest.raises(ValueError):           # the honest sender refuses to make one
             ch.send_output(b, f.fileno(), _record(pad="x" * ch.RECORD_MAX_BYTES))
 
@@ -327,14 +338,14 @@ def test_a_record_over_the_byte_bound_is_refused_and_its_fd_closed():
 def test_a_malformed_message_is_refused_with_its_fd_closed(payload, fds, why):
     a, b = ch.socket_pair()
     with a, b, tempfile.TemporaryFile() as f:
-        before = _open_fds()
+        before = _open_fds(f)
         if fds:
             socket.send_fds(b, [payload], [f.fileno()])
         else:
             b.send(payload)
         with pytest.raises(ch.ChannelRefused, match=why):
             ch.recv_output(a, timeout_s=5)
-        assert _open_fds() == before
+        assert _open_fds(f) == before
 
 
 def test_the_nbytes_bound_and_silence_and_a_closed_peer_are_refused():
