@@ -42,10 +42,12 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "hangs and rest": ("hang_s", "hang_lane", "hang_lane_s", "rest"),
 }
 
-# the records' latency keys whose per-submission sums the report prints (the stages the levers move)
+# the records' latency keys whose per-submission sums the report prints (the stages the levers move); the probe's
+# parts (sim/workload.PROBE_PARTS, recorded from 2026-12-06 on; 0 in older records) are inside child_timing_probe
 STAGE_KEYS = ("child_correctness_save", "child_checkpoint_write", "child_checkpoint_unlaned", "child_outputs_write",
               "check_prefetch", "check_read", "child_lane_wait_shared", "child_lane_wait_after_checkpoint",
-              "child_lane_wait_exclusive", "check_lane_wait", "child_timing_probe", "child_timing_measure",
+              "child_lane_wait_exclusive", "check_lane_wait", "child_timing_probe", *workload.PROBE_PARTS,
+              "child_timing_measure",
               "child_timing_recheck", "child_recheck", "child_preimport", "child_correctness", "child_timing", "check",
               "total")
 

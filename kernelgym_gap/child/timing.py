@@ -68,6 +68,11 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     k_probe, check = bench.probe(kernel, library, cfg.library_check_reps, cfg.early_exit_budget_ms, hint_ms=hint_ms)
     if clock is not None:
         clock.lap("timing_probe")
+        # its parts (Bench.probe's probe_parts), recorded beside it: where the probe's seconds go (issue 35). The
+        # library hint does no work of its own in the probe (it only steers the hopeless stop), so it has no part.
+        # A bench without them (a scripted one) records none.
+        for part, seconds in getattr(bench, "probe_parts", {}).items():
+            clock.add(f"timing_probe_{part}", seconds)
     agreed = hint_ms is not None and cfg.library_agrees(check.median_ms, hint_ms)
     early = cfg.hopeless(k_probe.median_ms, hint_ms if agreed else check.median_ms)
     # TimingConfig.probe_readings_count: the probe's readings (the same Bench._rep, interleaved as the full timing
@@ -104,7 +109,9 @@ def time_submission(task, job, entry, adapter, held, on_shape=None,
     released, not while the GPU waits for the disk. `phases` (optional) gets where the exclusive stretch's
     time went, summed over the shapes, in seconds: `timing_setup` (the flush buffer, the clock warm-up, the
     synchronize and spin calibration; `timing_clock_warmup` is the clock warm-up's part of it), `timing_inputs`, `timing_first_call`, `timing_probe` (warm-up and the
-    library check), `timing_measure`, `timing_recheck` (its inputs, call and the output's host copy).
+    library check; its parts `timing_probe_warm_kernel`, `timing_probe_warm_library` and `timing_probe_reps`,
+    Bench.probe's two warm-ups and its interleaved repetitions, are recorded beside it and are inside it),
+    `timing_measure`, `timing_recheck` (its inputs, call and the output's host copy).
 
     With TimingConfig.recheck_outside_exclusive no shape is rechecked here: each ShapeTiming comes back
     without its recheck fields, and child/run.py fills them after the exclusive stage with `recheck_timed`,
@@ -223,3 +230,8 @@ class _PhaseClock:
         if self.phases is not None:
             self.phases[key] = self.phases.get(key, 0.0) + (now - self.t)
         self.t = now
+
+    def add(self, key: str, seconds: float) -> None:
+        """Adds `seconds` to `phases[key]` without a lap: a part of a phase already lapped."""
+        if self.phases is not None:
+            self.phases[key] = self.phases.get(key, 0.0) + seconds

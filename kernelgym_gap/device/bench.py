@@ -58,6 +58,7 @@ class Bench:
         l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (50 << 20))
         self.flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.int8, device="cuda")
         self._warmed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # TimingConfig.warm_once
+        self.probe_parts: dict[str, float] = {}     # the last probe's parts in seconds (Bench.probe)
         t0 = time.perf_counter()
         self.clock_rates = self._warm_clocks(cfg.clock_warmup_ms)
         self.clock_warmup_s = time.perf_counter() - t0
@@ -184,8 +185,16 @@ class Bench:
         (after one at least), or with TimingConfig.probe_hopeless_reps once its first readings show it hopeless
         against the check so far and `hint_ms` (core/timing_stats.probe_stops): its first calls, from which a
         hopeless kernel is told."""
+        # the probe's parts in host seconds (perf_counter, the clock child/timing._PhaseClock's phases use), which
+        # time_shape records beside their sum `timing_probe`: no synchronize is added for them. _warm_calls
+        # synchronizes before its first call and after its last, so each warm-up's span holds its GPU work (first
+        # calls, compilation, autotuning, a library's plan); a callable warm_once already warmed takes ~0 s. Each
+        # _rep ends synchronized, so the repetitions' span holds theirs.
+        t0 = time.perf_counter()
         self._warm(kernel)
+        t1 = time.perf_counter()
         self._warm(library)
+        t2 = time.perf_counter()
         k_read: tuple[list[float], list[float]] = ([], [])
         l_read: tuple[list[float], list[float]] = ([], [])
         cfg = (self.cfg if budget_ms == self.cfg.early_exit_budget_ms
@@ -202,6 +211,7 @@ class Bench:
             s, d = self._rep(library, i)
             l_read[0].append(s)
             l_read[1].append(d)
+        self.probe_parts = {"warm_kernel": t1 - t0, "warm_library": t2 - t1, "reps": time.perf_counter() - t2}
         return self._summarise(*k_read), self._summarise(*l_read)
 
     def measure(self, fn: Callable[[int], object]) -> Measurement:

@@ -87,6 +87,11 @@ def _rest(lat: dict) -> float:
 # last finished call but no child_correctness (the stretch's total, written when it ends)
 CORRECTNESS_PARTS = ("child_correctness_inputs", "child_correctness_calls", "child_correctness_save",
                      "child_checkpoint_write", "child_lane_wait_after_checkpoint", "child_lane_wait_after_compile")
+# child_timing_probe's parts (child/timing.time_shape, from 2026-12-06 on): Bench.probe's kernel warm-up, library
+# warm-up and interleaved repetitions. They are inside child_timing_probe (itself inside child_timing), so no Job
+# field reads them: adding them to a lane's time would count the probe twice. Named here for the readers that
+# split the probe (scripts/compare_rows.py) and for the test that a record with them replays as one without.
+PROBE_PARTS = ("child_timing_probe_warm_kernel", "child_timing_probe_warm_library", "child_timing_probe_reps")
 _INTO_THE_CALL = re.compile(r"\(([0-9]+(?:\.[0-9]+)?) s into the call")
 
 
