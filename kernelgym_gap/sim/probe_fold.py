@@ -92,7 +92,9 @@ def predictions(jobs: list[Job], slots: int = 4) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="SIMULATED: the probe's readings counted, on a light batch's records")
-    ap.add_argument("--records", default="results/h100_2026-12-06_lane_levers/call1/throughput_records.jsonl")
+    # required: the package reads no file of the checkout (tests/test_package_data.py); the docs' run used
+    # results/h100_2026-12-06_lane_levers/call1/throughput_records.jsonl
+    ap.add_argument("--records", required=True, help="a throughput_records.jsonl of scripts/throughput.py")
     ap.add_argument("--mode", default="lanes", help="the old defaults row's records mode")
     ap.add_argument("--slots", type=int, default=4)
     a = ap.parse_args(argv)
