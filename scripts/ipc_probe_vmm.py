@@ -39,7 +39,6 @@ import queue
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,11 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NO_CUDA_LINE = "ipc_probe_vmm: no CUDA device (libcuda.so.1 not loadable or no device): the probe runs on a GPU " \
                "(scripts/device_session.sh ipc-probe-vmm)"
 _MSG = "@@"
-KiB, MiB = 1 << 10, 1 << 20
-DEFAULT_SIZES = ([256 * MiB] * 3 + [128 * MiB] * 2 + [64 * MiB] * 4 + [32 * MiB] * 2
-                 + [16 * MiB, 8 * MiB, 4 * MiB, 2 * MiB, 1 * MiB]
-                 + [512 * KiB, 256 * KiB, 128 * KiB, 64 * KiB, 32 * KiB, 16 * KiB, 8 * KiB, 4 * KiB])
-ARENA_ALIGN = 256
+MiB = 1 << 20
 FD_AT = 300              # the children's socket ends sit here: clear of unshare_argv's shell, which uses fds 3..9
 HOSTILE_FILL = 0xA5
 
@@ -91,28 +86,23 @@ def cuda_present() -> str | None:
     return None
 
 
+def _legacy_probe():
+    """scripts/ipc_probe.py by its path (stdlib at import): the sizes, the arena's layout and the summary are
+    that probe's, so that the two routes are probed on the same outputs and summarised alike."""
+    if "kgg_ipc_probe" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("kgg_ipc_probe", Path(__file__).resolve().parent / "ipc_probe.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["kgg_ipc_probe"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["kgg_ipc_probe"]
+
+
+_legacy = _legacy_probe()
+DEFAULT_SIZES, arena_layout, quantiles = _legacy.DEFAULT_SIZES, _legacy.arena_layout, _legacy.quantiles
+
+
 def pick_sizes(handles: int | None) -> list[int]:
-    if handles is None:
-        return list(DEFAULT_SIZES)
-    if handles <= 0:
-        raise ValueError("--handles must be positive")
-    return [DEFAULT_SIZES[i % len(DEFAULT_SIZES)] for i in range(handles)]
-
-
-def arena_layout(nbytes: list[int]) -> tuple[list[int], int]:
-    offs, at = [], 0
-    for n in nbytes:
-        offs.append(at)
-        at += -(-n // ARENA_ALIGN) * ARENA_ALIGN
-    return offs, max(at, ARENA_ALIGN)
-
-
-def quantiles(xs: list[float]) -> tuple[int, float, float]:
-    """(n, median, p90) of seconds, in ms; NaN when empty."""
-    if not xs:
-        return 0, float("nan"), float("nan")
-    s = sorted(xs)
-    return len(s), statistics.median(s) * 1e3, s[min(len(s) - 1, int(round(0.9 * (len(s) - 1))))] * 1e3
+    return _legacy.pick_sizes(DEFAULT_SIZES, handles)
 
 
 # ---------------------------------------------------------------------------------------------- child side
