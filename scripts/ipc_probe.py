@@ -213,6 +213,11 @@ def role_opener() -> None:
             return res
         elif n > 0:
             res.update(_copy_out(p, off, n))
+        return _closed(p, res)
+
+    def _closed(p, res):
+        """Closes the opened handle p (whatever failed after its open) and adds the close and whether the
+        context is still usable to `res`."""
         try:
             rt.close(p)
             res["close"] = "ok"
@@ -245,14 +250,7 @@ def role_opener() -> None:
     def copy_held(cmd):
         p = int(cmd["held"])
         off, n = held.pop(p)
-        res = {"ok": True, **_copy_out(p, off, n)}
-        try:
-            rt.close(p)
-            res["close"] = "ok"
-        except ci.CudaIpcError as e:
-            res["close"] = _err(e)
-        res["alive"] = rt.alive()
-        return res
+        return _closed(p, {"ok": True, **_copy_out(p, off, n)})
 
     _serve({"copy": copy, "try": attempt, "copy_held": copy_held, "alive": lambda c: {"ok": True,
                                                                                         "alive": rt.alive()}})
