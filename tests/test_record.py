@@ -199,3 +199,14 @@ def test_the_first_trial_of_each_shape_and_dtype_is_the_one_that_compiles():
               t(4, (2, 8), "float16")]
     assert first_of_their_shape(trials) == {0, 2, 4}
     assert first_of_their_shape(()) == frozenset()
+
+
+def test_job_outputs_by_handle_round_trips_and_defaults_off_for_old_job_json():
+    job = _job(outputs_by_handle=True)
+    assert Job.from_json(job.to_json()).outputs_by_handle is True
+    d = _job().to_dict()
+    assert d["outputs_by_handle"] is False
+    del d["outputs_by_handle"]                      # a job written before the field existed
+    assert Job.from_dict(d).outputs_by_handle is False
+    d["outputs_by_handle"] = "yes"
+    _rejects(Job, d)

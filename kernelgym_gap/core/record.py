@@ -229,6 +229,11 @@ class Job(_Record):
     # the DSL's compiles in a shape's first correctness call run with the shared lane let go
     # (EvalConfig.compile_outside_lane, child/lanes.py)
     compile_outside_lane: bool = False
+    # the child hands its device-held correctness outputs over by CUDA IPC handle (OutputHandle in its report)
+    # instead of writing them as files, and holds them after its final OK report until the parent kills it or
+    # asks for the files (SIGUSR1: child/run.py). Set by the engine only on cuda with a warm checker and a
+    # device budget (docs/measurement.md, "The outputs handed over on the device"); False: files, as before.
+    outputs_by_handle: bool = False
     schema: str = "kernelgym_gap.job"
     schema_version: int = SCHEMA_VERSION
 

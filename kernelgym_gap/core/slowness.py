@@ -15,6 +15,11 @@ from __future__ import annotations
 # an exit without a report) is judged as before; the parent reads it only for a child killed at a call's
 # deadline (engine/too_slow.py).
 CHECKPOINT_FILE = "checkpoint.json"
+# The file a child handing its outputs over by handle (Job.outputs_by_handle) creates beside its report once
+# its FINAL report, status OK, is complete: its device-held outputs now stay alive in its memory for the
+# parent to copy out, and it waits for SIGUSR1 (write them as files instead) or its end. The parent stops the
+# child when it sees it (sandbox/process.py); it never appears for any other report.
+HOLD_MARKER = "outputs_held"
 
 
 def too_slow_to_time(kernel_ms: float, library_ms: float, hopeless_factor: float) -> bool:
