@@ -318,7 +318,7 @@ def table(rows) -> str:
 # probe_readings_count) and SandboxConfig's launch bound, each with how its value is read
 SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile",
             "read_outputs_outside_lane", "recheck_outside_exclusive", "warm_once", "read_outputs_while_timing",
-            "probe_readings_count")
+            "probe_readings_count", "hand_over_outputs")
 TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive", "clock_warmup_rule", "warm_once",
                  "probe_hopeless_reps", "probe_readings_count")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
@@ -327,7 +327,7 @@ CHOICES = {"stop_rule": ("spread", "interval"), "clock_warmup_rule": ("fixed", "
 VARIANT_FIELDS = ("held_output_bytes", "held_device_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
                   "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane",
                   "recheck_outside_exclusive", "clock_warmup_rule", "warm_once", "read_outputs_while_timing",
-                  "probe_hopeless_reps", "probe_readings_count")
+                  "probe_hopeless_reps", "probe_readings_count", "hand_over_outputs")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
           "launch_bound_after_compile=1", "read_outputs_outside_lane=1", "recheck_outside_exclusive=1",

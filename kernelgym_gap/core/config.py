@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from kernelgym_gap.core.errors import UnknownChoiceError
+from kernelgym_gap.core.errors import ConfigConflictError, UnknownChoiceError
 from kernelgym_gap.core.placement import FIELDS as PLACEMENT_FIELDS
 from kernelgym_gap.core.placement import SANDBOX_FIELDS, Placement, PlacementFieldError, refuse_placement
 from kernelgym_gap.core.slowness import too_slow_to_time
@@ -274,6 +274,12 @@ class EvalConfig:
     # the same; it shortens the step, not the lane's hold. Off: it has run only with graph replay and the
     # interval stop, whose E moved up to 3.8% on Softmax (2026-12-06 evening), so its own gain is unmeasured.
     read_outputs_while_timing: bool = False
+    # issue 35 (docs/measurement.md, "The outputs handed over on the device"): the child keeps its device-held
+    # outputs on the GPU and hands them over by CUDA IPC (a trusted per-evaluation opener copies them into the
+    # warm checker's arena) instead of writing files; the child is held stopped until the copies, then killed.
+    # Applies only on cuda with a warm checker, held_device_bytes > 0, no early check and no early read
+    # (engine/handover.applies); elsewhere the files as today. Off until the GPU runs its hostile twins.
+    hand_over_outputs: bool = False
     # torch.compile of the reference, timed once per device, software, task version, shape and dtype in a
     # trusted process and cached (judge/baselines.py): "measure" (when missing), "cached" (only what the
     # cache holds), "off". The first evaluation of a task on a device pays its compile (seconds per shape).
@@ -304,11 +310,28 @@ class EvalConfig:
         if self.read_outputs_while_timing and not self.read_outputs_outside_lane:
             raise ValueError("read_outputs_while_timing reads the outputs for the prefetch of "
                              "read_outputs_outside_lane: turn read_outputs_outside_lane on as well")
+        if not isinstance(self.hand_over_outputs, bool):
+            raise TypeError(f"hand_over_outputs must be a bool, not {self.hand_over_outputs!r}")
         if self.reward.baseline == "compile" and self.compile_baseline == "off":
             raise ValueError("RewardConfig(baseline='compile') needs compile_baseline 'measure' or 'cached'")
 
     def replace(self, **changes) -> "EvalConfig":
         return dataclasses.replace(self, **changes)
+
+
+# The checker's receive arena's cap (judge/ipc_records.ARENA_BYTES, which is judge/prefetch.PREFETCH_BYTES):
+# core imports no judge module, so the number is repeated here and tests/test_engine_handover.py holds them equal.
+HAND_OVER_ARENA_BYTES = 4 << 30
+
+
+def check_hand_over(config: EvalConfig, placement: Placement) -> None:
+    """EvalConfig.hand_over_outputs with a Placement whose device budget (held_device_bytes) is past the arena's
+    cap is refused: every output the child keeps on the device must fit the checker's arena, so that a NeedsFile
+    (an output to be written on request) cannot arise in wired use. ConfigConflictError, naming both numbers."""
+    if config.hand_over_outputs and placement.held_device_bytes > HAND_OVER_ARENA_BYTES:
+        raise ConfigConflictError(
+            f"hand_over_outputs needs Placement.held_device_bytes ({placement.held_device_bytes}) at most the "
+            f"checker's arena ({HAND_OVER_ARENA_BYTES} B): every device-held output must fit it")
 
 
 _SUBCONFIGS = {"sandbox": SandboxConfig, "timing": TimingConfig, "reward": RewardConfig,

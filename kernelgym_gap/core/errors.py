@@ -50,6 +50,10 @@ class UnknownChoiceError(KernelGymError, ValueError):
         return type(self), (self.what, self.value, self.choices)
 
 
+class ConfigConflictError(KernelGymError, ValueError):
+    """An EvalConfig whose settings cannot hold together with the Placement it runs under."""
+
+
 class TaskDefinitionError(KernelGymError):
     """A task file under tasks/ breaks the task contract."""
 

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelgym_gap.core.backend import Backend
-from kernelgym_gap.core.config import EvalConfig
+from kernelgym_gap.core.config import EvalConfig, check_hand_over
 from kernelgym_gap.core.lane import held
 from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import CheckResult, EvalRecord, Job, Trial
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.core.terms import TERMS_VERSION, Terms
+from kernelgym_gap.engine import handover
 from kernelgym_gap.engine.correctness_order import order_for_correctness
 from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
 from kernelgym_gap.sandbox import disk_ledger
@@ -36,6 +37,7 @@ class Evaluation:
                  checker=None, children=None, placement: Placement | None = None):
         self.task, self.dsl, self.backend, self.config = task, dsl, backend, config
         self.placement = placement or Placement()
+        check_hand_over(config, self.placement)
         self.raw_source = raw_source
         self.source_sha = hashlib.sha256(raw_source).hexdigest()
         self.checker, self.children = checker, children
@@ -57,6 +59,7 @@ class Evaluation:
         self._early = None                   # the check started while the child runs (judge/early_check.py)
         self._early_read = None              # the outputs read while the child times (judge/early_prefetch.py)
         self._disk = None                    # the disk reservation (sandbox/disk_ledger.py), from launch to close
+        self._opener = None                  # the hand-over's opener, pre-started with the child (engine/handover.py)
 
     # ---- what the stages call ------------------------------------------------------------------------
 
@@ -89,11 +92,15 @@ class Evaluation:
                        timing_trials=timing_trials, library_hint=self._library_hint(timing_trials),
                        held_output_bytes=self.placement.held_output_bytes_for(self.backend.name),
                        held_device_bytes=self.placement.held_device_bytes_for(self.backend.name),
-                       compile_outside_lane=self.config.compile_outside_lane)
+                       compile_outside_lane=self.config.compile_outside_lane,
+                       outputs_by_handle=handover.applies(self.config, self.backend.name, self.checker,
+                                                          self.placement))
         from kernelgym_gap.judge import early_check
         self._early = early_check.start(self.task, self.job, self.backend.name, self.config, self.checker,
                                          self.placement)
         self._start_early_read(scratch)
+        if self.job.outputs_by_handle:      # its CUDA context is made while the child runs, not in the check
+            self._opener = handover.OpenerStart(self.placement.gpu_index)
         try:
             self.child = launcher.run(self.job, self.source)
         finally:
@@ -135,12 +142,19 @@ class Evaluation:
             from kernelgym_gap.engine.too_slow import finished_trials
             done = finished_trials(self)
             job = dataclasses.replace(job, trials=tuple(t for t in job.trials if t.index in done))
-        self.check_result, retried = checked_alone_if_failed(
-            lambda lane=None: check_in_process(self.task, job, self.child.report, self.backend.name, self._private,
-                                               self.config, self.checker, self._early, self.placement, lane,
-                                               early_read if lane is not None else None),
-            lane_dir, self.placement.gpu_index, self.latency,
-            outside_lane=self.config.read_outputs_outside_lane)
+        held_child = getattr(self.child, "held", None)
+        # a held child's outputs by handle; None: by files (nothing handed over, or the fallback's files)
+        handed = self._hand_over(held_child, job, lane_dir) if held_child is not None else None
+        if handed is not None:
+            # no retry alone: the child, and with it the outputs, is gone once the copies are made
+            self.check_result, retried = handed, None
+        else:
+            self.check_result, retried = checked_alone_if_failed(
+                lambda lane=None: check_in_process(self.task, job, self.child.report, self.backend.name,
+                                                   self._private, self.config, self.checker, self._early,
+                                                   self.placement, lane, early_read if lane is not None else None),
+                lane_dir, self.placement.gpu_index, self.latency,
+                outside_lane=self.config.read_outputs_outside_lane)
         if early_read is not None:
             early_read.used()               # nothing left to drop at close
         if retried:
@@ -149,6 +163,63 @@ class Evaluation:
         for part, seconds in self.check_result.seconds.items():   # the checker's own account of its time
             self.latency[f"check_{part}"] = seconds
         return self.check_result
+
+    def _hand_over(self, held_child, job: Job, lane_dir: str | None) -> CheckResult | None:
+        """The check of a child held after its report (or at a call's deadline, `killed`): by the warm checker's
+        hand-over (engine/handover.Exchange) when the report names outputs kept on the device. None: check by
+        files, the child killed (no handle records) or, after the fallback, asked to write them (the report
+        re-read). A held child at a call's deadline cannot write: then HeldOutputsLost (a flagged timeout)."""
+        from kernelgym_gap.judge.ipc_records import record_count
+        if not self.job.outputs_by_handle or self.checker is None or record_count(self.child.report) == 0:
+            held_child.kill()               # its outputs are files: its memory is not needed
+            return None
+        overdue = self.killed is not None
+        wall_s = self.config.sandbox.wall_s
+        exchange = handover.Exchange(job, self.child.report, self._opener, held_child, wall_s)
+        spec, result_path = handover.write_spec(self._private, job, self.child.report, self.backend.name)
+        # at a call's deadline the hung kernel may still run: the child's own lane hold, made exclusive, covers
+        # the check (nothing else times beside it); after its report, the check's usual shared lane
+        lane = held_child.lane_cover if overdue else (
+            lambda: held(lane_dir, self.placement.gpu_index, "shared", self.latency, "check_lane_wait"))
+        t = time.perf_counter()
+        try:
+            result = self.checker.hand_over_check(spec, result_path, wall_s, lane, exchange)
+        finally:
+            self.latency["check_handover"] = time.perf_counter() - t
+            self.latency.update(exchange.latency)
+        if exchange.fallback is None:
+            held_child.kill()               # done already after the copies; idempotent
+            return result if result is not None else CheckResult(
+                status=Status.PROTOCOL_ERROR, trials_checked=0,
+                message="the trusted checker gave no result after the outputs' hand-over")
+        self.flags.append(f"{handover.FLAG}: {exchange.fallback}")
+        if overdue:
+            held_child.kill()
+            raise handover.HeldOutputsLost(exchange.fallback)
+        return self._files_from_held(held_child)
+
+    def _files_from_held(self, held_child) -> CheckResult | None:
+        """The fallback after the report: the child is asked to write every output it still holds and rewrite
+        its report with files in place of handles; the report is read again (hostile input, as the first time).
+        None: check by files. A child that does not comply is a protocol_error."""
+        from kernelgym_gap.core.errors import ProtocolError
+        from kernelgym_gap.judge.ipc_records import record_count
+        from kernelgym_gap.sandbox.child_io import read_report
+        try:
+            outcome = held_child.resume_for_files(self.config.sandbox.wall_s)
+            report = read_report(Path(self.job.report_file), outcome)
+        except (ProtocolError, OSError) as e:
+            report, problem = None, f"its report could not be read again ({str(e)[:300]})"
+        finally:
+            held_child.kill()
+        if report is not None:
+            problem = ("it reported " + report.status.value if report.status is not Status.OK
+                       else "its report still names outputs by handle" if record_count(report) else None)
+        if problem is not None:
+            return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
+                               message=f"the child was asked to write the outputs it held and did not: {problem}")
+        self.child = dataclasses.replace(self.child, report=report)
+        return None
 
     def early_read_for_check(self):
         """The outputs read while the child timed (read_outputs_while_timing), for a child that ended ok; a
@@ -211,6 +282,8 @@ class Evaluation:
                 self._early.close()
             if self._early_read is not None:
                 self._early_read.discard()
+            if self._opener is not None:
+                self._opener.close()
             if self._private is not None and not self.placement.keep_scratch:
                 shutil.rmtree(self._private, ignore_errors=True)
         finally:
@@ -266,9 +339,10 @@ def checked_alone_if_failed(run: Callable[..., CheckResult], lane_dir: str | Non
 # raises them as before (every request would fail the same way). Anything else raised while evaluating one
 # request is that request's failure record (harness_failure_record): one submission never fails another's.
 def is_misuse(exc: BaseException) -> bool:
-    from kernelgym_gap.core.errors import (BackendUnavailableError, TaskDefinitionError, UnknownChoiceError,
-                                           UnknownTaskError)
-    return isinstance(exc, (UnknownTaskError, UnknownChoiceError, TaskDefinitionError, BackendUnavailableError))
+    from kernelgym_gap.core.errors import (BackendUnavailableError, ConfigConflictError, TaskDefinitionError,
+                                           UnknownChoiceError, UnknownTaskError)
+    return isinstance(exc, (UnknownTaskError, UnknownChoiceError, TaskDefinitionError, BackendUnavailableError,
+                            ConfigConflictError))
 
 
 def harness_failure_record(task: TaskSpec, source: str | bytes, dsl: str, backend: str, config: EvalConfig,

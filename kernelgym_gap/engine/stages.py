@@ -197,10 +197,15 @@ class TrustedCheck(Stage):
     name = "trusted_check"
     produces = frozenset({Status.PROTOCOL_ERROR, Status.WRONG_TYPE, Status.WRONG_DTYPE, Status.WRONG_SHAPE,
                           Status.OUTPUT_ALIASES_INPUT, Status.NON_FINITE, Status.ALL_ZERO, Status.MISMATCH,
-                          Status.INPUT_MUTATED})
+                          Status.INPUT_MUTATED, Status.TIMEOUT})
 
     def run(self, ev) -> Verdict | None:
-        result = ev.check()
+        from kernelgym_gap.engine.handover import HeldOutputsLost
+        try:
+            result = ev.check()
+        except HeldOutputsLost as e:        # held at a call's deadline, its outputs not handed over (the flag)
+            return self.stop(Status.TIMEOUT, f"a call ran past its deadline and the outputs the child held could "
+                                             f"not be handed over ({e.reason}); the child was killed")
         if result.status is not Status.OK:
             return self.stop(result.status, result.message, failure=result.failure,
                              trials_checked=result.trials_checked)

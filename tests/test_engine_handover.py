@@ -1,0 +1,358 @@
+"""The engine's side of the outputs handed over on the device (engine/handover.py, Evaluation.check's hand-over
+branch; issue 35, docs/measurement.md "The outputs handed over on the device"). On cpu with in-process fakes of
+the other sides (the held child, the warm checker's hand_over_check, the opener and the checker's wire plan), so
+that the order of the exchange is asserted here whatever their real code does: the held child is killed after
+the copies and before the go line; an opener that fails aborts, the child is asked for files, the report is read
+again and checked by files, flagged; a child held at a call's deadline is checked under its own lane cover and,
+when the hand-over fails, is a flagged timeout; and the flag's rule (off, cpu, no warm checker: nothing
+changes)."""
+import contextlib
+import dataclasses
+import random
+import types
+
+import pytest
+
+from kernelgym_gap.core.backend import backend as backend_info
+from kernelgym_gap.core.config import HAND_OVER_ARENA_BYTES, EvalConfig, check_hand_over
+from kernelgym_gap.core.errors import ConfigConflictError
+from kernelgym_gap.core.placement import Placement
+from kernelgym_gap.core.record import CheckResult, ChildReport, Job, OutputHandle, TrialOutcome
+from kernelgym_gap.core.status import Status
+from kernelgym_gap.engine import evaluation as evaluation_mod
+from kernelgym_gap.engine import handover
+from kernelgym_gap.engine.evaluation import Evaluation, is_misuse
+from kernelgym_gap.engine.stages import TrustedCheck
+from kernelgym_gap.engine.trials import make_trials
+from kernelgym_gap.judge import ipc_records, opener_client
+from kernelgym_gap.judge.ipc_records import OutputKey, OutputKind, Plan, Planned
+from kernelgym_gap.judge.opener_client import CopyResult, HandOver, OpenerFailed
+
+CONFIG = EvalConfig(seeds_per_shape=1, hand_over_outputs=True)
+
+
+@pytest.fixture(scope="module")
+def task():
+    from kernelgym_gap.core.registry import default_registry
+    return default_registry().get("AddReLU")
+
+
+@pytest.fixture(scope="module")
+def trials(task):
+    return make_trials(task, "cpu", CONFIG, random.Random(0))[:2]
+
+
+def _record(trial) -> OutputHandle:
+    size = 2 if trial.dtype == "float16" else 4
+    n = 1
+    for d in trial.shape:
+        n *= d
+    return OutputHandle(handle="ab" * 64, offset=0, nbytes=n * size, dtype=trial.dtype, shape=tuple(trial.shape))
+
+
+def _report(trials, handles=True) -> ChildReport:
+    return ChildReport(status=Status.OK, message="", trials=tuple(
+        TrialOutcome(index=t.index, output_file=None if handles else f"outputs/trial_{t.index}.pt", launches=1,
+                     programs=1, seconds=0.0, input_digest_before="d", input_digest_after="d",
+                     output_handle=_record(t) if handles else None) for t in trials))
+
+
+@dataclasses.dataclass
+class FakeChild:
+    """ChildResult as the engine reads it, with the contract's `held`."""
+    outcome: object
+    report: ChildReport | None
+    held: object = None
+
+
+class FakeHeld:
+    """sandbox's HeldChild: records kill, resume and the lane cover in the shared event list; `resume_for_files`
+    rewrites the report with files in place of handles, as the child's fallback does."""
+
+    def __init__(self, events, report_path, trials, writes=True):
+        self.events, self.report_path, self.trials, self.writes = events, report_path, trials, writes
+        self.killed = False
+
+    def kill(self):
+        if not self.killed:
+            self.events.append("kill")
+        self.killed = True
+
+    def resume_for_files(self, timeout_s):
+        self.events.append("resume_for_files")
+        if self.writes:
+            self.report_path.write_text(_report(self.trials, handles=False).to_json())
+        return types.SimpleNamespace(returncode=0, stderr_tail="", timed_out=False)
+
+    @contextlib.contextmanager
+    def lane_cover(self):
+        self.events.append("lane_cover")
+        yield
+
+
+class FakeWarmChecker:
+    """WarmChecker.hand_over_check as the contract has it: the lane, the handover line to `exchange`, its go line;
+    None after an abort. check_spec: the ordinary file check, recording whether its report names handles."""
+
+    def __init__(self, events, trials):
+        self.events, self.trials = events, trials
+
+    def hand_over_check(self, spec_path, result_path, timeout, lane, exchange):
+        self.events.append("hand_over_check")
+        with lane():
+            rows = [["trial", t.index, i * 4096, t.dtype, list(t.shape)] for i, t in enumerate(self.trials)]
+            go = exchange({"arena": {"handle": "cd" * 64, "offset": 512, "nbytes": 1 << 20}, "planned": rows})
+            self.events.append(("go", go))
+        if go.get("abort"):
+            return None
+        return CheckResult(status=Status.OK, trials_checked=len(self.trials), message="")
+
+    def check_spec(self, spec_path, result_path, timeout, lane=None):
+        import json
+        spec = json.loads(spec_path.read_text())
+        report = ChildReport.from_json(open(spec["report"]).read())
+        self.events.append(("check_spec", ipc_records.record_count(report)))
+        return CheckResult(status=Status.OK, trials_checked=len(report.trials), message="")
+
+
+class FakeOpener:
+    def __init__(self, events):
+        self.events = events
+
+    def ready(self, timeout_s):
+        return "proc"
+
+    def close(self):
+        self.events.append("opener_close")
+
+
+@pytest.fixture
+def wire(monkeypatch, trials):
+    """plan_from_wire and hand_over replaced: the plan from the rows, the copies recorded; `fail` makes the
+    opener fail (OpenerFailed)."""
+    state = types.SimpleNamespace(fail=None, events=None)
+
+    def plan_from_wire(rows, job, report):
+        by = {o.index: o for o in report.trials}
+        return Plan(entries=tuple(
+            Planned(key=OutputKey(OutputKind.TRIAL, idx), trial=next(t for t in job.trials if t.index == idx),
+                    record=by[idx].output_handle, arena_offset=off, dtype=dt, shape=tuple(sh))
+            for _, idx, off, dt, sh in rows), arena_bytes=1 << 20)
+
+    def hand_over(proc, plan, arena_handle, timeout_s, arena_offset=0):
+        if state.fail is not None:
+            raise state.fail
+        state.events.append(("copies", arena_offset))
+        return HandOver(results=tuple(CopyResult(e.key, "copied", None, None) for e in plan.planned),
+                        arena_error=None, seconds={"total": 0.25})
+
+    monkeypatch.setattr(ipc_records, "plan_from_wire", plan_from_wire, raising=False)
+    monkeypatch.setattr(opener_client, "hand_over", hand_over)
+    return state
+
+
+def _evaluation(task, trials, tmp_path, events, wire, handles=True, overdue=False, writes=True):
+    checker = FakeWarmChecker(events, trials)
+    ev = Evaluation(task, b"", "triton", backend_info("cuda"), CONFIG, checker=checker,
+                    placement=Placement(lane_dir=None, scratch_root=str(tmp_path)))
+    report_path = tmp_path / "report.json"
+    ev.job = Job(task_id=task.id, dsl="triton", backend="cuda", source_file="/s.py", outputs_dir=str(tmp_path),
+                 report_file=str(report_path), trials=tuple(trials), timing=None, outputs_by_handle=True)
+    ev.trials = tuple(trials)
+    report = _report(trials, handles)
+    report_path.write_text(report.to_json())
+    held_child = FakeHeld(events, report_path, trials, writes)
+    ev.child = FakeChild(outcome=types.SimpleNamespace(layers=()), report=report, held=held_child)
+    ev._opener = FakeOpener(events)
+    if overdue:
+        ev.killed = (0, 1.0, 2.0)
+    wire.events = events
+    return ev, held_child
+
+
+def test_the_child_is_killed_after_the_copies_and_before_the_go_line(task, trials, tmp_path, wire):
+    events = []
+    ev, _ = _evaluation(task, trials, tmp_path, events, wire)
+    result = ev.check()
+    assert result.status is Status.OK
+    go = next(e for e in events if isinstance(e, tuple) and e[0] == "go")
+    assert events.index(("copies", 512)) < events.index("kill") < events.index(go), events
+    assert go[1] == {"copies": {OutputKey(OutputKind.TRIAL, t.index).file_name: "copied" for t in trials}}
+    assert "resume_for_files" not in events and not ev.flags
+    assert ev.latency["check_handover_copies"] == 0.25 and ev.latency["outputs_handed"] == len(trials)
+    assert "check_handover" in ev.latency
+
+
+def test_the_final_hold_takes_the_checks_shared_lane(task, trials, tmp_path, wire, monkeypatch):
+    events = []
+    taken = []
+
+    @contextlib.contextmanager
+    def held(lane_dir, index, mode, waits=None, key=None):
+        taken.append(mode)
+        yield
+
+    monkeypatch.setattr(evaluation_mod, "held", held)
+    ev, _ = _evaluation(task, trials, tmp_path, events, wire)
+    ev.check()
+    assert taken == ["shared"] and "lane_cover" not in events
+
+
+@pytest.mark.parametrize("why", [OpenerFailed("the opener died"), OpenerFailed("no IPC", unsupported=True)])
+def test_an_opener_failure_aborts_asks_the_child_for_files_and_checks_them_flagged(task, trials, tmp_path, wire, why):
+    events = []
+    wire.fail = why
+    ev, held_child = _evaluation(task, trials, tmp_path, events, wire)
+    result = ev.check()
+    assert result.status is Status.OK
+    assert ("go", {"abort": True}) in events
+    # the abort first, then the child resumed for its files, then the file check on the re-read report
+    assert events.index(("go", {"abort": True})) < events.index("resume_for_files") < events.index(("check_spec", 0))
+    assert ipc_records.record_count(ev.child.report) == 0      # the re-read report names files
+    assert held_child.killed
+    assert len(ev.flags) == 1 and ev.flags[0].startswith(f"{handover.FLAG}: ")
+    assert ("CUDA IPC unsupported" in ev.flags[0]) == why.unsupported
+
+
+def test_a_child_that_does_not_write_its_files_when_asked_is_a_protocol_error(task, trials, tmp_path, wire):
+    events = []
+    wire.fail = OpenerFailed("the opener died")
+    ev, held_child = _evaluation(task, trials, tmp_path, events, wire, writes=False)   # the report keeps handles
+    result = ev.check()
+    assert result.status is Status.PROTOCOL_ERROR and "still names outputs by handle" in result.message
+    assert held_child.killed and not any(isinstance(e, tuple) and e[0] == "check_spec" for e in events)
+
+
+def test_an_overdue_hold_is_checked_under_the_childs_lane_cover(task, trials, tmp_path, wire, monkeypatch):
+    events = []
+    monkeypatch.setattr(evaluation_mod, "held", lambda *a, **k: pytest.fail("the shared lane was taken"))
+    ev, _ = _evaluation(task, trials, tmp_path, events, wire, overdue=True)
+    assert ev.check().status is Status.OK
+    assert events.index("lane_cover") < events.index(("copies", 512)) < events.index("kill")
+
+
+def test_a_hung_child_whose_hand_over_fails_is_a_flagged_timeout(task, trials, tmp_path, wire):
+    events = []
+    wire.fail = OpenerFailed("the opener was silent past the timeout")
+    ev, held_child = _evaluation(task, trials, tmp_path, events, wire, overdue=True)
+    verdict = TrustedCheck().run(ev)
+    assert verdict.status is Status.TIMEOUT and verdict.stage == "trusted_check"
+    assert "resume_for_files" not in events and held_child.killed     # it cannot write: killed, not asked
+    assert ev.flags and ev.flags[0].startswith(f"{handover.FLAG}: ")
+
+
+def test_a_held_child_without_handle_records_is_killed_and_checked_by_files(task, trials, tmp_path, wire):
+    events = []
+    ev, held_child = _evaluation(task, trials, tmp_path, events, wire, handles=False)
+    assert ev.check().status is Status.OK
+    assert events[0] == "kill" and "hand_over_check" not in events and ("check_spec", 0) in events
+
+
+# ---- the flag's rule -----------------------------------------------------------------------------------------------
+
+def _launch(task, monkeypatch, tmp_path, config, backend, checker):
+    """Evaluation.launch with the child replaced: the job it builds and whether an opener was started."""
+    seen = types.SimpleNamespace(job=None, openers=0)
+
+    class FakeLauncher:
+        def __init__(self, spec, pool=None):
+            self.scratch = tmp_path / "scratch"
+            (self.scratch / "outputs").mkdir(parents=True, exist_ok=True)
+
+        def run(self, job, source):
+            seen.job = job
+            return FakeChild(outcome=None, report=None)
+
+        def close(self, keep=False):
+            pass
+
+    class CountingOpener:
+        def __init__(self, gpu_index, *a, **k):
+            seen.openers += 1
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(evaluation_mod, "Launcher", FakeLauncher)
+    monkeypatch.setattr(handover, "OpenerStart", CountingOpener)
+    monkeypatch.setattr(Evaluation, "_library_hint", lambda self, timing_trials: ())
+    FakeChild.latency = {}
+    ev = Evaluation(task, b"", "triton", backend_info(backend), config, checker=checker,
+                    placement=Placement(lane_dir=None, scratch_root=str(tmp_path)))
+    try:
+        ev.launch()
+    finally:
+        ev.close()
+    return seen
+
+
+@pytest.mark.parametrize("config, backend, checker, expected", [
+    (EvalConfig(seeds_per_shape=1), "cuda", object(), False),                           # the flag off
+    (CONFIG, "cpu", None, False),                                                       # the cpu backend
+    (CONFIG, "cuda", None, False),                                                      # no warm checker
+    (CONFIG.replace(read_outputs_while_timing=True), "cuda", object(), False),          # the early read's files
+    (CONFIG, "cuda", object(), True),
+])
+def test_the_job_says_outputs_by_handle_only_when_every_condition_holds(task, monkeypatch, tmp_path, config, backend,
+                                                                        checker, expected):
+    monkeypatch.setattr("kernelgym_gap.judge.early_check.start", lambda *a, **k: None)
+    seen = _launch(task, monkeypatch, tmp_path, config, backend, checker)
+    assert seen.job.outputs_by_handle is expected
+    assert seen.openers == (1 if expected else 0)
+
+
+def test_no_device_budget_means_no_hand_over():
+    assert not handover.applies(CONFIG, "cuda", object(), Placement(held_device_bytes=0))
+    assert not handover.applies(CONFIG.replace(precompute_reference=True), "cuda", object(), Placement())
+    assert handover.applies(CONFIG, "cuda", object(), Placement())
+
+
+def test_a_device_budget_past_the_arena_is_refused_as_misuse():
+    with pytest.raises(ConfigConflictError, match="held_device_bytes") as e:
+        check_hand_over(CONFIG, Placement(held_device_bytes=HAND_OVER_ARENA_BYTES + 1))
+    assert is_misuse(e.value)
+    check_hand_over(CONFIG.replace(hand_over_outputs=False), Placement(held_device_bytes=HAND_OVER_ARENA_BYTES + 1))
+    with pytest.raises(TypeError, match="hand_over_outputs"):
+        EvalConfig(hand_over_outputs=1)
+
+
+def test_core_repeats_the_arenas_cap():
+    assert HAND_OVER_ARENA_BYTES == ipc_records.ARENA_BYTES
+
+
+# ---- the pre-started opener ----------------------------------------------------------------------------------------
+
+def test_the_opener_start_gives_opener_failed_when_it_cannot_start_and_close_kills_it():
+    def broken():
+        raise OSError("no such file")
+
+    with pytest.raises(OpenerFailed, match="did not start: OSError"):
+        handover.OpenerStart(0, start=broken).ready(5)
+
+    import subprocess
+    import sys
+    proc_box = []
+
+    def silent():        # an opener that never says ready
+        proc_box.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        return proc_box[0]
+
+    opener = handover.OpenerStart(0, ready_s=30, start=silent)
+    with pytest.raises(OpenerFailed, match="not ready within"):
+        opener.ready(0.2)
+    opener.close()
+    assert proc_box[0].poll() is not None      # killed, not left to run
+
+
+def test_the_opener_start_reads_the_ready_line():
+    import subprocess
+    import sys
+    opener = handover.OpenerStart(0, start=lambda: subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.stdout.write('{\"ready\": true}\\n'); sys.stdout.flush(); "
+                               "time.sleep(60)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, bufsize=0))
+    proc = opener.ready(30)
+    assert proc.poll() is None
+    opener.close()
+    assert proc.poll() is not None
