@@ -57,6 +57,11 @@
 #                     then the light batch's 24 with the defaults, the lever, and the lever with probe_hopeless_reps=3
 #                     side by side (SIMULATED beforehand: 794 -> 808 alone, 863 -> 879 with the hopeless rule);
 #                     the throughput rows in $OUT/probe_fold/
+#   handover          #35: the outputs handed over on the device by CUDA IPC, wired behind EvalConfig.hand_over_outputs
+#                     (off; engine/handover.py): the light batch's 24 with the defaults and with the flag side by
+#                     side (--variant "" --variant hand_over_outputs=1): the verdicts must agree, and the flag's
+#                     records carry check_handover, check_handover_copies and outputs_handed (a record flagged
+#                     outputs_ipc_fallback fell back to files); the throughput rows in $OUT/handover/
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
 #
@@ -277,6 +282,13 @@ for step in "$@"; do
         --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
         --variant "" --variant probe_readings_count=1 --variant probe_readings_count=1,probe_hopeless_reps=3 \
         --out "$OUT/probe_fold" 2>&1 | tee "$OUT/probe_fold/log.txt" | tail -${TAIL:-24} ;;
+    handover)
+      # #35: the hand-over's wiring on the light batch, the defaults beside the flag (the header)
+      mkdir -p "$OUT/handover"
+      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda \
+        --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
+        --variant "" --variant hand_over_outputs=1 \
+        --out "$OUT/handover" 2>&1 | tee "$OUT/handover/log.txt" | tail -${TAIL:-24} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done
