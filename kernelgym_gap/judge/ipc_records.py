@@ -245,3 +245,54 @@ def views_from_arena(arena: torch.Tensor, plan: Plan) -> dict[OutputKey, torch.T
                              f"(offset {entry.arena_offset}, {nbytes} bytes of {entry.record.nbytes})")
         views[entry.key] = arena[entry.arena_offset:entry.arena_offset + nbytes].view(dtype).view(entry.shape)
     return views
+
+
+def plan_to_wire(plan: Plan) -> list[list]:
+    """The plan's rows on the handover line (judge/checker.run_handover): `[kind, index, arena_offset, dtype,
+    shape]` per Planned entry and `[kind, index, None, None, None]` per NeedsFile entry (the parent then falls
+    back to files), in the check's order. Refused entries stay with the checker, which judges them."""
+    rows: list[list] = []
+    for e in plan.entries:
+        if isinstance(e, Planned):
+            rows.append([e.key.kind.value, e.key.index, e.arena_offset, e.dtype, list(e.shape)])
+        elif isinstance(e, NeedsFile):
+            rows.append([e.key.kind.value, e.key.index, None, None, None])
+    return rows
+
+
+def plan_from_wire(rows: object, job: Job, report: ChildReport) -> Plan:
+    """The parent's Plan from the checker's rows (plan_to_wire), each Planned entry rebuilt with the report's
+    own record and trial, so that the opener copies exactly what the report named. The rows come from the
+    trusted checker: a malformed row, one naming an output the report has no record for, or a copy that does
+    not fit its record is a ValueError (our bug, never the child's)."""
+    if not isinstance(rows, list):
+        raise ValueError(f"the plan's rows must be a list, got {type(rows).__name__}")
+    records = {key: (trial, record) for key, trial, record, _ in _handed(job, report)}
+    entries: list[Entry] = []
+    end = 0
+    for row in rows:
+        if not isinstance(row, list) or len(row) != 5:
+            raise ValueError(f"a plan row is [kind, index, arena_offset, dtype, shape], got {row!r}")
+        kind, index, offset, dtype, shape = row
+        try:
+            key = OutputKey(OutputKind(kind), index)
+        except ValueError:
+            raise ValueError(f"a plan row's kind {kind!r} is not one of {[k.value for k in OutputKind]}") from None
+        if type(index) is not int or key not in records:
+            raise ValueError(f"the plan names {key.file_name if type(index) is int else index!r}, for which the "
+                             f"child's report has no handed-over output")
+        trial, record = records.pop(key)
+        if offset is None and dtype is None and shape is None:
+            entries.append(NeedsFile(key=key, trial=trial))
+            continue
+        if type(offset) is not int or offset < 0 or offset % ARENA_ALIGN or not isinstance(dtype, str) \
+                or not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"{key.file_name}: the plan row {row!r} is not one plan_to_wire writes")
+        torch_dtype = getattr(torch, dtype, None)
+        if not isinstance(torch_dtype, torch.dtype) or math.prod(shape) * torch_dtype.itemsize != record.nbytes:
+            raise ValueError(f"{key.file_name}: the plan views {dtype} {shape}, the record holds {record.nbytes} "
+                             f"bytes")
+        entries.append(Planned(key=key, trial=trial, record=record, arena_offset=offset, dtype=dtype,
+                               shape=tuple(shape)))
+        end = max(end, offset + record.nbytes)
+    return Plan(entries=tuple(entries), arena_bytes=_align(end))
