@@ -15,19 +15,31 @@ those trials, so that a child killed past a call's stage deadline leaves its fin
 checkpoint between correctness calls and takes it back before the next call (child/lanes.py, `unlaned`); the
 one before the timing comes between the two stages, holding neither.
 
+With Job.outputs_by_handle (issue 35, the hand-over; docs/measurement.md, "The outputs handed over on the
+device"), an output kept as a device copy is never written: `write` exports it instead (child/export.py), once,
+and keeps the copy held, so that the parent's opener can copy it out of this process's memory after the final
+report; the reports name it by its record (`handed_over`). Only when the parent asks (the fallback,
+child/hold.py) does `write_instead_of_handles` write those as files too. The device copies then stay held to
+the end, so the device budget bounds all of them together, not each stretch between checkpoints.
+
 The names used after the submission loads are bound at import; the snapshots cover
 this module as they cover every module of the harness (child/snapshots.harness_modules).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 import torch
 
+from kernelgym_gap.child.export import ExportError, export_handle
+from kernelgym_gap.core.output_handle import OutputHandle
+from kernelgym_gap.core.record import ChildReport
 from kernelgym_gap.core.tensor_file import device_copy, host_copy, write_tensor
 
 _clock = time.perf_counter
+_export = export_handle         # one name, so that the cpu tests can stand in for the GPU's export
 
 
 def _on_gpu(t: torch.Tensor) -> bool:
@@ -40,8 +52,12 @@ class HeldOutputs:
     with the lanes let go (a checkpoint, or after the timing): a copy on the device takes about a millisecond
     where the host copy took 1.10 s of an evaluation's shared lane on the H100 light batch (2026-12-06)."""
 
-    def __init__(self, directory: Path, budget_bytes: int, device_budget_bytes: int = 0):
+    def __init__(self, directory: Path, budget_bytes: int, device_budget_bytes: int = 0, by_handle: bool = False):
         self.directory = Path(directory)
+        self.by_handle = bool(by_handle)    # Job.outputs_by_handle: device copies exported, not written
+        self.handles: dict[str, OutputHandle] = {}      # name -> its record, for the device copies exported
+        self.not_exported: dict[str, str] = {}         # name -> why its export failed (it is written instead)
+        self.export_s = 0.0                 # the seconds the exports took
         self.budget_bytes = max(int(budget_bytes), 0)
         self.device_budget_bytes = max(int(device_budget_bytes), 0)
         self.held: list[tuple[str, torch.Tensor]] = []
@@ -72,11 +88,59 @@ class HeldOutputs:
         self.held.append((name, copy))
         self.held_bytes += size
 
-    def write(self) -> float:
-        """Writes every held output; the seconds it took."""
+    def export(self) -> None:
+        """In handle mode, exports each device copy not exported yet (once: a later checkpoint reuses its
+        record). One whose export fails (ExportError, or torch's RuntimeError where CUDA IPC is refused) is not
+        the submission's doing: it is left to `write`, which writes it as a file as without the hand-over."""
+        if not self.by_handle:
+            return
         t = _clock()
+        on_cuda = False
+        for name, copy in self.held:
+            if name in self.on_device and name not in self.handles and name not in self.not_exported:
+                try:
+                    self.handles[name] = _export(copy)
+                    on_cuda = on_cuda or copy.is_cuda
+                except (ExportError, RuntimeError) as e:
+                    self.not_exported[name] = f"{type(e).__name__}: {e}"[:300]
+        if on_cuda:
+            # the device copies were queued on the stream after the calls' synchronize: done before any
+            # report names them, since the opener's copy is not ordered after this process's stream
+            torch.cuda.synchronize()
+        self.export_s += _clock() - t
+
+    def handed_over(self, report: ChildReport) -> ChildReport:
+        """`report` with each output exported (`handles`) named by its record instead of its file: the
+        trials' `output_handle` and the rechecks' `recheck_output_handle`, their file fields None (a record
+        naming both is a protocol error: judge/ipc_records.py). `report` itself, unchanged, without any."""
+        if not self.handles:
+            return report
+        handles = self.handles
+        trials = tuple(dataclasses.replace(o, output_file=None, output_handle=handles[o.output_file])
+                       if o.output_file in handles else o for o in report.trials)
+        timings = tuple(dataclasses.replace(s, recheck_output_file=None,
+                                            recheck_output_handle=handles[s.recheck_output_file])
+                        if s.recheck_output_file in handles else s for s in report.timings)
+        return dataclasses.replace(report, trials=trials, timings=timings)
+
+    def write_instead_of_handles(self) -> float:
+        """The fallback (child/hold.py): the exported outputs written as files after all, with every other
+        still held; from here on nothing is handed over (`handed_over` gives reports back unchanged)."""
+        self.by_handle = False
+        self.handles.clear()
+        return self.write()
+
+    def write(self) -> float:
+        """Writes every held output, but in handle mode exports the device copies first and keeps those
+        exported held instead of writing them (`export`); the seconds it took, the exports' included."""
+        t = _clock()
+        self.export()
+        kept = []
         while self.held:
             name, copy = self.held.pop(0)
+            if name in self.handles:
+                kept.append((name, copy))       # still on the device, for the parent's opener
+                continue
             size = copy.numel() * copy.element_size()
             if name in self.on_device:
                 self.on_device.discard(name)
@@ -85,6 +149,7 @@ class HeldOutputs:
                 self.held_bytes -= size
             write_tensor(self.directory / name, copy)      # a device copy reaches the host here
             del copy
+        self.held = kept
         return _clock() - t
 
 

@@ -22,6 +22,7 @@ import torch
 from kernelgym_gap.child import compile_modes
 from kernelgym_gap.child import integrity as integ
 from kernelgym_gap.child.failure import Failure, classify
+from kernelgym_gap.child.hold import hold_outputs
 from kernelgym_gap.child.lanes import ChildLane
 from kernelgym_gap.child.marks import CallMarks
 from kernelgym_gap.child.outputs import HeldOutputs, checkpoint_due
@@ -73,9 +74,10 @@ class ChildRun:
         self.common: dict = {}           # fields every report carries: versions, device
         self.marks = CallMarks(self.report_path.parent, job.call_bounds)   # the parent's call deadlines
         self.held = HeldOutputs(self.outputs, job.held_output_bytes,       # written once the lanes are let go
-                                device_budget_bytes=job.held_device_bytes)
+                                device_budget_bytes=job.held_device_bytes, by_handle=job.outputs_by_handle)
         self.compiling_trials = first_of_their_shape(job.trials)   # the calls that compile (lanes.py)
         self.checkpointed = 0            # outcomes covered by the last checkpoint (`checkpoint`)
+        self.checkpoint_report = None    # that checkpoint, naming every output by its file (the hold's fallback)
 
     @classmethod
     def from_file(cls, job_path: Path, preimport_s: float | None = None) -> ChildRun:
@@ -146,10 +148,32 @@ class ChildRun:
 
     # -- reports ---------------------------------------------------------------------------------------------
     def finish(self, status: Status, message: str, **kw) -> int:
-        """Writes the one report of this child (with the common fields); the process's exit code."""
+        """Writes the one report of this child (with the common fields); the process's exit code. An OK report
+        that hands outputs over by handle (child/outputs.py) names them by their records and is followed by
+        the hold (child/hold.py): this process keeps their memory until the parent kills it, or writes them
+        as files when asked. Any other report is written as it is, and the child exits (no hold)."""
         self.phases["total"] = time.perf_counter() - self.t0
-        write_report(self.report_path, ChildReport(status=status, message=message, phases=self.phases,
-                                                    **kw, **self.common))
+        report = ChildReport(status=status, message=message, phases=self.phases, **kw, **self.common)
+        if status is not Status.OK or not self.held.handles:
+            write_report(self.report_path, report)
+            return 0
+        write_report(self.report_path, self.held.handed_over(report))
+        return hold_outputs(self.report_path.parent, lambda: self.files_instead_of_handles(report))
+
+    def files_instead_of_handles(self, report: ChildReport) -> int:
+        """The hold's fallback: the handed-over outputs written as files, then the last checkpoint and the
+        final report (`report`, which names every output by its file) rewritten to name those files, in that
+        order (the parent re-reads the report once the child has exited). A failed write is its own report,
+        as when the outputs are written without the hand-over (`write_outputs`)."""
+        try:
+            self.phases["outputs_write_fallback"] = self.held.write_instead_of_handles()
+            if self.checkpoint_report is not None:
+                write_report(self.report_path.parent / CHECKPOINT_FILE, self.checkpoint_report)
+        except BaseException as e:  # noqa: BLE001 - a file over the size limit, a full scratch
+            return self.fail(self.classify(e, "while writing the outputs for the checker"),
+                             trials=report.trials, timings=report.timings)
+        self.phases["total"] = time.perf_counter() - self.t0
+        write_report(self.report_path, report)
         return 0
 
     def fail(self, failure: Failure, **kw) -> int:
@@ -308,10 +332,11 @@ class ChildRun:
         try:
             with self.lane.unlaned("checkpoint"):
                 t = time.perf_counter()
-                self.held.write()
-                write_report(self.report_path.parent / CHECKPOINT_FILE, ChildReport(
-                    status=Status.OK, message=f"checkpoint after {len(self.outcomes)} trial(s)",
-                    phases=self.phases, trials=tuple(self.outcomes), **self.common))
+                self.held.write()           # in handle mode the device copies are exported, not written
+                report = ChildReport(status=Status.OK, message=f"checkpoint after {len(self.outcomes)} trial(s)",
+                                     phases=dict(self.phases), trials=tuple(self.outcomes), **self.common)
+                write_report(self.report_path.parent / CHECKPOINT_FILE, self.held.handed_over(report))
+                self.checkpoint_report = report
                 # the writing alone, wherever it ran (the wait to take the lane back has its own key)
                 self.phases["checkpoint_write"] = self.phases.get("checkpoint_write", 0.0) + time.perf_counter() - t
         except BaseException as e:  # noqa: BLE001 - a file over the size limit, a full scratch
@@ -372,6 +397,8 @@ class ChildRun:
                              trials=tuple(self.outcomes), timings=self.timings)
         if self.held.written_at_once:       # over held_output_bytes: written as they came, inside the lane
             self.phases["outputs_write_in_lane"] = self.held.at_once_s
+        if self.held.by_handle:             # Job.outputs_by_handle: the device copies exported, not written
+            self.phases["outputs_export"] = self.held.export_s
         return None
 
     def wrap_up(self) -> int:
