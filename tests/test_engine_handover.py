@@ -94,13 +94,14 @@ class FakeWarmChecker:
     """WarmChecker.hand_over_check as the contract has it: the lane, the handover line to `exchange`, its go line;
     None after an abort. check_spec: the ordinary file check, recording whether its report names handles."""
 
-    def __init__(self, events, trials):
-        self.events, self.trials = events, trials
+    def __init__(self, events, trials, rows=None):
+        self.events, self.trials, self.rows = events, trials, rows
 
     def hand_over_check(self, spec_path, result_path, timeout, lane, exchange):
         self.events.append("hand_over_check")
         with lane():
-            rows = [["trial", t.index, i * 4096, t.dtype, list(t.shape)] for i, t in enumerate(self.trials)]
+            rows = self.rows if self.rows is not None else [
+                ["trial", t.index, i * 4096, t.dtype, list(t.shape)] for i, t in enumerate(self.trials)]
             go = exchange({"arena": {"handle": "cd" * 64, "offset": 512, "nbytes": 1 << 20}, "planned": rows})
             self.events.append(("go", go))
         if go.get("abort"):
@@ -128,6 +129,17 @@ class FakeOpener:
 
 @pytest.fixture
 def wire(monkeypatch, trials):
+    """The fakes of the opener's copies and of the wire plan (see _wire)."""
+    return _wire(monkeypatch, fake_plan=True)
+
+
+@pytest.fixture
+def real_plan(monkeypatch, trials):
+    """The opener's copies faked, judge/ipc_records.plan_from_wire real."""
+    return _wire(monkeypatch, fake_plan=False)
+
+
+def _wire(monkeypatch, fake_plan):
     """plan_from_wire and hand_over replaced: the plan from the rows, the copies recorded; `fail` makes the
     opener fail (OpenerFailed)."""
     state = types.SimpleNamespace(fail=None, events=None)
@@ -146,13 +158,14 @@ def wire(monkeypatch, trials):
         return HandOver(results=tuple(CopyResult(e.key, "copied", None, None) for e in plan.planned),
                         arena_error=None, seconds={"total": 0.25})
 
-    monkeypatch.setattr(ipc_records, "plan_from_wire", plan_from_wire, raising=False)
+    if fake_plan:
+        monkeypatch.setattr(ipc_records, "plan_from_wire", plan_from_wire)
     monkeypatch.setattr(opener_client, "hand_over", hand_over)
     return state
 
 
-def _evaluation(task, trials, tmp_path, events, wire, handles=True, overdue=False, writes=True):
-    checker = FakeWarmChecker(events, trials)
+def _evaluation(task, trials, tmp_path, events, wire, handles=True, overdue=False, writes=True, rows=None):
+    checker = FakeWarmChecker(events, trials, rows)
     ev = Evaluation(task, b"", "triton", backend_info("cuda"), CONFIG, checker=checker,
                     placement=Placement(lane_dir=None, scratch_root=str(tmp_path)))
     report_path = tmp_path / "report.json"
@@ -246,6 +259,42 @@ def test_a_held_child_without_handle_records_is_killed_and_checked_by_files(task
     ev, held_child = _evaluation(task, trials, tmp_path, events, wire, handles=False)
     assert ev.check().status is Status.OK
     assert events[0] == "kill" and "hand_over_check" not in events and ("check_spec", 0) in events
+
+
+def _checker_rows(task, trials, tmp_path, cap):
+    """The rows the real checker sends: plan_outputs on the report, then plan_to_wire."""
+    job = Job(task_id=task.id, dsl="triton", backend="cuda", source_file="/s.py", outputs_dir=str(tmp_path),
+              report_file=str(tmp_path / "report.json"), trials=tuple(trials), timing=None, outputs_by_handle=True)
+    plan = ipc_records.plan_outputs(job, _report(trials), task, lambda t: tuple(t.shape), max_arena_bytes=cap)
+    return ipc_records.plan_to_wire(plan)
+
+
+def test_the_real_wire_plan_is_copied_in_the_checkers_offsets(task, trials, tmp_path, real_plan):
+    events = []
+    rows = _checker_rows(task, trials, tmp_path, ipc_records.ARENA_BYTES)
+    ev, _ = _evaluation(task, trials, tmp_path, events, real_plan, rows=rows)
+    assert ev.check().status is Status.OK and not ev.flags
+    assert events.index(("copies", 512)) < events.index("kill") < events.index(
+        ("go", {"copies": {OutputKey(OutputKind.TRIAL, t.index).file_name: "copied" for t in trials}}))
+
+
+def test_an_output_that_needs_a_file_aborts_to_the_fallback(task, trials, tmp_path, real_plan):
+    events = []
+    rows = _checker_rows(task, trials, tmp_path, 0)          # no room: every output NeedsFile
+    assert all(r[2] is None for r in rows)
+    ev, _ = _evaluation(task, trials, tmp_path, events, real_plan, rows=rows)
+    assert ev.check().status is Status.OK
+    assert ("go", {"abort": True}) in events and not any(isinstance(e, tuple) and e[0] == "copies" for e in events)
+    assert events.index("resume_for_files") < events.index(("check_spec", 0))
+    assert ev.flags == [f"{handover.FLAG}: an output has no room in the checker's arena"]
+
+
+def test_a_plan_naming_an_output_the_report_lacks_aborts_and_is_not_the_childs(task, trials, tmp_path, real_plan):
+    events = []
+    rows = [["trial", 999, 0, "float32", [4]]]
+    ev, _ = _evaluation(task, trials, tmp_path, events, real_plan, rows=rows)
+    assert ev.check().status is Status.OK                    # checked by files after the abort
+    assert ev.flags[0].startswith(f"{handover.FLAG}: the checker's plan could not be rebuilt (ValueError")
 
 
 # ---- the flag's rule -----------------------------------------------------------------------------------------------
