@@ -13,32 +13,34 @@ after which it exits, so that no state of a failed check is reused). A CHECK.jso
 sends once it holds the GPU's shared lane; then it checks and answers as above. A line `early EARLY.json`
 (judge/early_prefetch.py) reads the pre-timing checkpoint's files and answers `{"early": PATH, "read": N}`; the
 next CHECK.json with `"early": true` starts from them, any other drops them, and so does `drop`. The one-shot
-`checker CHECK.json` does the same two steps when its spec asks for them. Only the protocol goes to the real
-stdout: anything else the process prints goes to stderr."""
+`checker CHECK.json` does the same two steps when its spec asks for them. A CHECK.json with `"handover": true`
+(the outputs handed over on the device, issue 35) is `run_handover`'s exchange, answered by this loop only.
+Only the protocol goes to the real stdout: anything else the process prints goes to stderr."""
 from __future__ import annotations
 
 import os
 import sys
-import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core import tensor_file
-from kernelgym_gap.core.record import BadElement, CheckResult, ChildReport, FailureDetail, Job, Trial
+from kernelgym_gap.core.record import CheckResult, ChildReport, FailureDetail, Job, Trial
 from kernelgym_gap.core.registry import users_tasks_dir
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.judge import kernelbench_check, lowbit, scaled_tolerance
 from kernelgym_gap.judge.output_rules import (dtype_problem, max_output_bytes, oversize_message, recheck_what,
                                               shape_problem, trial_what)
+from kernelgym_gap.judge.check_parts import Parts
 from kernelgym_gap.judge.early_prefetch import early_line
+from kernelgym_gap.judge.failure_text import counted, first_bad, samples_text
+from kernelgym_gap.judge.handover_check import ArenaFactory, Handed, handed_over
+from kernelgym_gap.judge.ipc_records import OutputKey, OutputKind, Refused, ReportRefused, plan_outputs
 from kernelgym_gap.judge.kernelbench_check import KERNELBENCH_TOL
-from kernelgym_gap.judge.prefetch import Fetched, Prefetch, prefetch_outputs
-
-SAMPLES = 3          # rejected elements a message shows (expected vs got)
-
+from kernelgym_gap.judge.prefetch import Fetched, Prefetch, prefetch_outputs, told_go, wants_prefetch
 
 class _Fail(Exception):
     def __init__(self, status: Status, message: str, **detail):
@@ -71,6 +73,21 @@ def _prefetched_or_load(path: Path, max_bytes: int, fetched: Fetched | None) -> 
     return fetched.tensor
 
 
+def _source(task: TaskSpec, trial: Trial, device: str, got: Handed | None, fetched: Fetched | None
+            ) -> Fetched | None:
+    """What `_judge` reads for an output handed over on the device (judge/handover_check.py): its view of the
+    arena, as one more output read before the check (its size is its view's: the plan refused any record past
+    the bound), or the verdict its record got (a Refused), raised here at its trial's turn with the words the
+    file path gives. Without a hand-over, the file as read before the lane, if it was."""
+    if isinstance(got, Refused):
+        where = {} if got.status is Status.PROTOCOL_ERROR else dict(
+            trial=trial, reproduce=inputs_mod.reproduce_call(task.id, trial, device, users_tasks_dir(task)))
+        raise _Fail(got.status, got.message, **where)
+    if got is not None:
+        return Fetched(size=got.numel() * got.element_size(), tensor=got)
+    return fetched
+
+
 def _float64(ins: tuple) -> tuple:
     return tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in ins)
 
@@ -87,61 +104,15 @@ def _error_bound(task: TaskSpec, ins: tuple, dtype: str) -> torch.Tensor:
         return task.error_bound(_float64(ins), dtype).double().abs()
 
 
-def _value(x: float) -> float | str:
-    return x if x == x and abs(x) != float("inf") else str(x)
-
-
-def _samples(bad: torch.Tensor, o: torch.Tensor, r: torch.Tensor) -> tuple[BadElement, ...]:
-    """The first SAMPLES rejected elements in index order."""
-    idx = bad.nonzero()[:SAMPLES].tolist()
-    return tuple(BadElement(index=tuple(int(i) for i in ix), expected=_value(float(r[tuple(ix)])),
-                            got=_value(float(o[tuple(ix)]))) for ix in idx)
-
-
-def _fmt(v: float | str) -> str:
-    return v if isinstance(v, str) else f"{v:.6g}"
-
-
-def samples_text(first_bad, indices: bool = True) -> str:
-    """`(0, 0): expected 0.81, got -0.4; ...` for a failure's first rejected elements; without `indices`
-    (a held-out trial: an index tells the shape's extent) `expected 0.81, got -0.4; ...`."""
-    return "; ".join((f"{tuple(b.index)}: " if indices else "") + f"expected {_fmt(b.expected)}, got {_fmt(b.got)}"
-                     for b in first_bad)
-
-
-def _counted(n: int, total: int, what: str, public: bool) -> str:
-    """`12 of 2048 elements (0.59%)`; for a held-out trial the share alone (the count tells the size)."""
-    return f"{n} of {total} {what} ({n / total:.2%})" if public else f"{n / total:.2%} of the {what}"
-
-
-class _Parts:
-    """Seconds per part of the check, summed over its trials (CheckResult.seconds, then the record's latency
-    as check_<part>). `enter(part)` closes the part that was running, so a failure in the middle of one still
-    counts there. On cuda each switch waits for the device first, so a part's kernels count in that part and
-    not in the next one that happens to synchronize."""
-
-    def __init__(self, device: str):
-        self.seconds: dict[str, float] = {}
-        self._sync = torch.cuda.synchronize if device == "cuda" else None
-        self._part, self._t = "other", time.perf_counter()
-
-    def enter(self, part: str) -> None:
-        if self._sync is not None:
-            self._sync()
-        now = time.perf_counter()
-        self.seconds[self._part] = round(self.seconds.get(self._part, 0.0) + (now - self._t), 6)
-        self._part, self._t = part, now
-
-
 def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, device: str,
-           parts: _Parts | None = None, ref: torch.Tensor | None = None, fetched: Fetched | None = None,
+           parts: Parts | None = None, ref: torch.Tensor | None = None, fetched: Fetched | None = None,
            flag: bool = True) -> bool | None:
     """Raises _Fail on the first problem. Returns KernelBench's own check of the output where it runs (the
     timed distribution's trials; judge/kernelbench_check.py), else None. `flag` False (a recheck, an audited
     output): the caller does not report it, so it runs only where the verdict applies it. `ref`: the
     reference precomputed from the same inputs (`precompute`), else computed here. `fetched`: the output
     file as read before the lane (judge/prefetch.py), else read here."""
-    parts = parts or _Parts("cpu")
+    parts = parts or Parts("cpu")
     public = trial.split == "public"
     reproduce = inputs_mod.reproduce_call(task.id, trial, device, users_tasks_dir(task))
     where = dict(trial=trial, reproduce=reproduce)
@@ -173,9 +144,9 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
     nonfinite = ~torch.isfinite(o) & ref_finite
     if bool(nonfinite.any()):
         n = int(nonfinite.sum())
-        first = _samples(nonfinite, o, r)
+        first = first_bad(nonfinite, o, r)
         raise _Fail(Status.NON_FINITE,
-                    f"{what}: {_counted(n, o.numel(), 'output values', public)} are inf or nan where the "
+                    f"{what}: {counted(n, o.numel(), 'output values', public)} are inf or nan where the "
                     f"reference is finite\nfirst bad elements: {samples_text(first, public)}{inputs_line}",
                     first_bad=first, bad_elements=n, **where)
     if o.numel() and bool((o == 0).all()) and not bool((r == 0).all()):
@@ -204,9 +175,9 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
         max_rel = float((diff / denom).max())
         n = int(bad.sum())
         frac = n / bad.numel()
-        first = _samples(bad, o, r)
+        first = first_bad(bad, o, r)
         raise _Fail(Status.MISMATCH,
-                    f"{what}: {_counted(n, bad.numel(), 'elements', public)} differ from the reference beyond "
+                    f"{what}: {counted(n, bad.numel(), 'elements', public)} differ from the reference beyond "
                     f"{limit}{bound_text} (max abs err {max_abs:.3g}, max rel err "
                     f"{max_rel:.3g})\nfirst bad elements: {samples_text(first, public)}{inputs_line}",
                     max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac,
@@ -237,14 +208,15 @@ PRECOMPUTE_BYTES = 2 << 30   # inputs and references held at once by `precompute
 
 
 def precompute(task: TaskSpec, job: Job, device: str, max_bytes: int = PRECOMPUTE_BYTES,
-               stop=None) -> dict[int, tuple[tuple, torch.Tensor]]:
+               stop=None, extra: tuple[Trial, ...] = ()) -> dict[int, tuple[tuple, torch.Tensor]]:
     """Each trial's inputs and reference, from the job alone (the seeds say what the inputs are), so that
     they can be made while the child still compiles and runs (judge/early_check.py, issue 35). Trials in
     the job's order until `max_bytes` of them are held; `stop()` true ends it early. The same functions as
-    `check` uses on the same inputs: a verdict with them is the verdict without."""
+    `check` uses on the same inputs: a verdict with them is the verdict without. `extra`: trials after the
+    job's (the rechecks of the outputs handed over, whose shapes the plan needs: `run_handover`)."""
     ready: dict[int, tuple[tuple, torch.Tensor]] = {}
     held = 0
-    for trial in job.trials:
+    for trial in (*job.trials, *extra):
         if stop is not None and stop():
             break
         ins = inputs_mod.make_trial_inputs(task, trial, device)
@@ -259,18 +231,20 @@ def precompute(task: TaskSpec, job: Job, device: str, max_bytes: int = PRECOMPUT
 
 
 def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
-          ready: dict[int, tuple[tuple, torch.Tensor]] | None = None, prefetched: Prefetch | None = None
-          ) -> CheckResult:
+          ready: dict[int, tuple[tuple, torch.Tensor]] | None = None, prefetched: Prefetch | None = None,
+          handed: Mapping[OutputKey, Handed] | None = None) -> CheckResult:
     """The verdict on the outputs the child saved. `ready`: inputs and references `precompute` made
     beforehand, by trial index (the rest are made here). `prefetched`: output files read before the GPU's
-    lane was taken (judge/prefetch.py; the rest are read here); its seconds are the result's `prefetch`."""
+    lane was taken (judge/prefetch.py; the rest are read here); its seconds are the result's `prefetch`.
+    `handed`: the outputs handed over on the device, by output (`run_handover`): a view or a verdict."""
     ready = ready or {}
+    handed = dict(handed or {})
     fetched = dict(prefetched.files) if prefetched is not None else {}
     outputs = Path(job.outputs_dir)
     by_index = {o.index: o for o in report.trials}
     kb: bool | None = None               # None until a trial of the timed distribution is checked
     checked = 0
-    parts = _Parts(device)
+    parts = Parts(device)
     if prefetched is not None:           # outside `check`'s lane hold: the record's check_prefetch
         parts.seconds["prefetch"] = round(prefetched.seconds, 6)
     try:
@@ -287,28 +261,32 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
                 raise _Fail(Status.PROTOCOL_ERROR, f"{what}: the child's inputs were not the ones generated")
             if outcome.input_digest_after != outcome.input_digest_before:
                 raise _Fail(Status.INPUT_MUTATED, f"{what}: the submission modified its inputs", trial=trial)
-            if outcome.output_type != "torch.Tensor" or outcome.output_file is None:
+            got = handed.pop(OutputKey(OutputKind.TRIAL, trial.index), None)
+            if outcome.output_type != "torch.Tensor" or (outcome.output_file is None and got is None):
                 raise _Fail(Status.WRONG_TYPE, f"{what}: returned {outcome.output_type}, not exactly torch.Tensor",
                             trial=trial)
             if outcome.output_aliases_input:
                 raise _Fail(Status.OUTPUT_ALIASES_INPUT, f"{what}: the output shares memory with an input",
                             trial=trial)
-            trial_kb = _judge(task, trial, outputs / outcome.output_file, ins, what, device, parts, ref,
-                              fetched.pop(outcome.output_file, None))
+            name = outcome.output_file or OutputKey(OutputKind.TRIAL, trial.index).file_name
+            trial_kb = _judge(task, trial, outputs / name, ins, what, device, parts, ref,
+                              _source(task, trial, device, got, fetched.pop(name, None)))
             if trial_kb is not None:
                 kb = trial_kb if kb is None else kb and trial_kb
             del ins, ref
             checked += 1
         for timing in report.timings:
-            if timing.recheck_output_file is None or timing.recheck_trial is None:
-                continue
             trial = timing.recheck_trial
+            key = OutputKey(OutputKind.RECHECK, trial.index) if trial is not None else None
+            got = handed.pop(key, None)
+            if trial is None or (timing.recheck_output_file is None and got is None):
+                continue
             parts.enter("inputs")
-            ins = inputs_mod.make_trial_inputs(task, trial, device)
+            ins, ref = ready.pop(trial.index, None) or (inputs_mod.make_trial_inputs(task, trial, device), None)
             parts.enter("other")
-            _judge(task, trial, outputs / timing.recheck_output_file, ins,
-                   recheck_what(trial), device, parts,
-                   fetched=fetched.pop(timing.recheck_output_file, None), flag=False)
+            name = timing.recheck_output_file or key.file_name
+            _judge(task, trial, outputs / name, ins, recheck_what(trial), device, parts, ref,
+                   _source(task, trial, device, got, fetched.pop(name, None)), flag=False)
             checked += 1
     except _Fail as f:
         parts.enter("other")    # closes the part that failed
@@ -319,37 +297,58 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
                        seconds=parts.seconds)
 
 
-def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None) -> None:
+def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, device: str,
+                 send: Callable[[dict], None], receive: Callable[[], str], arena_factory: ArenaFactory
+                 ) -> CheckResult | None:
+    """A check spec with `"handover": true` (the warm checker on cuda; judge/handover_check.py): the references
+    the plan needs (the trials', and the handed-over rechecks', kept for the check), the plan, the exchange,
+    and the check of its views and verdicts. None when the parent aborted (it checks again by files) or went
+    away. A report refused as a whole is the result at once, with no arena. `arena_factory` is the caller's
+    (the loop's: judge/arena.device_arena; a test's: a host tensor), never a spec's or the environment's."""
+    rechecks = tuple(s.recheck_trial for s in report.timings
+                     if s.recheck_output_handle is not None and s.recheck_trial is not None)
+    ready = precompute(task, job, device, extra=rechecks)
+
+    def shape(trial: Trial) -> tuple[int, ...]:     # past precompute's bound: made, measured, dropped
+        ins = None if trial.index in ready else inputs_mod.make_trial_inputs(task, trial, device)
+        return tuple((ready[trial.index][1] if ins is None else _reference(task, ins)).shape)
+    plan = plan_outputs(job, report, task, shape)
+    if isinstance(plan, ReportRefused):
+        return CheckResult(status=plan.status, message=plan.message, trials_checked=0)
+    with handed_over(spec_path, plan, device, send, receive, arena_factory) as handed:
+        return None if handed is None else check(task, job, report, device, ready, handed=handed)
+
+
+def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None, handover=None) -> bool:
     """One check: CHECK.json names the job, the child's report, the device and where to write the result.
     With `"prefetch": true` in it (EvalConfig.read_outputs_outside_lane) and a `before_lane(n)` given, the
     output files are read first (judge/prefetch.py), then `before_lane(files read)` tells the parent, which
     takes the GPU's shared lane and answers; it returns False when the parent went away (no check then).
-    `early`: the files read while the child timed (`_early_read`), used when the spec says `"early": true`."""
+    `early`: the files read while the child timed (`_early_read`), used when the spec says `"early": true`.
+    `handover(spec_path, task, job, report, device)`: `run_handover` bound to the loop's protocol, for a spec
+    with `"handover": true`. False when nothing is to be answered (an abort), else True."""
     import json
     from kernelgym_gap.core.registry import find_task
     spec = json.loads(Path(spec_path).read_text())
     job = Job.from_json(Path(spec["job"]).read_text())
     report = ChildReport.from_json(Path(spec["report"]).read_text())
     task = find_task(job.task_id, job.tasks_dir)
+    if spec.get("handover"):        # only the warm loop's parent asks for it; anyone else gets an error
+        if handover is None:
+            raise ValueError("a check spec with handover is answered only by the warm checker's loop")
+        result = handover(spec_path, task, job, report, spec["device"])
+        if result is not None:
+            Path(spec["result"]).write_text(result.to_json())
+        return result is not None
     prefetched = None
     if spec.get("prefetch") and before_lane is not None:
         prefetched = prefetch_outputs(job, report, early=early if spec.get("early") else None)
         early = None
         if not before_lane(len(prefetched.files)):
-            return
+            return True
     result = check(task, job, report, spec["device"], prefetched=prefetched)
     Path(spec["result"]).write_text(result.to_json())
-
-
-def _told_go(proto, stdin, spec_path: str):
-    """The prefetch's step of the protocol: `{"spec": PATH, "read": N}` on the protocol channel, then a line
-    from stdin once the parent holds the lane (an empty read: the parent went away)."""
-    import json
-
-    def before_lane(n: int) -> bool:
-        proto.write(json.dumps({"spec": spec_path, "read": n}) + "\n")
-        return bool(stdin.readline().strip())
-    return before_lane
+    return True
 
 
 def _early(spec_path: str, stdin=None) -> None:
@@ -396,7 +395,7 @@ def serve(device: str = "cuda", stdin=None) -> int:
             continue
         held, early = early, None
         try:
-            _check_spec(path, _told_go(proto, stdin, path), held)
+            answered = _check_spec(path, told_go(proto, stdin, path), held, _handover(proto, stdin))
         except BaseException:  # noqa: BLE001 - reported to the parent, then this process ends
             tb = traceback.format_exc()
             sys.stderr.write(tb)
@@ -406,8 +405,20 @@ def serve(device: str = "cuda", stdin=None) -> int:
         held = None                                  # an early read is used by one check at most
         if device == "cuda":
             torch.cuda.empty_cache()                 # hold no cached blocks between evaluations
-        proto.write(json.dumps({"spec": path, "ok": True}) + "\n")
+        if answered:                                 # after an abort: nothing more for this spec
+            proto.write(json.dumps({"spec": path, "ok": True}) + "\n")
     return 0
+
+
+def _handover(proto, stdin):
+    """`run_handover` on the loop's protocol channel and stdin, with the device's own arena."""
+    import json
+    from kernelgym_gap.judge.arena import device_arena
+
+    def run(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckResult | None:
+        return run_handover(spec_path, task, job, report, device, lambda obj: proto.write(json.dumps(obj) + "\n"),
+                            stdin.readline, device_arena)
+    return run
 
 
 def main(argv=None) -> int:
@@ -422,22 +433,14 @@ def main(argv=None) -> int:
             sys.stderr.write(f"--device must be cuda or cpu, not {device!r}\n")
             return 2
         return serve(device)
-    if _wants_prefetch(argv[0]):
+    if wants_prefetch(argv[0]):
         # the one-shot checker's two steps (judge/trusted.py): the protocol on the real stdout, as `serve`'s
         proto = os.fdopen(os.dup(1), "w", buffering=1)
         os.dup2(2, 1)
-        _check_spec(argv[0], _told_go(proto, sys.stdin, argv[0]))
+        _check_spec(argv[0], told_go(proto, sys.stdin, argv[0]))
         return 0
     _check_spec(argv[0])
     return 0
-
-
-def _wants_prefetch(spec_path: str) -> bool:
-    import json
-    try:
-        return bool(json.loads(Path(spec_path).read_text()).get("prefetch"))
-    except (OSError, ValueError, AttributeError):
-        return False        # _check_spec reports the unreadable spec as before
 
 
 if __name__ == "__main__":

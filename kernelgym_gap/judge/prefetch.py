@@ -114,3 +114,24 @@ def prefetch_outputs(job: Job, report: ChildReport, max_bytes: int = PREFETCH_BY
         files[name] = fetched
     before.clear()
     return Prefetch(files=files, seconds=time.perf_counter() - t, kept_early=kept)
+
+
+def told_go(proto, stdin, spec_path: str):
+    """The prefetch's step of the warm checker's protocol (judge/checker.serve): `{"spec": PATH, "read": N}`
+    on the protocol channel, then a line from stdin once the parent holds the lane (an empty read: the parent
+    went away)."""
+    import json
+
+    def before_lane(n: int) -> bool:
+        proto.write(json.dumps({"spec": spec_path, "read": n}) + "\n")
+        return bool(stdin.readline().strip())
+    return before_lane
+
+
+def wants_prefetch(spec_path: str) -> bool:
+    """Whether a one-shot checker's CHECK.json asks for the prefetch's two steps (judge/checker.main)."""
+    import json
+    try:
+        return bool(json.loads(Path(spec_path).read_text()).get("prefetch"))
+    except (OSError, ValueError, AttributeError):
+        return False        # judge/checker._check_spec reports the unreadable spec as before
