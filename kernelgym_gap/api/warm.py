@@ -221,15 +221,88 @@ class WarmChecker:
                         continue            # died under us (killed, OOM): once more on a fresh process
                     return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
                                        message="the trusted checker failed: " + tail)
-                if not reply.get("ok"):
-                    self._stop()            # the server exits after a failed check; reap it now
-                    return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
-                                       message="the trusted checker failed: " + str(reply.get("error"))[-2000:])
-                if not result_path.is_file():
-                    return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
-                                       message="the trusted checker failed: it wrote no result")
-                return CheckResult.from_json(result_path.read_text())
+                return self._result(reply, result_path)
         raise AssertionError("unreachable")
+
+    def _result(self, reply: dict, result_path: Path) -> CheckResult:
+        """The CheckResult a check's last reply announces (`{"spec": PATH, "ok": ...}`)."""
+        if not reply.get("ok"):
+            self._stop()            # the server exits after a failed check; reap it now
+            return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
+                               message="the trusted checker failed: " + str(reply.get("error"))[-2000:])
+        if not result_path.is_file():
+            return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
+                               message="the trusted checker failed: it wrote no result")
+        return CheckResult.from_json(result_path.read_text())
+
+    def hand_over_check(self, spec_path: Path, result_path: Path, timeout: float, lane, exchange
+                        ) -> CheckResult | None:
+        """A CHECK.json with `"handover": true` (the outputs handed over on the device, issue 35;
+        judge/checker.run_handover): sends it, reads the handover line, calls `exchange(handover)` with its
+        `{"arena": ..., "planned": rows}` (the parent's opener work) and sends what it returns, `{"copies":
+        {FILE_NAME: RESULT}}` or `{"abort": true}`, as the go line. Returns the CheckResult, or None after an
+        abort (the parent then checks by files). A report the checker refuses as a whole is the result at once,
+        without an exchange.
+
+        `lane`, a zero-argument context manager factory as check_spec's, is entered before the spec is sent
+        and held until the result: the references, the arena, the copies and the check are all GPU work.
+        `timeout` bounds each of the two waits for the server (the handover line, the result); the exchange
+        keeps its own deadlines. A server that dies before the exchange is retried once on a fresh process,
+        as check_spec does. Once the exchange ran (the outputs copied, the child killed) it cannot be: a death
+        then is check_spec's PROTOCOL_ERROR result, and the next check starts a fresh server. A server past
+        `timeout` is killed and subprocess.TimeoutExpired raised; an exchange that raises, or returns neither
+        line, ends the server (it waits for a go line) and the error propagates."""
+        if self._closed:
+            raise RuntimeError("this WarmChecker is closed")
+        with self._lock, (lane() if lane is not None else contextlib.nullcontext()):
+            for attempt in (0, 1):
+                exchanged = False
+                try:
+                    self._ensure_ready(time.monotonic() + timeout)
+                    self._send(str(spec_path).encode())
+                    reply = self._readline(time.monotonic() + timeout)
+                    if reply.get("spec") != str(spec_path):
+                        raise _Died()
+                    if "handover" in reply:
+                        exchanged = True
+                        go = self._exchange(exchange, reply["handover"])
+                        self._send(json.dumps(go).encode())
+                        if "abort" in go:
+                            return None
+                        reply = self._readline(time.monotonic() + timeout)
+                        if reply.get("spec") != str(spec_path) or "handover" in reply:
+                            raise _Died()
+                except subprocess.TimeoutExpired:
+                    args = self._state["proc"].args
+                    self._stop()
+                    raise subprocess.TimeoutExpired(args, timeout) from None
+                except _Died:
+                    tail = self._stderr_tail()
+                    self._stop()
+                    if attempt == 0 and not exchanged:
+                        continue
+                    return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
+                                       message="the trusted checker failed: " + tail)
+                return self._result(reply, result_path)
+        raise AssertionError("unreachable")
+
+    def _exchange(self, exchange, handover: dict) -> dict:
+        try:
+            go = exchange(handover)
+        except BaseException:
+            self._stop()            # the server waits for a go line that never comes
+            raise
+        if go != {"abort": True} and not (isinstance(go, dict) and set(go) == {"copies"}
+                                          and isinstance(go["copies"], dict)):
+            self._stop()
+            raise ValueError(f"the exchange must return {{\"copies\": {{...}}}} or {{\"abort\": true}}, got {go!r}")
+        return go
+
+    def _send(self, line: bytes) -> None:
+        try:
+            self._state["proc"].stdin.write(line + b"\n")
+        except (BrokenPipeError, OSError):
+            raise _Died() from None
 
     def read_early(self, spec_path: Path, timeout: float) -> int | None:
         """EvalConfig.read_outputs_while_timing (judge/early_prefetch.py): asks the idle server to read the
