@@ -392,3 +392,16 @@ def test_gpu_an_exported_output_opens_in_another_process_with_the_same_bytes():
         exp.stdin.close()
         exp.wait(timeout=60)
 
+
+
+def test_where_no_hold_can_be_set_up_the_outputs_go_by_file_at_once(tmp_path):
+    """Off the main thread no signal handler can be installed: no marker is made (the parent would stop a child
+    that cannot be asked for its files), and the fallback runs at once, its exit code returned."""
+    import threading
+
+    from kernelgym_gap.child.hold import hold_outputs
+    got = {}
+    thread = threading.Thread(target=lambda: got.update(code=hold_outputs(tmp_path, lambda: 7)))
+    thread.start()
+    thread.join(30)
+    assert got == {"code": 7} and not os.path.lexists(tmp_path / HOLD_MARKER)

@@ -47,14 +47,20 @@ def _create_marker(path: Path) -> None:
 def hold_outputs(directory: Path, fallback: Callable[[], int]) -> int:
     """Creates `directory / HOLD_MARKER` and waits for FALLBACK_SIGNAL (normally it never comes: the parent
     kills this process). On the signal: removes the marker (nothing is held any more), then runs `fallback`
-    (write the outputs as files, rewrite the reports) and returns what it returns, the exit code.
-    Must run on the main thread (signal handlers and the wakeup descriptor are set there)."""
+    (write the outputs as files, rewrite the reports) and returns what it returns, the exit code. Runs on the
+    main thread (signal handlers and the wakeup descriptor are set there); where it cannot hold, `fallback`
+    runs at once."""
     marker = Path(directory) / HOLD_MARKER
-    r, w = os.pipe()
-    os.set_blocking(w, False)       # set_wakeup_fd requires it: a full pipe must not block a signal handler
-    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-    signal.signal(FALLBACK_SIGNAL, _noted)
-    _create_marker(marker)
+    try:
+        r, w = os.pipe()
+        os.set_blocking(w, False)   # set_wakeup_fd requires it: a full pipe must not block a signal handler
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        signal.signal(FALLBACK_SIGNAL, _noted)
+        _create_marker(marker)      # last: if anything before it failed, there is no marker
+    except (OSError, ValueError):
+        # no hold is possible (not the main thread, no descriptor left, the marker not creatable): the outputs
+        # go by file at once, as the fallback writes them; the parent sees an ordinary exit and reads that report
+        return fallback()
     while True:
         got = os.read(r, 512)       # blocks; each byte a caught signal's number, others are not ours
         if FALLBACK_SIGNAL in got:
