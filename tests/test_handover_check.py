@@ -425,6 +425,21 @@ def test_warm_planned_outputs_without_an_arena_abort_and_the_server_goes_on(warm
     assert warm.starts == starts
 
 
+def test_warm_a_lane_that_cannot_be_taken_sends_nothing(warm, task, trials, tmp_path):
+    """The lane is entered before the spec goes out: when it cannot be taken the server never saw the spec,
+    keeps running, and answers the next check (it would otherwise read that check's line as its go line)."""
+    case = Case(task, trials[:1], tmp_path)
+    spec, result = _spec(tmp_path, case.job, case.report)
+    starts = warm.starts
+
+    def no_lane():
+        raise TimeoutError("the lane was not free")
+    with pytest.raises(TimeoutError):
+        warm.hand_over_check(spec, result, 120, no_lane, lambda h: pytest.fail("no exchange"))
+    got = warm.hand_over_check(spec, result, 120, None, lambda h: {"abort": True})
+    assert got is None and warm.starts == starts
+
+
 def test_warm_a_report_refused_as_a_whole_needs_no_exchange(warm, task, trials, tmp_path):
     case = Case(task, trials[:1], tmp_path)
     case.report = dataclasses.replace(case.report, trials=case.report.trials * 2)
