@@ -405,3 +405,78 @@ def test_the_opener_start_reads_the_ready_line():
     assert proc.poll() is None
     opener.close()
     assert proc.poll() is not None
+
+
+# ---- through the real warm checker's process (cpu: it can make no arena, so planned outputs abort) ----------------
+
+class HonestHeld(FakeHeld):
+    """A held child whose outputs are AddReLU's references: asked for files, it writes them and the report that
+    names them (with the inputs' real digests), as the child's fallback does."""
+
+    def __init__(self, events, report_path, trials, task, outputs_dir):
+        super().__init__(events, report_path, trials)
+        self.task, self.outputs_dir = task, outputs_dir
+
+    def resume_for_files(self, timeout_s):
+        import torch
+
+        from kernelgym_gap.core import inputs as inputs_mod
+        from kernelgym_gap.core.tensor_file import output_name, write_tensor
+        self.events.append("resume_for_files")
+        outcomes = []
+        for t in self.trials:
+            ins = inputs_mod.make_trial_inputs(self.task, t, "cpu")
+            d = inputs_mod.digest(ins)
+            with torch.no_grad():
+                write_tensor(self.outputs_dir / output_name("trial", t.index), self.task.reference(*ins))
+            outcomes.append(TrialOutcome(index=t.index, output_file=output_name("trial", t.index), launches=1,
+                                         programs=1, seconds=0.0, input_digest_before=d, input_digest_after=d))
+        self.report_path.write_text(ChildReport(status=Status.OK, message="", trials=tuple(outcomes)).to_json())
+        return types.SimpleNamespace(returncode=0, stderr_tail="", timed_out=False)
+
+
+@pytest.fixture(scope="module")
+def warm_cpu():
+    from kernelgym_gap.api.warm import WarmChecker
+    with WarmChecker(device="cpu") as w:
+        yield w
+
+
+def _real_evaluation(task, trials, tmp_path, warm_cpu, report):
+    ev = Evaluation(task, b"", "triton", backend_info("cpu"), CONFIG, checker=warm_cpu,
+                    placement=Placement(lane_dir=None, scratch_root=str(tmp_path)))
+    out_dir = tmp_path / "outputs"
+    out_dir.mkdir()
+    ev.job = Job(task_id=task.id, dsl="triton", backend="cpu", source_file="/s.py", outputs_dir=str(out_dir),
+                 report_file=str(tmp_path / "report.json"), trials=tuple(trials), timing=None,
+                 outputs_by_handle=True)
+    ev.trials = tuple(trials)
+    (tmp_path / "report.json").write_text(report.to_json())
+    events = []
+    held_child = HonestHeld(events, tmp_path / "report.json", trials, task, out_dir)
+    ev.child = FakeChild(outcome=types.SimpleNamespace(layers=()), report=report, held=held_child)
+    ev._opener = FakeOpener(events)
+    return ev, events
+
+
+def test_the_real_warm_checker_without_an_arena_aborts_and_checks_the_childs_files(task, trials, tmp_path,
+                                                                                     warm_cpu):
+    ev, events = _real_evaluation(task, trials, tmp_path, warm_cpu, _report(trials))
+    result = ev.check()
+    assert result.status is Status.OK and result.trials_checked == len(trials), result.message
+    assert events.index("resume_for_files") < events.index("kill")
+    assert ev.flags == [f"{handover.FLAG}: the checker allocated no arena for the planned outputs"]
+    assert "check_handover" in ev.latency
+
+
+def test_the_real_warm_checker_judges_a_refused_record_after_the_child_is_killed(task, trials, tmp_path, warm_cpu):
+    wrong = dataclasses.replace(_record(trials[0]), dtype="int8", nbytes=_record(trials[0]).nbytes // 4 or 1)
+    from kernelgym_gap.core import inputs as inputs_mod
+    d = inputs_mod.digest(inputs_mod.make_trial_inputs(task, trials[0], "cpu"))
+    report = _report(trials[:1])
+    report = dataclasses.replace(report, trials=(dataclasses.replace(
+        report.trials[0], output_handle=wrong, input_digest_before=d, input_digest_after=d),))
+    ev, events = _real_evaluation(task, trials[:1], tmp_path, warm_cpu, report)
+    result = ev.check()
+    assert result.status is Status.WRONG_DTYPE, result.message
+    assert events == ["kill"] and not ev.flags      # nothing to copy: killed, then judged; no fallback
