@@ -26,6 +26,7 @@ from kernelgym_gap.engine.stages import TrustedCheck
 from kernelgym_gap.engine.trials import make_trials
 from kernelgym_gap.judge import ipc_records, opener_client
 from kernelgym_gap.judge.ipc_records import OutputKey, OutputKind, Plan, Planned
+from kernelgym_gap.judge.opener import SchemaError
 from kernelgym_gap.judge.opener_client import CopyResult, HandOver, OpenerFailed
 
 CONFIG = EvalConfig(seeds_per_shape=1, hand_over_outputs=True)
@@ -211,7 +212,8 @@ def test_the_final_hold_takes_the_checks_shared_lane(task, trials, tmp_path, wir
     assert taken == ["shared"] and "lane_cover" not in events
 
 
-@pytest.mark.parametrize("why", [OpenerFailed("the opener died"), OpenerFailed("no IPC", unsupported=True)])
+@pytest.mark.parametrize("why", [OpenerFailed("the opener died"), OpenerFailed("no IPC", unsupported=True),
+                                 SchemaError("copies[0].nbytes must be a positive int")])
 def test_an_opener_failure_aborts_asks_the_child_for_files_and_checks_them_flagged(task, trials, tmp_path, wire, why):
     events = []
     wire.fail = why
@@ -224,7 +226,7 @@ def test_an_opener_failure_aborts_asks_the_child_for_files_and_checks_them_flagg
     assert ipc_records.record_count(ev.child.report) == 0      # the re-read report names files
     assert held_child.killed
     assert len(ev.flags) == 1 and ev.flags[0].startswith(f"{handover.FLAG}: ")
-    assert ("CUDA IPC unsupported" in ev.flags[0]) == why.unsupported
+    assert ("CUDA IPC unsupported" in ev.flags[0]) == getattr(why, "unsupported", False)
 
 
 def test_a_child_that_does_not_write_its_files_when_asked_is_a_protocol_error(task, trials, tmp_path, wire):

@@ -155,6 +155,8 @@ class Exchange:
                              arena.get("offset", 0))
         except OpenerFailed as e:
             return self._abort(f"{'CUDA IPC unsupported: ' if e.unsupported else ''}{str(e)[:300]}")
+        except ValueError as e:         # opener.SchemaError: the plan breaks the request's schema, our bug
+            return self._abort(f"the opener's request was refused before sending ({str(e)[:200]})")
         finally:
             self.opener.close()         # one opener per evaluation: never reused
         if done.arena_error is not None:
