@@ -270,7 +270,10 @@ _HOLDING_CHILD = textwrap.dedent("""
         # SIGUSR1 reaches a thread other than the main one (torch's threads do not block it)
         threading.Thread(target=threading.Event().wait, daemon=True).start()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
-    sys.exit(run.finish(Status.OK, "", trials=tuple(run.outcomes), timings=(t._timing("recheck_9.tensor"),)))
+    before = signal.getsignal(signal.SIGUSR1)
+    code = run.finish(Status.OK, "", trials=tuple(run.outcomes), timings=(t._timing("recheck_9.tensor"),))
+    assert signal.getsignal(signal.SIGUSR1) is before, "the hold left its handler installed"
+    sys.exit(code)
     """)
 
 

@@ -54,8 +54,8 @@ def hold_outputs(directory: Path, fallback: Callable[[], int]) -> int:
     try:
         r, w = os.pipe()
         os.set_blocking(w, False)   # set_wakeup_fd requires it: a full pipe must not block a signal handler
-        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        signal.signal(FALLBACK_SIGNAL, _noted)
+        previous_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        previous = signal.signal(FALLBACK_SIGNAL, _noted)
         _create_marker(marker)      # last: if anything before it failed, there is no marker
     except (OSError, ValueError):
         # no hold is possible (not the main thread, no descriptor left, the marker not creatable): the outputs
@@ -67,6 +67,10 @@ def hold_outputs(directory: Path, fallback: Callable[[], int]) -> int:
             break
         if not got:                 # cannot happen while `w` is open here; never spin on it
             raise RuntimeError("the hold's wakeup pipe closed")
+    # as they were: the integrity snapshots compare the signal handlers, and the fallback's failure report
+    # (a write that failed) must not read our own handler as the submission's
+    signal.signal(FALLBACK_SIGNAL, previous)
+    signal.set_wakeup_fd(previous_fd)
     try:
         marker.unlink()
     except FileNotFoundError:
