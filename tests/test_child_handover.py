@@ -408,3 +408,15 @@ def test_where_no_hold_can_be_set_up_the_outputs_go_by_file_at_once(tmp_path):
     thread.start()
     thread.join(30)
     assert got == {"code": 7} and not os.path.lexists(tmp_path / HOLD_MARKER)
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_the_jobs_flag_reaches_the_childs_held_outputs(tmp_path, flag):
+    from kernelgym_gap.child.run import ChildRun
+    from kernelgym_gap.core.record import Job, Trial
+    job = Job(task_id="kernelgym_gap/AddReLU-v0", dsl="triton", backend="cuda", source_file=str(tmp_path / "s.py"),
+              outputs_dir=str(tmp_path), report_file=str(tmp_path / "report.json"),
+              trials=(Trial(0, (8,), "float32", 1, "normal", "public"),), timing=None,
+              held_device_bytes=1 << 20, outputs_by_handle=flag)
+    run = ChildRun(job)
+    assert run.held.by_handle is flag and run.held.device_budget_bytes == 1 << 20 and run.checkpoint_report is None
