@@ -156,6 +156,8 @@ def test_copied_correct_outputs_are_judged_ok_from_the_arena_and_the_arena_is_fr
     assert [r[:2] for r in line["handover"]["planned"]] == (
         [["trial", t.index] for t in trials] + [["recheck", t.index] for t in timed])
     assert len(case.arenas) == 1 and case.arenas[0].freed == 1
+    # the references made for the plan are outside the check's parts: counted apart, not lost
+    assert result.seconds["handover_references"] > 0 and "compare" in result.seconds
 
 
 def test_the_arena_is_the_plans_size(task, trials, tmp_path):
@@ -235,6 +237,7 @@ def test_a_report_refused_as_a_whole_is_the_result_at_once_with_no_arena(task, t
     case.report = dataclasses.replace(case.report, timings=(twice,) * 3)   # 5 records for 2 trials, 0 timed
     result = case.run(lambda: pytest.fail("no go line is read"))
     assert result.status is Status.PROTOCOL_ERROR and "more than the job's 2 trials" in result.message
+    assert "handover_references" in result.seconds
     assert case.sent == [] and case.arenas == []
 
 

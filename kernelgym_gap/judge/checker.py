@@ -18,8 +18,10 @@ next CHECK.json with `"early": true` starts from them, any other drops them, and
 Only the protocol goes to the real stdout: anything else the process prints goes to stderr."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -34,6 +36,7 @@ from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.judge import kernelbench_check, lowbit, scaled_tolerance
 from kernelgym_gap.judge.output_rules import (dtype_problem, max_output_bytes, oversize_message, recheck_what,
                                               shape_problem, trial_what)
+from kernelgym_gap.judge.arena import device_arena
 from kernelgym_gap.judge.check_parts import Parts
 from kernelgym_gap.judge.early_prefetch import early_line
 from kernelgym_gap.judge.failure_text import counted, first_bad, samples_text
@@ -304,7 +307,9 @@ def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, 
     the plan needs (the trials', and the handed-over rechecks', kept for the check), the plan, the exchange,
     and the check of its views and verdicts. None when the parent aborted (it checks again by files) or went
     away. A report refused as a whole is the result at once, with no arena. `arena_factory` is the caller's
-    (the loop's: judge/arena.device_arena; a test's: a host tensor), never a spec's or the environment's."""
+    (the loop's: judge/arena.device_arena; a test's: a host tensor), never a spec's or the environment's. The
+    references' and the plan's seconds, outside the check's parts, are the result's `handover_references`."""
+    made = time.perf_counter()
     rechecks = tuple(s.recheck_trial for s in report.timings
                      if s.recheck_output_handle is not None and s.recheck_trial is not None)
     ready = precompute(task, job, device, extra=rechecks)
@@ -313,10 +318,12 @@ def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, 
         ins = None if trial.index in ready else inputs_mod.make_trial_inputs(task, trial, device)
         return tuple((ready[trial.index][1] if ins is None else _reference(task, ins)).shape)
     plan = plan_outputs(job, report, task, shape)
+    seconds = {"handover_references": round(time.perf_counter() - made, 6)}
     if isinstance(plan, ReportRefused):
-        return CheckResult(status=plan.status, message=plan.message, trials_checked=0)
+        return CheckResult(status=plan.status, message=plan.message, trials_checked=0, seconds=seconds)
     with handed_over(spec_path, plan, device, send, receive, arena_factory) as handed:
-        return None if handed is None else check(task, job, report, device, ready, handed=handed)
+        result = None if handed is None else check(task, job, report, device, ready, handed=handed)
+    return result and dataclasses.replace(result, seconds={**result.seconds, **seconds})
 
 
 def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None, handover=None) -> bool:
@@ -325,8 +332,8 @@ def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None,
     output files are read first (judge/prefetch.py), then `before_lane(files read)` tells the parent, which
     takes the GPU's shared lane and answers; it returns False when the parent went away (no check then).
     `early`: the files read while the child timed (`_early_read`), used when the spec says `"early": true`.
-    `handover(spec_path, task, job, report, device)`: `run_handover` bound to the loop's protocol, for a spec
-    with `"handover": true`. False when nothing is to be answered (an abort), else True."""
+    `handover`: the loop's (send, receive) for a spec with `"handover": true` (`run_handover`, with the device's
+    own arena). False when nothing is to be answered (an abort), else True."""
     import json
     from kernelgym_gap.core.registry import find_task
     spec = json.loads(Path(spec_path).read_text())
@@ -336,7 +343,7 @@ def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None,
     if spec.get("handover"):        # only the warm loop's parent asks for it; anyone else gets an error
         if handover is None:
             raise ValueError("a check spec with handover is answered only by the warm checker's loop")
-        result = handover(spec_path, task, job, report, spec["device"])
+        result = run_handover(spec_path, task, job, report, spec["device"], *handover, device_arena)
         if result is not None:
             Path(spec["result"]).write_text(result.to_json())
         return result is not None
@@ -395,7 +402,8 @@ def serve(device: str = "cuda", stdin=None) -> int:
             continue
         held, early = early, None
         try:
-            answered = _check_spec(path, told_go(proto, stdin, path), held, _handover(proto, stdin))
+            answered = _check_spec(path, told_go(proto, stdin, path), held,
+                                   (lambda obj: proto.write(json.dumps(obj) + "\n"), stdin.readline))
         except BaseException:  # noqa: BLE001 - reported to the parent, then this process ends
             tb = traceback.format_exc()
             sys.stderr.write(tb)
@@ -408,17 +416,6 @@ def serve(device: str = "cuda", stdin=None) -> int:
         if answered:                                 # after an abort: nothing more for this spec
             proto.write(json.dumps({"spec": path, "ok": True}) + "\n")
     return 0
-
-
-def _handover(proto, stdin):
-    """`run_handover` on the loop's protocol channel and stdin, with the device's own arena."""
-    import json
-    from kernelgym_gap.judge.arena import device_arena
-
-    def run(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, device: str) -> CheckResult | None:
-        return run_handover(spec_path, task, job, report, device, lambda obj: proto.write(json.dumps(obj) + "\n"),
-                            stdin.readline, device_arena)
-    return run
 
 
 def main(argv=None) -> int:
