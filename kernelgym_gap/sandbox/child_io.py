@@ -10,7 +10,8 @@ from pathlib import Path
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import ChildReport
 from kernelgym_gap.core.registry import PROJECT_ROOT
-from kernelgym_gap.sandbox.process import ChildOutcome, SandboxConfig, child_env, run_sandboxed
+from kernelgym_gap.sandbox.held import HeldChild
+from kernelgym_gap.sandbox.process import ChildOutcome, SandboxConfig, SandboxedChild, child_env, run_sandboxed
 
 # Paths and driver settings a child needs to find Python packages and the CUDA driver; nothing else of the
 # parent's environment passes (no secrets, no tokens).
@@ -33,12 +34,28 @@ def backend_env(backend: str) -> dict[str, str]:
     return extra
 
 
+def _cold_argv(job_path) -> list[str]:
+    return [sys.executable, "-m", "kernelgym_gap.child.runner", str(job_path)]
+
+
 def cold_child(job_path, directory: Path, env: dict[str, str], sandbox: SandboxConfig,
                calls=()) -> ChildOutcome:
     """A child started for its job (not pre-started), run to its end under the sandbox (and its calls'
     deadlines, `calls`: the parent's Job.call_bounds)."""
-    return run_sandboxed([sys.executable, "-m", "kernelgym_gap.child.runner", str(job_path)], directory,
-                         child_env(directory, env), sandbox, calls)
+    return run_sandboxed(_cold_argv(job_path), directory, child_env(directory, env), sandbox, calls)
+
+
+def cold_child_held(job_path, directory: Path, env: dict[str, str], sandbox: SandboxConfig,
+                    calls=()) -> tuple[ChildOutcome, HeldChild | None]:
+    """cold_child with SandboxedChild.wait(hold=True) (the outputs handed over by handle): its outcome and, when
+    it was stopped rather than ended, its HeldChild (sandbox/held.py), which the caller must kill."""
+    child = SandboxedChild(_cold_argv(job_path), directory, child_env(directory, env), sandbox)
+    try:
+        outcome = child.wait(calls, hold=True)
+    except BaseException:
+        child.kill()                    # held before the error: nobody else has its HeldChild to kill it
+        raise
+    return outcome, child.held
 
 
 def last_lines(text: str, lines: int = 8) -> str:

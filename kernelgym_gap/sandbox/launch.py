@@ -19,9 +19,10 @@ from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import ChildReport, Job
 from kernelgym_gap.core.status import Status
-from kernelgym_gap.sandbox.child_io import backend_env, cold_child, read_report
+from kernelgym_gap.sandbox.child_io import backend_env, cold_child, cold_child_held, read_report
 from kernelgym_gap.sandbox import disk
 from kernelgym_gap.sandbox.deadlines import call_bounds
+from kernelgym_gap.sandbox.held import HeldChild
 from kernelgym_gap.sandbox.exposure import check_task_readable
 from kernelgym_gap.sandbox.prestart import ChildSpec
 from kernelgym_gap.sandbox.probe import CompileProbe, probe_env, probe_trials
@@ -69,6 +70,9 @@ class ChildResult:
     cover_error: str | None = None      # one the follow-up probe found (launched specializations it missed)
     probe_inconclusive: str | None = None
     latency: dict[str, float] = dataclasses.field(default_factory=dict)
+    # Job.outputs_by_handle: the child stopped, not ended (outcome.held): the caller kills it (HeldChild.kill)
+    # or has it write its files (resume_for_files); Launcher.close kills it whatever happened
+    held: HeldChild | None = None
 
 
 class Launcher:
@@ -83,6 +87,7 @@ class Launcher:
                         else Path(tempfile.mkdtemp(prefix="kgg-eval-", dir=spec.scratch_root)))
         (self.scratch / "outputs").mkdir(exist_ok=True)
         self.probe_dir: Path | None = None
+        self.held: HeldChild | None = None
 
     def run(self, job: Job, source: str) -> ChildResult:
         # each call's stage deadline, computed here (the child only says which call runs)
@@ -90,13 +95,20 @@ class Launcher:
         probe = self._start_probe(job, source)
         job_path = self.scratch / "job.json"
         job_path.write_text(job.to_json())
-        outcome = self.pre.run(job_path, job.call_bounds) if self.pre is not None else None
-        if outcome is None:
+        hold = job.outputs_by_handle
+        outcome = self.pre.run(job_path, job.call_bounds, hold=hold) if self.pre is not None else None
+        if outcome is not None:
+            self.held = self.pre.child.held
+        else:
             sandbox = self.spec.sandbox
             if self.pre is not None:        # it died while it waited: a cold child in the same scratch, as its uid
                 self.pre.reset_scratch()
                 sandbox = dataclasses.replace(sandbox, uid=self.pre.child.uid)
-            outcome = cold_child(job_path, self.scratch, dict(self.spec.env), sandbox, job.call_bounds)
+            if hold:
+                outcome, self.held = cold_child_held(job_path, self.scratch, dict(self.spec.env), sandbox,
+                                                     job.call_bounds)
+            else:
+                outcome = cold_child(job_path, self.scratch, dict(self.spec.env), sandbox, job.call_bounds)
         if self.pool is not None:
             self.pool.refill(self.spec)     # the next child's imports overlap this evaluation's check
         latency = {"child": outcome.wall_s}
@@ -116,7 +128,8 @@ class Launcher:
             # a probe is the same submission: its disk counts against the evaluation's quota (disk.py)
             outcome = dataclasses.replace(outcome, limits_hit=(*outcome.limits_hit, "scratch_quota"))
         return ChildResult(outcome=outcome, report=report, report_error=report_error, probe_error=probe_error,
-                           cover_error=cover_error, probe_inconclusive=probe.inconclusive if probe is not None else None, latency=latency)
+                           cover_error=cover_error, probe_inconclusive=probe.inconclusive if probe is not None else None,
+                           latency=latency, held=self.held)
 
     def _start_probe(self, job: Job, source: str):
         """The cpu backend's compile probe, started beside the main child: its own directory and uid (the
@@ -133,6 +146,8 @@ class Launcher:
         return probe
 
     def close(self, keep: bool = False) -> None:
+        if self.held is not None:
+            self.held.kill()                # a held child the engine forgot (a no-op once it ended)
         if self.pre is not None:
             self.pre.kill()                 # a no-op once they ran; ends them if something raised first
         if not keep:

@@ -100,13 +100,14 @@ class PrestartedChild:
         return (self.child.alive() and (self.probe is None or self.probe.alive())
                 and self.idle_s < MAX_IDLE_S)
 
-    def run(self, job_path: Path, calls=()) -> ChildOutcome | None:
-        """Hands the child its job and waits under the deadline (and the calls' deadlines, `calls`); None
-        when it had died while it waited (the caller then runs a cold child; `reset_scratch` first)."""
+    def run(self, job_path: Path, calls=(), hold: bool = False) -> ChildOutcome | None:
+        """Hands the child its job and waits under the deadline (and the calls' deadlines, `calls`; `hold`:
+        SandboxedChild.wait's, the held child then in `self.child.held`); None when it had died while it
+        waited (the caller then runs a cold child; `reset_scratch` first)."""
         if not self.child.send_line(str(job_path)):
             self.child.kill()
             return None
-        return self.child.wait(calls)
+        return self.child.wait(calls, hold=hold)
 
     def reset_scratch(self) -> None:
         """Empties what the dead child's imports may have written (its uid owned it), keeping the job."""

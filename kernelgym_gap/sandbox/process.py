@@ -42,11 +42,15 @@ from pathlib import Path
 from kernelgym_gap.sandbox.cgroup import ChildCgroups
 from kernelgym_gap.sandbox.deadlines import CallWatch
 from kernelgym_gap.sandbox.isolation import bwrap_argv, choose_isolation, unshare_argv
+# the outcome record lives apart so that held.py can name it; its callers import it from here
+from kernelgym_gap.sandbox.outcome import ChildOutcome
 # the child's environment and scratch directory (scratch.py); child_env is read here by the callers too
 from kernelgym_gap.sandbox.scratch import child_env, prepare_scratch, scratch_usage  # noqa: F401
 from kernelgym_gap.core.config import SandboxConfig
 from kernelgym_gap.core.lane import FD_BASE, child_fds
 from kernelgym_gap.core.record import CALL_MARKER, IMPORT_MARKER, IMPORT_START_FD_ENV
+from kernelgym_gap.core.slowness import HOLD_MARKER
+from kernelgym_gap.sandbox import held as _held
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,29 +63,6 @@ class ChildSandbox(SandboxConfig):
 
     def __new__(cls, *args, **kwargs):      # lane_dir is this type's own field (SandboxConfig refuses it)
         return object.__new__(cls)
-
-
-@dataclasses.dataclass(frozen=True)
-class ChildOutcome:
-    returncode: int | None
-    signal: str | None
-    timed_out: bool
-    wall_s: float
-    stdout_tail: str
-    stderr_tail: str
-    output_bytes: int                   # total bytes the child wrote to stdout+stderr
-    layers: tuple[str, ...]
-    limits_hit: tuple[str, ...] = ()    # "memory", "output", "scratch_quota", "pids"
-    memory_peak_bytes: int | None = None
-    pids_peak: int | None = None
-    forks_refused: int = 0
-    removed_from_scratch: int = 0       # symlinks / special files the sanitizer removed
-    stage_timeout: str | None = None    # "import": killed at the import's stage deadline (SandboxConfig.import_s)
-    #                                     "call": at a call's (sandbox/deadlines.py); stage_detail names it
-    stage_detail: str | None = None
-    # at a call's deadline: (the call's position in Job.call_bounds, its bound, the seconds it had run when
-    # the parent killed it: at least the bound), from the parent's clock (deadlines.CallWatch.overrun)
-    stage_overrun: tuple[int, float, float] | None = None
 
 
 class _TailReader(threading.Thread):
@@ -187,6 +168,11 @@ class SandboxedChild:
         self.started = time.monotonic()
         self.begun: float | None = None if stdin_pipe else self.started
         lane_fds: tuple[int, ...] = ()
+        # the numbers of the child's lane descriptors and their files' (device, inode): what a held child's lane
+        # descriptions are found by (held.take_lane); nothing of them is kept open here
+        self.lane_fds: tuple[int, int] | None = None
+        self.lane_ids: tuple[tuple[int, int], ...] = ()
+        self.held: _held.HeldChild | None = None
         # the import's start comes back as one byte on this pipe (core/record.py, IMPORT_START_FD_ENV)
         self._import_start, w = os.pipe()
         os.set_blocking(self._import_start, False)
@@ -200,6 +186,9 @@ class SandboxedChild:
                 lane_fds, lane_env = child_fds(lane_dir, config.gpu_devices[0] if gpu else 0,
                                                config.wall_s / 2)
                 env.update(lane_env)
+                if len(lane_fds) == 2:
+                    self.lane_fds = (lane_fds[0], lane_fds[1])
+                    self.lane_ids = tuple((st.st_dev, st.st_ino) for st in map(os.fstat, lane_fds))
             env[IMPORT_START_FD_ENV] = str(import_w)
             self.proc = subprocess.Popen(list(argv), cwd=scratch, env=env,
                                          stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
@@ -265,28 +254,42 @@ class SandboxedChild:
                 pass
         stats = self._cgroups.stats()
         self._cgroups.close()
+        if self.held is not None:
+            self.held._released()       # every process of it is dead: its lane descriptions go now
         return stats
 
     def kill(self) -> None:
-        """Ends a child that will not be waited for (a pre-started one never used)."""
+        """Ends a child that will not be waited for (a pre-started one never used, or a held one)."""
         if not self._ended:
             self._end()
 
-    def wait(self, calls=()) -> ChildOutcome:
+    def wait(self, calls=(), hold: bool = False) -> ChildOutcome:
         """`calls`: the parent's own copy of the job's call deadlines (Job.call_bounds), enforced from the
-        child's call marker (sandbox/deadlines.py)."""
-        if self._ended:
-            raise RuntimeError("this child was already waited for or killed")
-        config, scratch, proc = self.config, self.scratch, self.proc
+        child's call marker (sandbox/deadlines.py). `hold` (the outputs handed over by handle, Job.outputs_by_handle):
+        a child that writes the hold marker, or runs past a call's deadline, is stopped instead of ended and
+        returned with `held` (sandbox/held.py); `self.held` is then its HeldChild."""
+        if self._ended or self.held is not None:
+            raise RuntimeError("this child was already waited for, held or killed")
         start = self.begun if self.begun is not None else time.monotonic()
+        self._start = start
+        return self._finish(start + self.config.wall_s, calls, hold, import_watch=True)
+
+    def _finish(self, deadline: float, calls=(), hold: bool = False, import_watch: bool = False) -> ChildOutcome:
+        """The wait loop until `deadline` (monotonic), then the outcome: `wait`'s, and a held child's resumed
+        wait (HeldChild.resume_for_files, without the import's and calls' deadlines: both are past)."""
+        config, scratch, proc = self.config, self.scratch, self.proc
+        start = self._start
         limits_hit: list[str] = []
         timed_out = False
-        deadline = start + config.wall_s
         # the import's deadline counts from the child's import-start marker (core/record.py), not from `start`
-        import_pending, import_deadline = config.import_s is not None, None
+        import_pending, import_deadline = import_watch and config.import_s is not None, None
         stage_timeout = stage_detail = None
         call_watch = CallWatch(scratch / CALL_MARKER, calls) if calls else None
         next_quota = time.monotonic() + 1.0
+        stopped = False
+        # with hold the marker is on the step's path (the check waits for the stop): 0.02 s polls, not 0.1 s
+        # (measured marker to stop: median 0.073 s at 0.1 s, docs/journal.md 2026-12-06 23:17)
+        poll_s = 0.02 if hold else 0.1
         try:
             while True:
                 now = time.monotonic()
@@ -305,9 +308,12 @@ class SandboxedChild:
                     stage_detail = call_watch.overdue(now)
                     if stage_detail is not None:
                         timed_out, stage_timeout = True, "call"
+                        # held: its checkpoint's outputs live in its memory; one that died meanwhile is
+                        # killed as before (its stop found nothing of it alive)
+                        stopped = hold and self._stop(deadline)
                         break
                 try:
-                    proc.wait(timeout=min(0.1, deadline - now))
+                    proc.wait(timeout=min(poll_s, deadline - now))
                     break
                 except subprocess.TimeoutExpired:
                     pass
@@ -320,8 +326,17 @@ class SandboxedChild:
                         limits_hit.append("scratch_quota")
                         break
                     next_quota = time.monotonic() + 1.0
+                # lexists: never raises and follows no link. The marker is the hostile child's: a link, a
+                # directory or one written before (or without) the report only stops the child where it stands,
+                # which gives it nothing an exit at that moment would not; the report is still read, bounded
+                # and validated by the caller (child_io.read_report), and a held child is killed in the end.
+                if hold and os.path.lexists(scratch / HOLD_MARKER):
+                    if self._stop(deadline):
+                        stopped = True
+                        break
+                    hold = False        # it exited as it wrote the marker: waited to its end, stopped no more
         finally:
-            stats = self._end()
+            stats = self._cgroups.stats() if stopped else self._end()
         if self._over.is_set() and "output" not in limits_hit:
             limits_hit.append("output")
         if stats.get("oom_killed"):
@@ -343,6 +358,8 @@ class SandboxedChild:
             except ValueError:
                 sig = None
         r_out, r_err = self._readers
+        if stopped:
+            rc = sig = None                   # not ended: its readers keep draining, its cgroups stay
         return ChildOutcome(returncode=rc, signal=None if timed_out else sig, timed_out=timed_out,
                             wall_s=time.monotonic() - start, stdout_tail=r_out.text(),
                             stderr_tail=r_err.text(), output_bytes=self._total[0], layers=self.layers,
@@ -350,7 +367,21 @@ class SandboxedChild:
                             pids_peak=stats.get("pids_peak"), forks_refused=int(stats.get("forks_refused") or 0),
                             removed_from_scratch=removed, stage_timeout=stage_timeout,
                             stage_detail=stage_detail,
-                            stage_overrun=call_watch.overrun if stage_timeout == "call" else None)
+                            stage_overrun=call_watch.overrun if stage_timeout == "call" else None,
+                            held=stopped)
+
+    def _stop(self, deadline: float) -> bool:
+        """SIGSTOP every process of the child and take over its lane descriptions (HeldChild in `self.held`);
+        False when nothing of the child lived any more after the stop (it exited between the marker's check and
+        the SIGSTOP): everything is continued and the child ends as any other (an ordinary ending)."""
+        stopped = _held.stop_all(self)
+        if not _held.harness_alive(self):
+            _held.continue_all(self)
+            return False
+        skip = _held.wrappers(self)
+        lane = _held.take_lane(self, [p for p in stopped if p not in skip])
+        self.held = _held.HeldChild(self, deadline, lane)
+        return True
 
 
 def run_sandboxed(argv: Sequence[str], scratch: Path, env: dict[str, str], config: SandboxConfig,
