@@ -433,3 +433,41 @@ def test_a_prestarted_child_is_held_through_the_launcher_and_killed_by_its_close
     launcher.close()
     _wait_for(lambda: all(_dead(p) for p in procs), 2.0)
     assert _processes_with(token) == [] and result.held.ended
+
+
+HARNESS_HOLD = """
+import sys
+from pathlib import Path
+from kernelgym_gap.child.hold import hold_outputs
+
+def fallback():
+    Path("outputs/out0.bin").write_text("files")
+    return 3
+
+open("report.json", "w").write("{}")
+sys.exit(hold_outputs(Path("."), fallback))
+"""
+
+
+@pytest.mark.parametrize("ending", ["kill", "resume"])
+def test_the_harness_hold_and_the_parents_wait_fit_together(tmp_path, ending):
+    """The child's real hold (child/hold.py: the marker, then a wait for SIGUSR1 on a wakeup pipe) under the
+    sandbox: held on its marker; killed, or resumed into its fallback (files written, its exit code)."""
+    from kernelgym_gap.sandbox.child_io import backend_env
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "outputs").mkdir()
+    child = SandboxedChild([sys.executable, "-c", HARNESS_HOLD], scratch, child_env(scratch, backend_env("cpu")),
+                           SandboxConfig(wall_s=60.0))
+    out = child.wait(hold=True)
+    assert out.held, (out.returncode, out.stderr_tail[-2000:])
+    if ending == "kill":
+        procs = held_mod.members(child)
+        child.held.kill()
+        _wait_for(lambda: all(_dead(p) for p in procs), 2.0)
+        assert not (scratch / "outputs" / "out0.bin").exists()
+    else:
+        out = child.held.resume_for_files(30.0)
+        assert out.returncode == 3 and not out.timed_out, (out, out.stderr_tail[-2000:])
+        assert (scratch / "outputs" / "out0.bin").read_text() == "files"
+        assert not (scratch / HOLD_MARKER).exists()          # the harness removed it: nothing is held any more
