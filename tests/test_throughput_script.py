@@ -120,6 +120,18 @@ def test_every_lever_of_issue_35_is_a_variant_and_lands_on_its_config_field():
     assert both.timing.min_reps == config.timing.min_reps            # the rest of the timing untouched
 
 
+def test_the_hand_over_switch_is_a_variant_on_the_config():
+    """scripts/device_session.sh's handover step runs --variant hand_over_outputs=1 (issue 35's wiring)."""
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.placement import Placement
+    mod = _script()
+    assert mod.parse_variant("hand_over_outputs=1") == {"hand_over_outputs": True}
+    applied, placement = mod.apply_variant(EvalConfig(), mod.parse_variant("hand_over_outputs=1"))
+    assert applied.hand_over_outputs is True and placement == Placement()
+    with pytest.raises(SystemExit, match="0 or 1"):
+        mod.parse_variant("hand_over_outputs=yes")
+
+
 @pytest.mark.parametrize("bad,match", [("stop_rule=fixed", "spread"), ("graph_replay=yes", "0 or 1"),
                                        ("timed_shapes=two", "integer")])
 def test_a_bad_variant_value_is_refused_by_name(bad, match):
