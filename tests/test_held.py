@@ -471,3 +471,31 @@ def test_the_harness_hold_and_the_parents_wait_fit_together(tmp_path, ending):
         assert out.returncode == 3 and not out.timed_out, (out, out.stderr_tail[-2000:])
         assert (scratch / "outputs" / "out0.bin").read_text() == "files"
         assert not (scratch / HOLD_MARKER).exists()          # the harness removed it: nothing is held any more
+
+
+def test_a_kill_while_the_cover_waits_leaves_it_on_descriptions_of_its_own(tmp_path):
+    """kill() from another thread while lane_cover waits for another holder: the cover goes on with its own dups
+    (no closed or reused numbers), gets the lane once the other lets go, and nothing stays locked after it."""
+    lanes = tmp_path / "lanes"
+    child = _lane_child(tmp_path, lanes, SHARED)
+    assert child.wait(hold=True).held
+    other = Lane.open(lanes, 0)
+    other.acquire("shared")
+    got, errors = [], []
+
+    def cover():
+        try:
+            with child.held.lane_cover(timeout_s=20) as hold:
+                got.append(hold)
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+    t = threading.Thread(target=cover)
+    t.start()
+    time.sleep(0.3)
+    child.held.kill()
+    assert child.held.ended and not got
+    other.release()
+    other.close()
+    t.join(20)
+    assert errors == [] and got and got[0].mode == "exclusive"
+    assert _free(lanes, "exclusive") and _lane_fds_here(lanes) == []
