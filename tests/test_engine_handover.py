@@ -165,10 +165,11 @@ def _wire(monkeypatch, fake_plan):
     return state
 
 
-def _evaluation(task, trials, tmp_path, events, wire, handles=True, overdue=False, writes=True, rows=None):
+def _evaluation(task, trials, tmp_path, events, wire, handles=True, overdue=False, writes=True, rows=None,
+                lane_dir=None):
     checker = FakeWarmChecker(events, trials, rows)
     ev = Evaluation(task, b"", "triton", backend_info("cuda"), CONFIG, checker=checker,
-                    placement=Placement(lane_dir=None, scratch_root=str(tmp_path)))
+                    placement=Placement(lane_dir=lane_dir, scratch_root=str(tmp_path)))
     report_path = tmp_path / "report.json"
     ev.job = Job(task_id=task.id, dsl="triton", backend="cuda", source_file="/s.py", outputs_dir=str(tmp_path),
                  report_file=str(report_path), trials=tuple(trials), timing=None, outputs_by_handle=True)
@@ -244,6 +245,50 @@ def test_an_overdue_hold_is_checked_under_the_childs_lane_cover(task, trials, tm
     ev, _ = _evaluation(task, trials, tmp_path, events, wire, overdue=True)
     assert ev.check().status is Status.OK
     assert events.index("lane_cover") < events.index(("copies", 512)) < events.index("kill")
+
+
+def test_an_overdue_hold_without_the_childs_descriptions_takes_the_exclusive_lane_afresh(task, trials, tmp_path,
+                                                                                         wire, monkeypatch):
+    # HeldChild.lane_cover yields None when the child's lane descriptions were not taken (pidfd_getfd refused):
+    # the check must then hold the GPU's exclusive lane itself, never run with no lane at all
+    from kernelgym_gap.core.lane import Lane, LaneTimeout
+    lanes = tmp_path / "lanes"
+    lanes.mkdir()
+    events, seen = [], []
+    ev, _ = _evaluation(task, trials, tmp_path, events, wire, overdue=True, lane_dir=str(lanes))
+    exchange = handover.Exchange.__call__
+
+    def looking(self, line):        # during the copies: can anyone else take the lane, even shared?
+        with Lane.open(str(lanes), 0) as other:
+            try:
+                other.acquire("shared", 0.05)
+                other.release()
+                seen.append("free")
+            except LaneTimeout:
+                seen.append("held")
+        return exchange(self, line)
+    monkeypatch.setattr(handover.Exchange, "__call__", looking)
+    assert ev.check().status is Status.OK
+    assert seen == ["held"] and "lane_cover" in events
+
+
+def test_an_overdue_hold_whose_lane_cannot_be_taken_afresh_is_a_flagged_timeout(task, trials, tmp_path, wire,
+                                                                                 monkeypatch):
+    # the stopped child (here: another holder) keeps the lane: the cover gives up after COVER_WAIT_S, nothing
+    # is opened, the child is killed and the verdict is the flagged timeout
+    from kernelgym_gap.core.lane import Lane
+    monkeypatch.setattr(handover, "COVER_WAIT_S", 0.2)
+    lanes = tmp_path / "lanes"
+    lanes.mkdir()
+    events = []
+    ev, held_child = _evaluation(task, trials, tmp_path, events, wire, overdue=True, lane_dir=str(lanes))
+    with Lane.open(str(lanes), 0) as stopped_child:
+        stopped_child.acquire("shared")
+        verdict = TrustedCheck().run(ev)
+        stopped_child.release()
+    assert verdict.status is Status.TIMEOUT and "could not be taken" in verdict.message
+    assert held_child.killed and not any(isinstance(e, tuple) and e[0] == "copies" for e in events)
+    assert ev.flags and ev.flags[0].startswith(f"{handover.FLAG}: the lane could not be taken")
 
 
 def test_a_hung_child_whose_hand_over_fails_is_a_flagged_timeout(task, trials, tmp_path, wire):

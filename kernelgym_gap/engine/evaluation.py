@@ -179,11 +179,15 @@ class Evaluation:
         spec, result_path = handover.write_spec(self._private, job, self.child.report, self.backend.name)
         # at a call's deadline the hung kernel may still run: the child's own lane hold, made exclusive, covers
         # the check (nothing else times beside it); after its report, the check's usual shared lane
-        lane = held_child.lane_cover if overdue else (
+        lane = handover.overdue_cover(held_child, lane_dir, self.placement.gpu_index) if overdue else (
             lambda: held(lane_dir, self.placement.gpu_index, "shared", self.latency, "check_lane_wait"))
         t = time.perf_counter()
         try:
             result = self.checker.hand_over_check(spec, result_path, wall_s, lane, exchange)
+        except handover.HeldOutputsLost as e:     # the overdue cover could not be taken: nothing was opened
+            self.flags.append(f"{handover.FLAG}: {e.reason}")
+            held_child.kill()
+            raise
         finally:
             self.latency["check_handover"] = time.perf_counter() - t
             self.latency.update(exchange.latency)

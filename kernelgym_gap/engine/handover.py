@@ -12,6 +12,7 @@ the child is still alive, stopped, and the evaluation falls back to asking it fo
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -32,6 +33,11 @@ log = logging.getLogger(__name__)
 # when the child does, so this normally overlaps the child's whole run).
 OPENER_READY_S = 120.0
 FLAG = "outputs_ipc_fallback"
+# An overdue hold whose lane descriptions were not taken (sandbox/held.py: pidfd_getfd refused, or the child
+# replaced its descriptors): how long the check waits for the exclusive lane on fresh descriptors. A stopped
+# child that still holds the lane, in either mode, never lets it go, so the wait ends here and the hand-over
+# is given up (a flagged timeout) rather than run beside a lane we cannot prove is ours.
+COVER_WAIT_S = 30.0
 
 
 def applies(config: EvalConfig, backend: str, checker: Any, placement: Placement) -> bool:
@@ -183,6 +189,33 @@ def write_spec(private: Path, job: Any, report: Any, backend: str) -> tuple[Path
             "prefetch": True, "early": False, "handover": True}
     (private / "check_spec.json").write_text(json.dumps(spec))
     return private / "check_spec.json", result
+
+
+def overdue_cover(held_child: Any, lane_dir: str | None, gpu_index: int, wait_s: float | None = None):
+    """The lane for the check of a child held at a call's deadline (a zero-argument context manager factory, as
+    WarmChecker.hand_over_check takes): the child's own hold made exclusive (HeldChild.lane_cover), so the hung
+    kernel that may still run never overlaps another evaluation's timing. When the child's descriptions were not
+    taken and the GPU has lanes, the exclusive lane on fresh descriptors within `wait_s`, else HeldOutputsLost:
+    running the copies and the check with no lane could overlap another evaluation's exclusive timing (the
+    child may hold nothing, having let the lane go to compile)."""
+    from kernelgym_gap.core.lane import Lane, LaneTimeout, resolve
+
+    @contextlib.contextmanager
+    def cover():
+        with held_child.lane_cover() as got:
+            if got is not None or resolve(lane_dir) is None:
+                yield
+                return
+        with Lane.open(resolve(lane_dir), gpu_index) as fresh:
+            try:
+                fresh.acquire("exclusive", COVER_WAIT_S if wait_s is None else wait_s)
+            except LaneTimeout as e:
+                raise HeldOutputsLost(f"the lane could not be taken beside the stopped child ({e})") from None
+            try:
+                yield
+            finally:
+                fresh.release()
+    return cover
 
 
 class HeldOutputsLost(Exception):
