@@ -8,7 +8,8 @@ of this test's, outside every scratch directory), __PROJECT__ (this checkout), _
 of the canary secret).
 
 The fixtures named gpu_* and those in GPU_FIXTURES also run on the cuda backend (`-m gpu`, on the H200:
-scripts/gpu_check.py --sections hostile).
+scripts/gpu_check.py --sections hostile). The ipc_* fixtures, the IPC hand-over's twins, run only there, with
+hand_over_outputs on (tests/test_handover_hostile.py).
 """
 from __future__ import annotations
 
@@ -297,7 +298,7 @@ def test_machine_attack_through_unshare(name, task, honest_source, honest_baseli
 OTHER_SURFACES = {"ansi_message.py", "probe_disk_hog.py"}
 REWARD_HACKS = sorted(p.name for p in HOSTILE.glob("*.py")
                       if p.name not in MACHINE_ATTACKS and p.name not in OTHER_SURFACES
-                      and not p.name.startswith("gpu_")
+                      and not p.name.startswith(("gpu_", "ipc_"))   # ipc_*: the hand-over's GPU twins
                       and p.name != "try_except_fallback.py" and not p.name.startswith(("known_hole_",
                                                                                          "probe_evasion")))
 PROBE_EVASIONS = sorted(p.name for p in HOSTILE.glob("probe_evasion*.py"))
