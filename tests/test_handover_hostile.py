@@ -171,6 +171,25 @@ def test_the_exit_hook_rebinds_the_hold_after_the_last_verdict(hooked_child):
     assert run_mod.hold_outputs is twin["_exit_after_report"]
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.xfail(strict=True, reason="known hole: a submission that shadows a method of the child's "
+                   "HeldOutputs instance (found with gc) runs unwatched after each call's verdict and can replace "
+                   "the outputs kept for the checker (tests/fixtures/hostile/known_hole_held_instance_hook.py)")
+def test_known_hole_a_hook_on_the_held_outputs_instance_swaps_a_wrong_kernels_outputs(registry, monkeypatch):
+    """The hole the twins use, on the default path (hand-over off), on cpu: a kernel that copies its input,
+    its kept outputs replaced by torch's answer, scores ok. Fails (xpass) once the harness catches it."""
+    import test_hostile as cpu_suite
+    from kernelgym_gap.engine.pipeline import evaluate
+    from kernelgym_gap.sandbox import launch
+    monkeypatch.setattr(launch, "CompileProbe", cpu_suite._NoProbe)
+    task = dataclasses.replace(registry.get(TASK_ID), workloads={
+        **registry.get(TASK_ID).workloads,
+        "cpu": Workload(public=((16, 128), (5, 200)), heldout=((7, 96),), dtypes=("float32",))})
+    name = "known_hole_held_instance_hook.py"
+    record = evaluate(task, (HOSTILE / name).read_text(), "triton", "cpu", cpu_suite.config())
+    assert record.status.value in _expect_line(name), (record.status, record.message)
+
+
 # ------------------------------------------------------------------------------------------------- gpu
 
 @pytest.fixture(scope="module")
