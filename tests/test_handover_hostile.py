@@ -190,6 +190,49 @@ def test_known_hole_a_hook_on_the_held_outputs_instance_swaps_a_wrong_kernels_ou
     assert record.status.value in _expect_line(name), (record.status, record.message)
 
 
+def _report_by_handle_with_no_held_child(tmp_path, rechecks_only: bool):
+    """What ipc_exit_before_copy.py leaves when the parent finds it gone rather than held (sandbox/process.py's
+    wait sees the exit before, or without, the marker): an OK report naming outputs by handle, no HeldChild.
+    Evaluation.check (engine/evaluation.py) then calls `_hand_over` only for a held child and otherwise checks by
+    files: judge/checker.check on that report. `rechecks_only`: the trials' outputs went by file (their files
+    written, as over the device budget) and only the rechecks' by handle."""
+    import random
+
+    import test_handover_check as hc
+    from kernelgym_gap.core.tensor_file import write_tensor
+    from kernelgym_gap.engine.trials import make_trials
+    from kernelgym_gap.judge.checker import check
+    from kernelgym_gap.core.registry import default_registry
+    task = default_registry().get("AddReLU")
+    trials = make_trials(task, "cpu", EvalConfig(seeds_per_shape=1), random.Random(0))
+    case = hc.Case(task, trials[:2], tmp_path, timed=(hc._timed(trials[0], 0),))
+    report = case.report
+    if rechecks_only:
+        outcomes = []
+        for o in report.trials:
+            name = f"trial_{o.index}.tensor"
+            write_tensor(Path(case.job.outputs_dir) / name, hc._ref(task, next(t for t in trials if t.index == o.index)))
+            outcomes.append(dataclasses.replace(o, output_file=name, output_handle=None))
+        report = dataclasses.replace(report, trials=tuple(outcomes))
+    return check(task, case.job, report, "cpu")
+
+
+@pytest.mark.xfail(strict=True, reason="wiring hole (lead decides): a report naming outputs by handle whose child "
+                   "was not held is checked by files, where a trial's missing file reads as wrong_type "
+                   "('returned torch.Tensor, not exactly torch.Tensor'), not the design's protocol_error")
+def test_a_report_by_handle_whose_child_was_not_held_is_a_protocol_error(tmp_path):
+    result = _report_by_handle_with_no_held_child(tmp_path, rechecks_only=False)
+    assert result.status is Status.PROTOCOL_ERROR, (result.status, result.message)
+
+
+@pytest.mark.xfail(strict=True, reason="wiring hole (lead decides): with no held child, a recheck output named "
+                   "only by handle is skipped by the file check (judge/checker.py: `recheck_output_file is None "
+                   "and got is None: continue`), so the post-timing recheck is not judged and the result is ok")
+def test_a_recheck_by_handle_whose_child_was_not_held_is_not_skipped(tmp_path):
+    result = _report_by_handle_with_no_held_child(tmp_path, rechecks_only=True)
+    assert result.status is not Status.OK and result.trials_checked == 3, (result.status, result.trials_checked)
+
+
 # ------------------------------------------------------------------------------------------------- gpu
 
 @pytest.fixture(scope="module")
