@@ -61,7 +61,8 @@
 #                     (off; engine/handover.py): the light batch's 24 with the defaults and with the flag side by
 #                     side (--variant "" --variant hand_over_outputs=1): the verdicts must agree, and the flag's
 #                     records carry check_handover, check_handover_copies and outputs_handed (a record flagged
-#                     outputs_ipc_fallback fell back to files); the throughput rows in $OUT/handover/
+#                     outputs_ipc_fallback fell back to files); the throughput rows in $OUT/handover/; with
+#                     ENV_STEPS (e.g. Softmax,LayerNorm) also the warm env.step with and without the flag (the 4 s goal)
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
 #
@@ -288,6 +289,7 @@ for step in "$@"; do
       timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda \
         --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
         --variant "" --variant hand_over_outputs=1 \
+        ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant hand_over_outputs=1} \
         --out "$OUT/handover" 2>&1 | tee "$OUT/handover/log.txt" | tail -${TAIL:-24} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
