@@ -298,10 +298,12 @@ def test_file_outputs_beside_handed_ones_are_still_read(task, trials, tmp_path):
     assert result.status is Status.MISMATCH and result.trials_checked == 1
 
 
-def test_without_a_hand_over_a_handle_only_report_is_judged_as_before(task, trials, tmp_path):
-    """check() without `handed`: an outcome naming no file is wrong_type, as it always was."""
+def test_without_a_hand_over_a_handle_only_report_is_a_protocol_error(task, trials, tmp_path):
+    """check() without `handed`: an outcome naming a handle no hand-over brought (the child exited before it was
+    held, or forged the record) is protocol_error, not the wrong_type a missing file would read as."""
     case = Case(task, trials[:1], tmp_path)
-    assert check(task, case.job, case.report, "cpu").status is Status.WRONG_TYPE
+    result = check(task, case.job, case.report, "cpu")
+    assert result.status is Status.PROTOCOL_ERROR and "never handed over" in result.message
 
 
 # ---- the plan on the wire --------------------------------------------------------------------------------

@@ -172,12 +172,10 @@ def test_the_exit_hook_rebinds_the_hold_after_the_last_verdict(hooked_child):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.xfail(strict=True, reason="known hole: a submission that shadows a method of the child's "
-                   "HeldOutputs instance (found with gc) runs unwatched after each call's verdict and can replace "
-                   "the outputs kept for the checker (tests/fixtures/hostile/known_hole_held_instance_hook.py)")
-def test_known_hole_a_hook_on_the_held_outputs_instance_swaps_a_wrong_kernels_outputs(registry, monkeypatch):
-    """The hole the twins use, on the default path (hand-over off), on cpu: a kernel that copies its input,
-    its kept outputs replaced by torch's answer, scores ok. Fails (xpass) once the harness catches it."""
+def test_a_hook_on_the_held_outputs_instance_is_an_integrity_violation(registry, monkeypatch):
+    """The hole the twins used, on the default path (hand-over off), on cpu: a kernel that copies its input,
+    its kept outputs replaced by torch's answer, scored ok (a strict xfail until 2026-12-07); the harness's
+    instances are now checked with the snapshots (child/instances.py) and the shadow is named."""
     import test_hostile as cpu_suite
     from kernelgym_gap.engine.pipeline import evaluate
     from kernelgym_gap.sandbox import launch
@@ -185,9 +183,11 @@ def test_known_hole_a_hook_on_the_held_outputs_instance_swaps_a_wrong_kernels_ou
     task = dataclasses.replace(registry.get(TASK_ID), workloads={
         **registry.get(TASK_ID).workloads,
         "cpu": Workload(public=((16, 128), (5, 200)), heldout=((7, 96),), dtypes=("float32",))})
-    name = "known_hole_held_instance_hook.py"
+    name = "held_instance_hook.py"
     record = evaluate(task, (HOSTILE / name).read_text(), "triton", "cpu", cpu_suite.config())
     assert record.status.value in _expect_line(name), (record.status, record.message)
+    assert "HeldOutputs.add was shadowed on the instance" in record.message, record.message
+    assert record.reward == 0.0
 
 
 def _report_by_handle_with_no_held_child(tmp_path, rechecks_only: bool):
@@ -217,20 +217,17 @@ def _report_by_handle_with_no_held_child(tmp_path, rechecks_only: bool):
     return check(task, case.job, report, "cpu")
 
 
-@pytest.mark.xfail(strict=True, reason="wiring hole (lead decides): a report naming outputs by handle whose child "
-                   "was not held is checked by files, where a trial's missing file reads as wrong_type "
-                   "('returned torch.Tensor, not exactly torch.Tensor'), not the design's protocol_error")
 def test_a_report_by_handle_whose_child_was_not_held_is_a_protocol_error(tmp_path):
     result = _report_by_handle_with_no_held_child(tmp_path, rechecks_only=False)
     assert result.status is Status.PROTOCOL_ERROR, (result.status, result.message)
 
 
-@pytest.mark.xfail(strict=True, reason="wiring hole (lead decides): with no held child, a recheck output named "
-                   "only by handle is skipped by the file check (judge/checker.py: `recheck_output_file is None "
-                   "and got is None: continue`), so the post-timing recheck is not judged and the result is ok")
 def test_a_recheck_by_handle_whose_child_was_not_held_is_not_skipped(tmp_path):
+    # (the lead's fix, judge/checker.check: a record no hand-over brought is protocol_error, never skipped)
     result = _report_by_handle_with_no_held_child(tmp_path, rechecks_only=True)
-    assert result.status is not Status.OK and result.trials_checked == 3, (result.status, result.trials_checked)
+    assert result.status is Status.PROTOCOL_ERROR and "never handed over" in result.message, \
+        (result.status, result.message)
+    assert result.trials_checked == 2       # both trials judged from their files, then the recheck refused
 
 
 # ------------------------------------------------------------------------------------------------- gpu

@@ -39,7 +39,7 @@ from kernelgym_gap.judge.output_rules import (dtype_problem, max_output_bytes, o
 from kernelgym_gap.judge.arena import device_arena
 from kernelgym_gap.judge.check_parts import Parts
 from kernelgym_gap.judge.early_prefetch import early_line
-from kernelgym_gap.judge.failure_text import counted, first_bad, samples_text
+from kernelgym_gap.judge.failure_text import counted, first_bad, not_handed_over, samples_text
 from kernelgym_gap.judge.handover_check import ArenaFactory, Handed, handed_over
 from kernelgym_gap.judge.ipc_records import OutputKey, OutputKind, Refused, ReportRefused, plan_outputs
 from kernelgym_gap.judge.kernelbench_check import KERNELBENCH_TOL
@@ -265,6 +265,8 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
             if outcome.input_digest_after != outcome.input_digest_before:
                 raise _Fail(Status.INPUT_MUTATED, f"{what}: the submission modified its inputs", trial=trial)
             got = handed.pop(OutputKey(OutputKind.TRIAL, trial.index), None)
+            if got is None and outcome.output_handle is not None:
+                raise _Fail(Status.PROTOCOL_ERROR, not_handed_over(what))
             if outcome.output_type != "torch.Tensor" or (outcome.output_file is None and got is None):
                 raise _Fail(Status.WRONG_TYPE, f"{what}: returned {outcome.output_type}, not exactly torch.Tensor",
                             trial=trial)
@@ -282,6 +284,8 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
             trial = timing.recheck_trial
             key = OutputKey(OutputKind.RECHECK, trial.index) if trial is not None else None
             got = handed.pop(key, None)
+            if trial is not None and got is None and timing.recheck_output_handle is not None:
+                raise _Fail(Status.PROTOCOL_ERROR, not_handed_over(recheck_what(trial)))
             if trial is None or (timing.recheck_output_file is None and got is None):
                 continue
             parts.enter("inputs")

@@ -35,3 +35,11 @@ def samples_text(first_bad, indices: bool = True) -> str:
 def counted(n: int, total: int, what: str, public: bool) -> str:
     """`12 of 2048 elements (0.59%)`; for a held-out trial the share alone (the count tells the size)."""
     return f"{n} of {total} {what} ({n / total:.2%})" if public else f"{n / total:.2%} of the {what}"
+
+
+def not_handed_over(what: str) -> str:
+    """A report record naming an output kept on the device that no hand-over brought to this check (issue 35):
+    the child exited before it could be held, or forged the record. Never read as a missing file (that would
+    say wrong_type) nor skipped (a recheck skipped would leave the timed kernel unjudged)."""
+    return (f"{what}: the child reported an output handed over on the device, and it was never handed over "
+            f"(the child was not held for it)")
