@@ -24,6 +24,7 @@ import torch
 
 from conftest import FIXTURES
 from kernelgym_gap.child import timing
+from kernelgym_gap.child.instances import HarnessInstances
 from kernelgym_gap.child.lanes import ChildLane
 from kernelgym_gap.child.marks import CallMarks
 from kernelgym_gap.child.outputs import HeldOutputs
@@ -99,6 +100,15 @@ def timed_job(task_id: str, outside: bool, directory: Path) -> Job:
     return dataclasses.replace(job, call_bounds=call_bounds(job, SANDBOX))
 
 
+@pytest.fixture(autouse=True)
+def _no_snapshots(monkeypatch):
+    """run.py calls Integrity.violations through the class (child/instances.py: a shadow on the instance never
+    runs); the partial child here has no snapshots (nothing tampers), so its stand-in's own `violations` is
+    called instead, for these tests only."""
+    from kernelgym_gap.child import run as run_mod
+    monkeypatch.setattr(run_mod, "_VIOLATIONS", lambda integrity: integrity.violations())
+
+
 def partial_child(job: Job, task, entry, lane: ChildLane, phases: dict):
     """A ChildRun with what `timing_stages` uses: the job, task and entry, this lane, real call marks and
     held outputs in the job's directory, an adapter's launch log and no integrity snapshots (nothing here
@@ -112,7 +122,7 @@ def partial_child(job: Job, task, entry, lane: ChildLane, phases: dict):
     log = types.SimpleNamespace(reset=lambda: None, launches=1, max_programs=1, handed_bytes=0, side_stream=0,
                                 failed=0, notes=set())
     run.adapter = types.SimpleNamespace(streams=None, log=log)
-    run.integrity = types.SimpleNamespace(violations=lambda: [])
+    run.integrity = types.SimpleNamespace(violations=lambda: [], instances=HarnessInstances())
     run.outcomes, run.timings, run.common = [], (), {}
     run.t0 = time.perf_counter()
     return run
@@ -295,6 +305,8 @@ _HUNG_CHILD = textwrap.dedent("""
     from kernelgym_gap.core.record import Job
     from kernelgym_gap.core.registry import find_task
     t.cpu_timing(setattr)
+    from kernelgym_gap.child import run as run_mod
+    run_mod._VIOLATIONS = lambda integrity: integrity.violations()     # as t._no_snapshots does in a test
     job = Job.from_json(Path(sys.argv[2]).read_text())
     task = find_task(job.task_id, None)
     phases = {}

@@ -42,6 +42,17 @@ from kernelgym_gap.core.tensor_file import output_name
 # Everything used once the submission is loaded is bound here, before it: a name looked up in sys.modules
 # later could be the submission's replacement.
 
+# The methods of the harness's own instances that run after submission code, bound from their classes at import:
+# an instance attribute that shadows one (`held.add = f`, found with gc) is never what runs, and is reported by
+# the next check (child/instances.py). ChildRun's own are called as `ChildRun.verdict(self, ...)` for the same
+# reason.
+_VIOLATIONS = integ.Integrity.violations
+_HELD_ADD = HeldOutputs.add
+_HELD_WRITE = HeldOutputs.write
+_HELD_HANDED_OVER = HeldOutputs.handed_over
+_MARKS_BEGIN = CallMarks.begin
+_MARKS_END = CallMarks.end
+
 
 def _signal_import_start() -> None:
     """One byte on the pipe the parent handed over (core/record.py, IMPORT_START_FD_ENV), then closed, so the
@@ -100,7 +111,7 @@ class ChildRun:
         with self.lane.stage("shared"):
             done = self.run_trials()
         if done is None and self.job.timing is not None:
-            done = self.checkpoint()    # outside both lanes: a kernel killed while timed was checked everywhere
+            done = ChildRun.checkpoint(self)    # outside both lanes: a kernel killed while timed was checked everywhere
         if done is None and self.job.timing is not None:
             done = self.timing_stages()
         return self.wrap_up() if done is None else done
@@ -144,7 +155,21 @@ class ChildRun:
         integ.install_guards(job.backend)
         integ.watching()            # builds the recorder classes, so that they are in the snapshot
         self.integrity = integ.Integrity(self.adapter, task=self.task)
+        self.register_instances()
         self.phases["setup"] = time.perf_counter() - self.t0
+
+    def register_instances(self) -> None:
+        """The harness's instances this child holds, checked with the snapshots after every call (child/
+        instances.py): this run (and which objects it holds), its kept outputs, call marks, lane, DSL adapter
+        and launch log, and the snapshots themselves."""
+        reg = self.integrity.instances
+        reg.register("ChildRun", self, pinned=("held", "marks", "lane", "adapter", "integrity", "task", "job"))
+        reg.register("HeldOutputs", self.held)
+        reg.register("CallMarks", self.marks)
+        reg.register("ChildLane", self.lane)
+        reg.register(f"DSL adapter ({type(self.adapter).__qualname__})", self.adapter, pinned=("log",))
+        reg.register("DSL launch log", self.adapter.log)
+        reg.register("Integrity", self.integrity, pinned=("instances",))
 
     # -- reports ---------------------------------------------------------------------------------------------
     def finish(self, status: Status, message: str, **kw) -> int:
@@ -157,7 +182,7 @@ class ChildRun:
         if status is not Status.OK or not self.held.handles:
             write_report(self.report_path, report)
             return 0
-        write_report(self.report_path, self.held.handed_over(report))
+        write_report(self.report_path, _HELD_HANDED_OVER(self.held, report))
         return hold_outputs(self.report_path.parent, lambda: self.files_instead_of_handles(report))
 
     def files_instead_of_handles(self, report: ChildReport) -> int:
@@ -177,7 +202,7 @@ class ChildRun:
         return 0
 
     def fail(self, failure: Failure, **kw) -> int:
-        return self.finish(failure.status, failure.message, traceback=failure.traceback, **kw)
+        return ChildRun.finish(self, failure.status, failure.message, traceback=failure.traceback, **kw)
 
     def classify(self, exc: BaseException, where: str) -> Failure:
         return classify(exc, where, self.adapter, self.integrity, integ.WATCH)
@@ -185,16 +210,16 @@ class ChildRun:
     def verdict(self, where: str, watch=None, **kw) -> int | None:
         """The first integrity or library-compute problem after a stretch of submission code, as a report."""
         adapter = self.adapter
-        violations = self.integrity.violations()
+        violations = _VIOLATIONS(self.integrity)
         if adapter.log.side_stream:
             violations.append(f"{adapter.log.side_stream} kernel launch(es) went to a side stream, not the "
                               "harness's current stream")
         if violations:
-            return self.finish(Status.INTEGRITY_VIOLATION, f"{where}: " + "; ".join(violations),
+            return ChildRun.finish(self, Status.INTEGRITY_VIOLATION, f"{where}: " + "; ".join(violations),
                                integrity=tuple(violations), **kw)
         if watch is not None and watch.ops:
             failed = f" after {adapter.log.failed} failed kernel launch(es)" if adapter.log.failed else ""
-            return self.finish(Status.LIBRARY_COMPUTE,
+            return ChildRun.finish(self, Status.LIBRARY_COMPUTE,
                                f"{where}: the submission computed with torch outside its {self.job.dsl} kernel"
                                f"{failed}: {integ.describe_ops(watch.ops)}; the kernel must do the work "
                                "(allocation, views and copies are allowed)", **kw)
@@ -202,10 +227,10 @@ class ChildRun:
 
     def failed_stretch(self, exc: BaseException, where: str, watch, **kw) -> int:
         """The report after submission code raised: a violation it left first, else what it raised."""
-        done = self.verdict(where, watch, **kw)
+        done = ChildRun.verdict(self, where, watch, **kw)
         if done is not None:
             return done
-        return self.fail(self.classify(exc, where), integrity=tuple(self.integrity.violations()), **kw)
+        return self.fail(self.classify(exc, where), integrity=tuple(_VIOLATIONS(self.integrity)), **kw)
 
     # -- the submission's code -------------------------------------------------------------------------------
     def import_submission(self) -> int | None:
@@ -222,11 +247,11 @@ class ChildRun:
             with watch:
                 spec.loader.exec_module(module)
         except SyntaxError as e:
-            return self.finish(Status.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}")
+            return ChildRun.finish(self, Status.SYNTAX_ERROR, f"line {e.lineno}: {e.msg}")
         except BaseException as e:  # noqa: BLE001 - SystemExit from the submission is a runtime error too
             return self.fail(self.classify(e, where))
         self.phases["import"] = time.perf_counter() - t
-        done = self.verdict(where, watch)
+        done = ChildRun.verdict(self, where, watch)
         if done is not None:
             return done
         self.module = module
@@ -234,11 +259,11 @@ class ChildRun:
             self.entry = resolve_entry(module, self.task, self.job, self.device, integ)
         except BaseException as e:  # noqa: BLE001
             return self.fail(self.classify(e, f"while building {self.task.module_entry_point}"))
-        done = self.verdict("while building the submission's entry point")
+        done = ChildRun.verdict(self, "while building the submission's entry point")
         if done is not None:
             return done
         if not callable(self.entry):
-            return self.finish(Status.ENTRY_POINT_MISSING, f"{self.task.entry_point!r} is not a callable of the module")
+            return ChildRun.finish(self, Status.ENTRY_POINT_MISSING, f"{self.task.entry_point!r} is not a callable of the module")
         (self.report_path.parent / IMPORT_MARKER).touch()      # the parent's import deadline ends here
         return None
 
@@ -275,10 +300,10 @@ class ChildRun:
                  f"{trial.distribution} inputs, seed {trial.seed})")
         kw = dict(trials=tuple(self.outcomes), failed_trial=trial.index)
         if checkpoint_due(self.job.trials, len(self.outcomes), self.checkpointed, self.compiling_trials):
-            done = self.checkpoint()
+            done = ChildRun.checkpoint(self)
             if done is not None:
                 return done
-        self.marks.begin(len(self.outcomes))       # this trial's position in job.trials
+        _MARKS_BEGIN(self.marks, len(self.outcomes))       # this trial's position in job.trials
         first = self.job.compile_outside_lane and trial.index in self.compiling_trials
         start = time.perf_counter()
         try:
@@ -287,12 +312,12 @@ class ChildRun:
             if self.job.backend == "cuda":
                 torch.cuda.synchronize()
         except BaseException as e:  # noqa: BLE001
-            self.marks.end()                    # writing the report is not the call's time
+            _MARKS_END(self.marks)                    # writing the report is not the call's time
             return self.failed_stretch(e, where, watch, **kw)
         seconds = time.perf_counter() - start
         self.phases["correctness_calls"] += seconds
-        self.marks.end()
-        done = self.verdict(where, watch, **kw)
+        _MARKS_END(self.marks)
+        done = ChildRun.verdict(self, where, watch, **kw)
         if done is not None:
             return done
         launches, programs = adapter.log.launches, adapter.log.max_programs
@@ -302,7 +327,7 @@ class ChildRun:
             out_file = output_name("trial", trial.index)
             t_save = time.perf_counter()
             try:        # a host copy, written after the lanes (child/outputs.py)
-                self.held.add(out_file, out)
+                _HELD_ADD(self.held, out_file, out)
             except BaseException as e:  # noqa: BLE001 - a file over the size limit, memory
                 return self.fail(self.classify(e, f"{where}: while keeping its output for the checker"), **kw)
             self.phases["correctness_save"] += time.perf_counter() - t_save
@@ -314,7 +339,7 @@ class ChildRun:
             input_digest_before=before, input_digest_after=inputs_mod.digest(ins), output_aliases_input=aliases,
             output_type=output_type))
         if launches == 0:
-            return self.finish(Status.NO_KERNEL_LAUNCHED,
+            return ChildRun.finish(self, Status.NO_KERNEL_LAUNCHED,
                                f"the entry point returned without launching a {self.job.dsl} kernel (trial "
                                f"{trial.index}); the kernel must do the work", trials=tuple(self.outcomes),
                                failed_trial=trial.index)
@@ -332,10 +357,10 @@ class ChildRun:
         try:
             with self.lane.unlaned("checkpoint"):
                 t = time.perf_counter()
-                self.held.write()           # in handle mode the device copies are exported, not written
+                _HELD_WRITE(self.held)           # in handle mode the device copies are exported, not written
                 report = ChildReport(status=Status.OK, message=f"checkpoint after {len(self.outcomes)} trial(s)",
                                      phases=dict(self.phases), trials=tuple(self.outcomes), **self.common)
-                write_report(self.report_path.parent / CHECKPOINT_FILE, self.held.handed_over(report))
+                write_report(self.report_path.parent / CHECKPOINT_FILE, _HELD_HANDED_OVER(self.held, report))
                 self.checkpoint_report = report
                 # the writing alone, wherever it ran (the wait to take the lane back has its own key)
                 self.phases["checkpoint_write"] = self.phases.get("checkpoint_write", 0.0) + time.perf_counter() - t
@@ -349,18 +374,20 @@ class ChildRun:
         """Times the entry point (child/timing.py), a share of the calls watched (`timing_entry`); each timed
         shape's recheck inside its timing, or after it (`recheck_calls`) with recheck_outside_exclusive."""
         self.timing_watch = watched_entry, timing_ops = timing_entry(self.entry, integ)
+        # the timing's op counter is read after the timing's calls: checked with the rest (child/instances.py)
+        self.integrity.instances.register("timing op counter", timing_ops, pinned=("ops",))
         t = time.perf_counter()
         try:
             # one call mark per timed shape, after the correctness trials' (Job.call_bounds' order)
             self.timings = time_submission(self.task, self.job, watched_entry, self.adapter, self.held,
-                                           on_shape=lambda k: self.marks.begin(len(self.job.trials) + k),
+                                           on_shape=lambda k: _MARKS_BEGIN(self.marks, len(self.job.trials) + k),
                                            phases=self.phases)
         except BaseException as e:  # noqa: BLE001
-            self.marks.end()
+            _MARKS_END(self.marks)
             return self.failed_stretch(e, "while timing", timing_ops, trials=tuple(self.outcomes))
-        self.marks.end()
+        _MARKS_END(self.marks)
         self.phases["timing"] = time.perf_counter() - t
-        return self.verdict("while timing", timing_ops, trials=tuple(self.outcomes), timings=self.timings)
+        return ChildRun.verdict(self, "while timing", timing_ops, trials=tuple(self.outcomes), timings=self.timings)
 
     def recheck_calls(self) -> int | None:
         """Each timed shape's recheck after the exclusive stage (TimingConfig.recheck_outside_exclusive): the
@@ -373,25 +400,25 @@ class ChildRun:
 
         @contextlib.contextmanager
         def call_mark(k):
-            self.marks.begin(first + k)
+            _MARKS_BEGIN(self.marks, first + k)
             yield
-            self.marks.end()
+            _MARKS_END(self.marks)
 
         t = time.perf_counter()
         try:
             self.timings = recheck_timed(self.task, self.job, watched_entry, self.held, self.timings,
                                          call_mark=call_mark, phases=self.phases)
         except BaseException as e:  # noqa: BLE001
-            self.marks.end()
+            _MARKS_END(self.marks)
             # "while timing" as when the recheck runs inside it: the record reads the same either way
             return self.failed_stretch(e, "while timing", timing_ops, trials=tuple(self.outcomes))
         self.phases["recheck"] = time.perf_counter() - t
-        return self.verdict("while timing", timing_ops, trials=tuple(self.outcomes), timings=self.timings)
+        return ChildRun.verdict(self, "while timing", timing_ops, trials=tuple(self.outcomes), timings=self.timings)
 
     def write_outputs(self) -> int | None:
         """Writes the outputs held for the checker (child/outputs.py), outside both of the GPU's lanes."""
         try:
-            self.phases["outputs_write"] = self.held.write()
+            self.phases["outputs_write"] = _HELD_WRITE(self.held)
         except BaseException as e:  # noqa: BLE001 - a file over the size limit, a full scratch
             return self.fail(self.classify(e, "while writing the outputs for the checker"),
                              trials=tuple(self.outcomes), timings=self.timings)
@@ -408,13 +435,13 @@ class ChildRun:
         self.buffers.clear()
         with integ.submission_code():
             gc.collect()
-        done = self.verdict("after the last call", None, trials=tuple(self.outcomes), timings=timings)
+        done = ChildRun.verdict(self, "after the last call", None, trials=tuple(self.outcomes), timings=timings)
         if done is not None:
             return done
         # last: after the lanes, and after the submission's last code (its finalizers, just collected)
-        done = self.write_outputs()
+        done = ChildRun.write_outputs(self)
         if done is not None:
             return done
         notes = "; ".join(sorted(self.adapter.log.notes))
-        return self.finish(Status.OK, notes, trials=tuple(self.outcomes), timings=timings,
+        return ChildRun.finish(self, Status.OK, notes, trials=tuple(self.outcomes), timings=timings,
                            launched=compile_modes.launched_specs(self.adapter))

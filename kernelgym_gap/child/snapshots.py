@@ -24,6 +24,7 @@ import time
 import _thread
 
 from kernelgym_gap.child import guards, recorders
+from kernelgym_gap.child.instances import HarnessInstances
 from kernelgym_gap.dsl.watch import WATCH, WatchState
 
 _MISSING = object()
@@ -188,6 +189,8 @@ class Integrity:
         self._tables: dict = {}          # "module.name" -> (a harness module's dict/set/list, its copy)
         self._watch = WATCH
         self._watch_bindings: list = []
+        # the harness's own instances (child/instances.py): the caller registers them, checked with the rest
+        self.instances = HarnessInstances()
         self._cover_harness()
         for m in modules:
             # other modules: their functions and classes (their flags and counters change legitimately)
@@ -285,6 +288,7 @@ class Integrity:
         for label, mod in self._watch_bindings:
             if vars(mod).get("WATCH", _MISSING) is not self._watch:
                 found.append(f"{label}.WATCH was replaced")
+        found += self.instances.violations()
         found += [f"the submission {e}" for e in self._watch.events]
         return found[:50]
 

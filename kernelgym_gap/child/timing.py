@@ -41,8 +41,11 @@ from kernelgym_gap.core.tensor_file import output_name
 from kernelgym_gap.core.timing_stats import DEVICE_EXCESS, Readings, TimingReadings  # noqa: F401 (re-exported)
 # imported with this module, so that the snapshots taken before the submission loads cover it (docs/security.md)
 from kernelgym_gap.child.graph_timing import GraphReplay
+from kernelgym_gap.child.outputs import HeldOutputs
 # the bench is a leaf both sides import (device/bench.py); bound here too, where the snapshots watch it
 from kernelgym_gap.device.bench import SPIN_MS, Bench, Measurement, side_stream_suspected  # noqa: F401
+
+_HELD_ADD = HeldOutputs.add      # called right after a recheck call, before its verdict (child/instances.py)
 
 
 _nullcontext = contextlib.nullcontext     # bound before the submission loads, as every name used after it
@@ -189,7 +192,7 @@ def recheck_call(entry, trial, ins, held, call_mark=None) -> dict:
     name = None
     if type(out) is torch.Tensor:
         name = output_name("recheck", trial.index)
-        held.add(name, out)
+        _HELD_ADD(held, name, out)     # the class's, bound at import: a shadow on the instance never runs
     del out
     return dict(recheck_output_file=name, recheck_trial=recheck_of(trial) if name else None)
 
