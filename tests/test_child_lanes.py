@@ -160,7 +160,7 @@ def _checkpointing_child(child, phases, tmp_path):
     return run
 
 
-def test_a_checkpoint_between_calls_is_written_with_the_shared_lane_let_go(pair, tmp_path):
+def test_a_checkpoint_between_calls_is_written_with_the_shared_lane_let_go(pair, tmp_path, monkeypatch):
     """ChildRun.checkpoint (issue 38) writes held outputs between correctness calls: pure disk work, so an
     evaluation's timing that waits for the lane gets it during the write, and the child takes the lane back,
     behind that timing, before `checkpoint` returns (the next call starts only then), with the checkpoint
@@ -178,14 +178,16 @@ def test_a_checkpoint_between_calls_is_written_with_the_shared_lane_let_go(pair,
         time.sleep(0.3)
         other.release()
 
-    write = run.held.write
+    from kernelgym_gap.child import run as run_mod
+    write = run_mod._HELD_WRITE
 
-    def write_and_look():
+    def write_and_look(held):
         seen["timing_ran_during_the_write"] = took.wait(5)
         seen["holding"] = child.holding
-        return write()
+        return write(held)
 
-    run.held.write = write_and_look
+    # run.py calls HeldOutputs.write bound at import (child/instances.py: a shadow on the instance never runs)
+    monkeypatch.setattr(run_mod, "_HELD_WRITE", write_and_look)
     with child.stage("shared"):
         t = threading.Thread(target=timing)
         t.start()
@@ -217,16 +219,17 @@ def test_disk_work_never_breaks_the_timings_exclusive_hold_nor_runs_without_a_la
     assert ran == [None, "no lane"] and "checkpoint_unlaned" not in phases
 
 
-def test_a_checkpoint_that_fails_does_not_wait_to_take_the_lane_back(pair, tmp_path):
+def test_a_checkpoint_that_fails_does_not_wait_to_take_the_lane_back(pair, tmp_path, monkeypatch):
     """A failed write ends the child (its report says why): it does not queue for the lane first."""
     child, phases, other = pair
     run = _checkpointing_child(child, phases, tmp_path)
     failed = []
 
-    def full_disk():
+    def full_disk(held):
         raise OSError(28, "No space left on device")
 
-    run.held.write = full_disk
+    from kernelgym_gap.child import run as run_mod
+    monkeypatch.setattr(run_mod, "_HELD_WRITE", full_disk)     # what run.py calls (child/instances.py)
     run.fail = lambda failure, **kw: failed.append(failure) or 0
     run.classify = lambda exc, where: (where, exc)
     with child.stage("shared"):

@@ -119,10 +119,34 @@ def hooked_child(tmp_path, monkeypatch):
 
 
 def _final_report(run):
+    """The final report as the twin's hook rewrites it: the hook called on the instance, as the harness's own
+    `finish` did until 2026-12-07 (it now calls HeldOutputs.handed_over through the class and the instance check
+    names the shadow: `test_the_harness_never_runs_a_twins_hook`), for the parent's defences to be tested on."""
+    from kernelgym_gap.child.report_parts import write_report
     from kernelgym_gap.core.record import ChildReport
     assert run.checkpoint() is None
-    assert run.finish(Status.OK, "", trials=tuple(run.outcomes)) == 0
+    write_report(run.report_path, run.held.handed_over(ChildReport(status=Status.OK, message="",
+                                                                   trials=tuple(run.outcomes))))
     return run.report_path.read_text(), ChildReport
+
+
+@pytest.mark.parametrize("name", ["ipc_record_forgery.py", "ipc_oversize_extent.py", "ipc_records_huge.py"])
+def test_the_harness_never_runs_a_twins_hook(hooked_child, name):
+    """child/instances.py: the harness's checkpoint and finish call HeldOutputs.handed_over through the class, so
+    the report that goes out carries the genuine record, and the instance check names the shadow (in a real
+    child that check runs after the very call that installed it: integrity_violation)."""
+    from kernelgym_gap.child.instances import HarnessInstances
+    from kernelgym_gap.core.record import ChildReport
+    run, install = hooked_child
+    registry = HarnessInstances()
+    registry.register("HeldOutputs", run.held)
+    install(name)
+    assert registry.violations() == ["the harness's HeldOutputs.handed_over was shadowed on the instance "
+                                     "(HeldOutputs.handed_over is a function)"]
+    assert run.checkpoint() is None
+    assert run.finish(Status.OK, "", trials=tuple(run.outcomes)) == 0
+    sent = ChildReport.from_json(run.report_path.read_text()).trials[0].output_handle
+    assert sent == run.held.handles["trial_0.tensor"]
 
 
 def test_the_forgery_hook_rewrites_the_final_reports_record_and_the_parents_schema_refuses_it(hooked_child):

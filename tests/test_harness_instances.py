@@ -104,6 +104,7 @@ def partial_child(tmp_path):
     from kernelgym_gap.child.marks import CallMarks
     from kernelgym_gap.child.run import ChildRun
     from kernelgym_gap.child.snapshots import Integrity
+    from kernelgym_gap.dsl.base import StreamWatch
     run = ChildRun.__new__(ChildRun)
     run.report_path = tmp_path / "report.json"
     run.job, run.task, run.phases, run.common, run.t0 = None, None, {}, {}, time.perf_counter()
@@ -112,6 +113,7 @@ def partial_child(tmp_path):
     run.lane = ChildLane(None, None, run.phases)
     run.adapter = _SnapshotAdapter()
     run.adapter.log = type("Log", (), {"side_stream": 0, "failed": 0})()
+    run.adapter.streams = StreamWatch("cpu")
     run.integrity = Integrity(run.adapter)
     run.register_instances()
     return run
@@ -121,7 +123,8 @@ def test_a_childs_instances_are_registered_and_a_shadowed_verdict_is_caught_by_t
     from kernelgym_gap.child import run as run_mod
     run = partial_child
     labels = run.integrity.instances.labels()
-    for label in ("ChildRun", "HeldOutputs", "CallMarks", "ChildLane", "DSL launch log", "Integrity"):
+    for label in ("ChildRun", "HeldOutputs", "CallMarks", "ChildLane", "DSL launch log", "DSL stream watch",
+                  "Integrity"):
         assert label in labels
     assert run.integrity.instances.violations() == []   # (the whole check also sees pytest-timeout's timer)
     run.verdict = lambda *a, **k: None             # what childrun_verdict_shadow.py does from a call

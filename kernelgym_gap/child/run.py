@@ -167,8 +167,11 @@ class ChildRun:
         reg.register("HeldOutputs", self.held)
         reg.register("CallMarks", self.marks)
         reg.register("ChildLane", self.lane)
-        reg.register(f"DSL adapter ({type(self.adapter).__qualname__})", self.adapter, pinned=("log",))
+        reg.register(f"DSL adapter ({type(self.adapter).__qualname__})", self.adapter, pinned=("log", "streams"))
         reg.register("DSL launch log", self.adapter.log)
+        streams = getattr(self.adapter, "streams", None)    # the cuda side-stream watch (dsl/base.StreamWatch)
+        if streams is not None:
+            reg.register("DSL stream watch", streams)
         reg.register("Integrity", self.integrity, pinned=("instances",))
 
     # -- reports ---------------------------------------------------------------------------------------------
