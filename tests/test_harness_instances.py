@@ -82,7 +82,8 @@ def test_registering_twice_keeps_one_entry(tmp_path):
 
 def test_the_check_is_cheap(tmp_path):
     """It runs after every call: a registry the size of a real child's (eight instances) checks in well under
-    a tenth of a millisecond here (2-core machine, 2026-12-07: about 8 us; see docs/journal.md)."""
+    a millisecond (2-core machine at load 3, 2026-12-07: 33-38 us, 0.5% of the whole snapshot comparison's
+    7.3-8.3 ms; docs/journal.md). The bound is loose so a loaded CI machine does not fail it."""
     reg = HarnessInstances()
     for i in range(8):
         reg.register(f"held {i}", HeldOutputs(tmp_path, 1 << 20))
