@@ -169,6 +169,10 @@ FAMILIES: tuple[Row, ...] = (
     # C. not writing the kernel
     Row("C1", "library call for the main compute", "op recorder", H + "decoy_launched_torch.py", "library_compute",
         "library_compute", H200_1203),
+    Row("C1", "library compute in a finalizer (the kept output overwritten)", "the output's release and the last "
+        "collection run under the op recorders", H + "finalizer_overwrites_held.py",
+        "library_compute|integrity_violation", "library_compute|integrity_violation",
+        elsewhere="tests/test_hostile.py::test_reward_hack"),
     Row("C1", "library compute on raw pointers (ctypes + numpy)", "none yet: no op the recorders see",
         H + "known_hole_numpy_via_data_ptr.py", "library_compute", NA,
         xfail="open: compute through data_ptr() and ctypes bypasses the op recorders; needs a profiler's view "

@@ -334,9 +334,17 @@ class ChildRun:
             except BaseException as e:  # noqa: BLE001 - a file over the size limit, memory
                 return self.fail(self.classify(e, f"{where}: while keeping its output for the checker"), **kw)
             self.phases["correctness_save"] += time.perf_counter() - t_save
-        with integ.submission_code():
+        # The submission's finalizers, if any, run here: under the op recorders too (a finalizer that computed with
+        # torch and overwrote the host copy just kept scored ok: tests/fixtures/hostile/finalizer_overwrites_held.py),
+        # its verdict only when it recorded ops (the next call's verdict compares the snapshots anyway).
+        release = integ.watching()
+        with release:
             output_type = type_name_of(out)
-            out = None          # the submission's finalizers, if any, run watched
+            out = None
+        if release.ops:
+            done = ChildRun.verdict(self, f"{where}, as its output was released", release, **kw)
+            if done is not None:
+                return done
         self.outcomes.append(TrialOutcome(
             index=trial.index, output_file=out_file, launches=launches, programs=programs, seconds=seconds,
             input_digest_before=before, input_digest_after=inputs_mod.digest(ins), output_aliases_input=aliases,
@@ -435,10 +443,11 @@ class ChildRun:
         """The submission's leftovers collected under watch, a last check, the outputs written, and the ok
         report."""
         timings = self.timings
-        self.buffers.clear()
-        with integ.submission_code():
+        leftovers = integ.watching()        # their finalizers run watched, the op recorders included
+        with leftovers:
+            self.buffers.clear()            # the inputs the submission saw (it may have hooked their release)
             gc.collect()
-        done = ChildRun.verdict(self, "after the last call", None, trials=tuple(self.outcomes), timings=timings)
+        done = ChildRun.verdict(self, "after the last call", leftovers, trials=tuple(self.outcomes), timings=timings)
         if done is not None:
             return done
         # last: after the lanes, and after the submission's last code (its finalizers, just collected)
