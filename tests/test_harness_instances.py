@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelgym_gap.child.instances import HarnessInstances
+from kernelgym_gap.child.instances import HarnessInstances, register_child_run
 from kernelgym_gap.child.outputs import HeldOutputs
 
 
@@ -97,7 +97,7 @@ def test_the_check_is_cheap(tmp_path):
 
 @pytest.fixture
 def partial_child(tmp_path):
-    """A ChildRun with what `register_instances` and `verdict` use, built without `setup` (which installs the
+    """A ChildRun with what `register_child_run` and `verdict` use, built without `setup` (which installs the
     guards' audit hook for good: not in the test process): real held outputs, call marks, lane and snapshots,
     test_hostile's stand-in adapter."""
     from test_hostile import _SnapshotAdapter
@@ -116,7 +116,7 @@ def partial_child(tmp_path):
     run.adapter.log = type("Log", (), {"side_stream": 0, "failed": 0})()
     run.adapter.streams = StreamWatch("cpu")
     run.integrity = Integrity(run.adapter)
-    run.register_instances()
+    register_child_run(run)
     return run
 
 
@@ -137,3 +137,28 @@ def test_a_replaced_held_outputs_on_the_child_is_caught(partial_child, tmp_path)
     run = partial_child
     run.held = HeldOutputs(tmp_path, 1 << 20)
     assert "the harness's ChildRun.held was replaced" in run.integrity.violations()
+
+
+def test_torch_compute_in_a_finalizer_when_a_recheck_output_is_released_is_noted(tmp_path, monkeypatch):
+    """child/timing.recheck_call releases the recheck's output under the op recorders: a finalizer that computes
+    with torch there (to overwrite the copy just kept, as finalizer_overwrites_held.py does to a trial's) is a
+    WATCH event, i.e. an integrity violation at the timing's verdict. Before 2026-12-07 `del out` ran unwatched."""
+    import weakref
+
+    import torch
+
+    from kernelgym_gap.child import timing
+    from kernelgym_gap.core.record import Trial
+    from kernelgym_gap.dsl.watch import WATCH
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)     # cpu: nothing to wait for
+    monkeypatch.setattr(WATCH, "events", [])
+    held = HeldOutputs(tmp_path, 1 << 20)
+
+    def entry(x):
+        y = x + 0
+        weakref.finalize(y, lambda: torch.ones(3).sum())
+        return y
+    trial = Trial(index=0, shape=(4,), dtype="float32", seed=1, distribution="normal", split="public")
+    timing.recheck_call(entry, trial, (torch.zeros(4),), held)
+    assert len(WATCH.events) == 1 and "released a recheck's output" in WATCH.events[0], WATCH.events
+    assert len(held.held) == 1                      # the copy was kept before the release

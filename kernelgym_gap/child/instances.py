@@ -73,3 +73,20 @@ class HarnessInstances:
                 if own.get(name, _MISSING) is not value:
                     found.append(f"the harness's {label}.{name} was replaced")
         return found
+
+
+def register_child_run(run) -> None:
+    """The harness's instances a child/run.ChildRun holds, registered with its snapshots (`run.integrity`) once
+    they are taken: the run (and which objects it holds), its kept outputs, call marks, lane, DSL adapter, launch
+    log and stream watch, and the snapshots themselves. The timing's op counter is added when it is made."""
+    reg = run.integrity.instances
+    reg.register("ChildRun", run, pinned=("held", "marks", "lane", "adapter", "integrity", "task", "job"))
+    reg.register("HeldOutputs", run.held)
+    reg.register("CallMarks", run.marks)
+    reg.register("ChildLane", run.lane)
+    reg.register(f"DSL adapter ({type(run.adapter).__qualname__})", run.adapter, pinned=("log", "streams"))
+    reg.register("DSL launch log", run.adapter.log)
+    streams = getattr(run.adapter, "streams", None)    # the cuda side-stream watch (dsl/base.StreamWatch)
+    if streams is not None:
+        reg.register("DSL stream watch", streams)
+    reg.register("Integrity", run.integrity, pinned=("instances",))

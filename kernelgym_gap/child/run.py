@@ -23,6 +23,7 @@ from kernelgym_gap.child import compile_modes
 from kernelgym_gap.child import integrity as integ
 from kernelgym_gap.child.failure import Failure, classify
 from kernelgym_gap.child.hold import hold_outputs
+from kernelgym_gap.child.instances import register_child_run
 from kernelgym_gap.child.lanes import ChildLane
 from kernelgym_gap.child.marks import CallMarks
 from kernelgym_gap.child.outputs import HeldOutputs, checkpoint_due
@@ -155,24 +156,8 @@ class ChildRun:
         integ.install_guards(job.backend)
         integ.watching()            # builds the recorder classes, so that they are in the snapshot
         self.integrity = integ.Integrity(self.adapter, task=self.task)
-        self.register_instances()
+        register_child_run(self)         # its own instances, checked with the snapshots (instances.py)
         self.phases["setup"] = time.perf_counter() - self.t0
-
-    def register_instances(self) -> None:
-        """The harness's instances this child holds, checked with the snapshots after every call (child/
-        instances.py): this run (and which objects it holds), its kept outputs, call marks, lane, DSL adapter
-        and launch log, and the snapshots themselves."""
-        reg = self.integrity.instances
-        reg.register("ChildRun", self, pinned=("held", "marks", "lane", "adapter", "integrity", "task", "job"))
-        reg.register("HeldOutputs", self.held)
-        reg.register("CallMarks", self.marks)
-        reg.register("ChildLane", self.lane)
-        reg.register(f"DSL adapter ({type(self.adapter).__qualname__})", self.adapter, pinned=("log", "streams"))
-        reg.register("DSL launch log", self.adapter.log)
-        streams = getattr(self.adapter, "streams", None)    # the cuda side-stream watch (dsl/base.StreamWatch)
-        if streams is not None:
-            reg.register("DSL stream watch", streams)
-        reg.register("Integrity", self.integrity, pinned=("instances",))
 
     # -- reports ---------------------------------------------------------------------------------------------
     def finish(self, status: Status, message: str, **kw) -> int:
