@@ -65,6 +65,9 @@
 #                     ENV_STEPS (e.g. Softmax,LayerNorm) also the warm env.step with and without the flag (the 4 s goal)
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
+#   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
+#                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
+#                     E against do_bench on four optimized Triton solutions (~540 s)
 #
 # Run here, not on the device, once a call's files came back:
 #   merge-remeasure   FILES=<that remeasure call's files_at>: its gap study rows merged into CORPUS (default
@@ -291,6 +294,19 @@ for step in "$@"; do
         --variant "" --variant hand_over_outputs=1 \
         ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant hand_over_outputs=1} \
         --out "$OUT/handover" 2>&1 | tee "$OUT/handover/log.txt" | tail -${TAIL:-24} ;;
+    timing-release)
+      # docs/security.md (2026-12-07): the timed outputs let go under watch and the timing bench guarded
+      # (child/release.py). The two cuda fixtures and an honest kernel scored from the parent's summary (~3 min),
+      # then E against one do_bench of each kernel with the defaults (the kept outputs change which blocks the
+      # allocator hands out between repetitions; ~40 s a solution), FID_ONLY overriding the list
+      mkdir -p "$OUT/timing_release"
+      timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short tests/test_hostile.py \
+        -k "(test_gpu_hack and (bench_rep_shadow or finalizer_in_timing)) or test_gpu_an_honest_kernel_scores" \
+        2>&1 | tee "$OUT/timing_release/tests.txt" | tail -6
+      timeout $(( STEP_S - 250 )) python3 scripts/fidelity.py --kinds optimized --compile-for none \
+        --only "${FID_ONLY:-LayerNorm/triton_rowwise,Softmax/triton_rowwise,GELU/triton_blocked,RowSum/triton_tiled}" \
+        --deadline-s $(( STEP_S - 370 )) --variant "" --out "$OUT/timing_release" 2>&1 \
+        | tee "$OUT/timing_release/fidelity_log.txt" | tail -${TAIL:-20} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done

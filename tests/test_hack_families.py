@@ -95,6 +95,10 @@ FAMILIES: tuple[Row, ...] = (
     Row("A5", "harness patching (an instance's class swapped)", "the harness's instances keep their exact class",
         H + "held_class_swap.py", "integrity_violation", "integrity_violation",
         elsewhere="tests/test_hostile.py::test_reward_hack"),
+    Row("A5", "harness patching (the timing bench's instance)", "the bench checked after every timed call, "
+        "before the harness uses it again: a method shadowed on it, its class swapped or its pinned data (flush "
+        "buffer, config, spin) replaced is undone unrun and noted (child/release.py)",
+        H + "gpu_bench_rep_shadow.py", GPU_ONLY, "integrity_violation"),
     Row("A5", "harness patching, restored before return", "none in process (needs an out-of-process view)",
         H + "known_hole_watch_restored.py", "library_compute", NA,
         xfail="open: in-process state edited and put back is not seen",
@@ -173,6 +177,9 @@ FAMILIES: tuple[Row, ...] = (
         "collection run under the op recorders", H + "finalizer_overwrites_held.py",
         "library_compute|integrity_violation", "library_compute|integrity_violation",
         elsewhere="tests/test_hostile.py::test_reward_hack"),
+    Row("C1", "library compute in a finalizer of a timed output", "the timed calls' outputs kept and let go "
+        "together under the guards and op recorders, outside the timed stretch (child/release.py)",
+        H + "gpu_finalizer_in_timing.py", GPU_ONLY, "library_compute|integrity_violation"),
     Row("C1", "library compute on raw pointers (ctypes + numpy)", "none yet: no op the recorders see",
         H + "known_hole_numpy_via_data_ptr.py", "library_compute", NA,
         xfail="open: compute through data_ptr() and ctypes bypasses the op recorders; needs a profiler's view "

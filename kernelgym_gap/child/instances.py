@@ -33,6 +33,18 @@ def _is_descriptor(value) -> bool:
     return hasattr(type(value), "__get__")
 
 
+def shadow_names(cls: type) -> frozenset:
+    """The names an instance attribute of `cls` must not take: its class-level descriptors (child/release.py
+    checks the timing bench against them after every timed call)."""
+    names = set()
+    for klass in cls.__mro__:
+        for name in vars(klass):
+            attr = _class_attr(cls, name)
+            if attr is not _MISSING and _is_descriptor(attr):
+                names.add(name)
+    return frozenset(names)
+
+
 class HarnessInstances:
     """The registry. `register` before the submission loads (or, for what is made later, before its code
     runs again); `violations()` after every stretch of submission code (Integrity.violations calls it)."""

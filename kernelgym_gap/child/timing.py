@@ -44,6 +44,7 @@ from kernelgym_gap.child.graph_timing import GraphReplay
 from kernelgym_gap.child import recorders
 from kernelgym_gap.child.outputs import HeldOutputs
 from kernelgym_gap.child.recorders import describe_ops
+from kernelgym_gap.child.release import CLOSE as _CLOSE_CALLS, AfterKernel, BenchState, TimedCalls, settle as _settle
 from kernelgym_gap.dsl.watch import WATCH
 # the bench is a leaf both sides import (device/bench.py); bound here too, where the snapshots watch it
 from kernelgym_gap.device.bench import SPIN_MS, Bench, Measurement, side_stream_suspected  # noqa: F401
@@ -72,6 +73,7 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     decisions from the numbers reported here (judge/library_cache.reconcile), after recomputing those numbers
     from the raw readings in `fields["readings"]` (judge/measure.trusted_timings)."""
     k_probe, check = bench.probe(kernel, library, cfg.library_check_reps, cfg.early_exit_budget_ms, hint_ms=hint_ms)
+    _settle(kernel)     # the probe's outputs let go under watch before anything is captured (child/release.py)
     if clock is not None:
         clock.lap("timing_probe")
         # its parts (Bench.probe's probe_parts), recorded beside it: where the probe's seconds go (issue 35). The
@@ -94,6 +96,7 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
         k, lib = bench.measure_interleaved([kernel, library], seeds=[k_probe.readings, check.readings])
     else:
         k, lib = bench.measure_interleaved([kernel, library])
+    _settle(kernel)
     if clock is not None:
         clock.lap("timing_measure")
     fields = dict(library_source="cached" if agreed else "measured", library_check_ms=check.median_ms,
@@ -125,6 +128,7 @@ def time_submission(task, job, entry, adapter, held, on_shape=None,
     cfg: TimingConfig = job.timing
     clock = _PhaseClock(phases)
     bench = GraphBench(cfg) if cfg.graph_replay else Bench(cfg)
+    state = BenchState(bench)         # taken before any call of the submission could change it (child/release.py)
     bench.watch = adapter.streams     # the capture's stream is the one launches are expected on meanwhile
     clock.lap("timing_setup")
     if phases is not None:            # the clock warm-up's part of timing_setup (TimingConfig.clock_warmup_rule)
@@ -138,16 +142,22 @@ def time_submission(task, job, entry, adapter, held, on_shape=None,
                 for k in range(cfg.n_input_sets)]
         torch.cuda.synchronize()
         clock.lap("timing_inputs")
+        # every output of the submission's calls on this shape is kept and let go under watch (child/release.py)
+        calls = TimedCalls(entry, sets, adapter.log, state)
         adapter.log.reset()
         with torch.no_grad():
-            entry(*sets[0])
+            calls(0)
         torch.cuda.synchronize()
         clock.lap("timing_first_call")
         launches, programs, handed = adapter.log.launches, adapter.log.max_programs, adapter.log.handed_bytes
-        with torch.no_grad():
-            kernel, library = time_shape(bench, cfg, lambda i: entry(*sets[i % len(sets)]),
-                                         lambda i: task.reference(*sets[i % len(sets)]),
-                                         hints.get((tuple(trial.shape), trial.dtype)), clock)
+        try:
+            with torch.no_grad():
+                kernel, library = time_shape(bench, cfg, calls,
+                                             AfterKernel(calls, lambda i: task.reference(*sets[i % len(sets)])),
+                                             hints.get((tuple(trial.shape), trial.dtype)), clock)
+        finally:
+            _CLOSE_CALLS(calls)
+        del calls
         recheck: dict = dict(recheck_output_file=None, recheck_trial=None)
         if not cfg.recheck_outside_exclusive:
             # made while this shape's timing inputs are still held, so that the recheck's buffers are never
