@@ -397,3 +397,36 @@ def test_gpu_the_real_opener_copies_real_exports_into_a_real_arena_bit_exact():
     finally:
         exp.kill()
         exp.wait(timeout=30)
+
+
+def test_kill_opener_bounds_its_wait_and_closes_the_pipes(caplog):
+    """judge/opener_client.kill_opener, the one kill (engine/handover.py uses it too): an opener that outlasts
+    SIGKILL's wait (stuck in the driver) is left with a warning, not waited on forever, and its pipes are closed."""
+    from kernelgym_gap.judge import opener_client
+
+    class Stuck:
+        pid, returncode = 4242, None
+
+        def __init__(self):
+            self.stdin, self.stdout, self.stderr = io.BytesIO(), io.BytesIO(), io.BytesIO(b"late words")
+            self.killed, self.waits = 0, []
+
+        def poll(self):
+            return None
+
+        def kill(self):
+            self.killed += 1
+
+        def wait(self, timeout=None):
+            self.waits.append(timeout)
+            raise subprocess.TimeoutExpired("opener", timeout)
+    proc = Stuck()
+    with caplog.at_level("WARNING"):
+        opener_client.kill_opener(proc)
+    assert proc.killed == 1 and proc.waits == [opener_client.KILL_WAIT_S]
+    assert proc.stdin.closed and proc.stdout.closed and proc.stderr.closed
+    assert "did not exit" in caplog.text
+    # a stuck one's stderr is not read (it would never end): the failure still comes back, without its words
+    stuck = Stuck()
+    failed = opener_client._gone(stuck, "its response")
+    assert isinstance(failed, OpenerFailed) and "late words" not in str(failed) and stuck.stderr.closed

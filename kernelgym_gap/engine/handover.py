@@ -112,15 +112,8 @@ def _start_opener(gpu_index: int) -> subprocess.Popen:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:   # unkillable for now (in the driver); nothing more to do from here
-        log.warning("the opener (pid %d) did not exit after SIGKILL", proc.pid)
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
+    from kernelgym_gap.judge.opener_client import kill_opener
+    kill_opener(proc)
 
 
 @dataclasses.dataclass

@@ -11,6 +11,7 @@ is alive. The opener is trusted, so a response that breaks the schema is our bug
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import selectors
 import subprocess
@@ -23,6 +24,8 @@ from kernelgym_gap.core import bounded_json
 from kernelgym_gap.judge.ipc_records import OutputKey, Plan
 from kernelgym_gap.judge.opener import (MAX_ERROR_CHARS, MAX_LINE_BYTES, SchemaError, encode_line, parse_request,
                                         parse_response)
+
+log = logging.getLogger(__name__)
 
 OPENER_PATH = Path(__file__).resolve().with_name("opener.py")
 # The opener's own deadline_s is this share of hand_over's timeout_s: it stops attempting copies (and reports
@@ -69,16 +72,35 @@ def start_opener(device: int = 0, argv: list[str] | None = None, **popen: Any) -
                             bufsize=0, **popen)
 
 
-def _kill(proc: subprocess.Popen) -> None:
+KILL_WAIT_S = 10.0      # after SIGKILL; a process in the driver's uninterruptible sleep may outlast it
+
+
+def kill_opener(proc: subprocess.Popen, keep_stderr: bool = False) -> None:
+    """The one way an opener is ended (here and engine/handover.py): SIGKILL, a bounded wait (an opener stuck in
+    the driver must not hold the evaluation), its pipes closed (stderr kept open for `_gone` to read)."""
     if proc.poll() is None:
         proc.kill()
-    proc.wait()
+    try:
+        proc.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:   # unkillable for now (in the driver); nothing more to do from here
+        log.warning("the opener (pid %d) did not exit within %.0f s of SIGKILL", proc.pid, KILL_WAIT_S)
+    for pipe in (proc.stdin, proc.stdout) + (() if keep_stderr else (proc.stderr,)):
+        if pipe is not None:
+            pipe.close()
+
+
+_kill = kill_opener
 
 
 def _gone(proc: subprocess.Popen, what: str) -> OpenerFailed:
-    """The opener ended without the line: its exit status and the tail of its stderr."""
-    _kill(proc)
-    err = proc.stderr.read()[-MAX_ERROR_CHARS:].decode(errors="replace") if proc.stderr else ""
+    """The opener ended without the line: its exit status and the tail of its stderr (read only once it has
+    exited: a live one's stderr would never end)."""
+    kill_opener(proc, keep_stderr=True)
+    err = ""
+    if proc.stderr is not None:
+        if proc.returncode is not None:
+            err = proc.stderr.read()[-MAX_ERROR_CHARS:].decode(errors="replace")
+        proc.stderr.close()
     return OpenerFailed(f"the opener died before {what} (exit status {proc.returncode}): {err.strip()}")
 
 
