@@ -28,8 +28,6 @@ import contextlib
 import json
 import os
 import selectors
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +36,7 @@ import time
 import weakref
 from pathlib import Path
 
+from kernelgym_gap.api.warm_cleanup import cleanup, kill_group
 from kernelgym_gap.core.record import CheckResult
 from kernelgym_gap.core.status import Status
 
@@ -46,32 +45,6 @@ READY_TIMEOUT_S = 120.0        # the first check waits at most this long for the
 
 class _Died(Exception):
     """The server's stdout closed before it answered."""
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)     # its own session: start_new_session=True
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    for f in (proc.stdin, proc.stdout):
-        try:
-            f.close()
-        except (OSError, AttributeError):
-            pass
-
-
-def _cleanup(state: dict) -> None:
-    """Finalizer: what close() does, also run if a WarmChecker is garbage collected unclosed."""
-    proc = state.get("proc")
-    if proc is not None:
-        _kill(proc)
-        state["proc"] = None
-    shutil.rmtree(state["dir"], ignore_errors=True)
 
 
 class WarmChecker:
@@ -93,7 +66,7 @@ class WarmChecker:
         self._ready = False
         self._buf = b""
         self._closed = False
-        self._finalizer = weakref.finalize(self, _cleanup, self._state)
+        self._finalizer = weakref.finalize(self, cleanup, self._state)
         self._start()
 
     # ---- process management ------------------------------------------------------------------------
@@ -119,7 +92,7 @@ class WarmChecker:
     def _stop(self) -> None:
         proc = self._state.get("proc")
         if proc is not None:
-            _kill(proc)
+            kill_group(proc)
         self._state["proc"] = None
         self._ready = False
 
