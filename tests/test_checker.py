@@ -11,6 +11,7 @@ from kernelgym_gap.core.registry import default_registry
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.tensor_file import write_tensor
 from kernelgym_gap.judge import checker
+from kernelgym_gap.judge.output_source import CheckFailure
 
 K = 4096
 
@@ -64,9 +65,9 @@ def test_float32_error_where_a_sum_cancels_is_admitted_only_with_the_bound(swigl
     tol = swiglu.tolerances["float16"]
     ref = torch.nn.functional.silu(gate) * up
     assert float((near.double() - ref).abs()) > tol.atol + tol.rtol * float(ref.abs())   # the tolerance alone fails it
-    # ok: no _Fail raised; None, since KernelBench's check runs on the timed distribution only, not on "large"
+    # ok: no CheckFailure raised; None, since KernelBench's check runs on the timed distribution only, not on "large"
     assert judge(swiglu, near, ins, tmp_path) is None
-    with pytest.raises(checker._Fail) as e:
+    with pytest.raises(CheckFailure) as e:
         judge(dataclasses.replace(swiglu, error_bound=None), near, ins, tmp_path)
     assert e.value.status is Status.MISMATCH
 
@@ -75,7 +76,7 @@ def test_a_wrong_value_is_still_rejected_and_the_message_names_the_bound(swiglu,
     ins = cancelling_inputs()
     gate, up = exact(ins)
     wrong = (torch.nn.functional.silu(gate) * up + 2.0).to(torch.float16)     # 2.0 off: past the bound (0.88)
-    with pytest.raises(checker._Fail) as e:
+    with pytest.raises(CheckFailure) as e:
         judge(swiglu, wrong, ins, tmp_path)
     assert e.value.status is Status.MISMATCH
     assert "float32 error bound" in e.value.message
@@ -90,7 +91,7 @@ def test_a_low_precision_accumulator_is_not_admitted(swiglu, tmp_path):
     for k in range(K):
         acc = (acc + x[0, k] * w[:, k]).to(torch.float16)
     h = (torch.nn.functional.silu(acc[0].float()) * acc[1].float()).to(torch.float16).reshape(1, 1)
-    with pytest.raises(checker._Fail) as e:
+    with pytest.raises(CheckFailure) as e:
         judge(swiglu, h, (x, w), tmp_path)
     assert e.value.status is Status.MISMATCH
 

@@ -96,11 +96,12 @@ def test_a_float8_output_reaches_the_checker_and_is_named_a_wrong_dtype(tmp_path
     from kernelgym_gap.core.status import Status
     from kernelgym_gap.engine.trials import make_trials
     from kernelgym_gap.judge import checker
+    from kernelgym_gap.judge.output_source import CheckFailure
     task = default_registry().get("GELU")
     trial = next(t for t in make_trials(task, "cpu", EvalConfig(seeds_per_shape=1), random.Random(0))
                  if t.dtype == "float16")
     ins = inputs_mod.make_trial_inputs(task, trial, "cpu")
     tf.write_tensor(tmp_path / "o", task.reference(*ins).to(torch.float8_e4m3fn))
-    with pytest.raises(checker._Fail) as e:
+    with pytest.raises(CheckFailure) as e:
         checker._judge(task, trial, tmp_path / "o", ins, "trial 0", "cpu")
     assert e.value.status is Status.WRONG_DTYPE and "float8_e4m3fn" in e.value.message

@@ -22,6 +22,7 @@ from kernelgym_gap.core.inputs import generator
 from kernelgym_gap.core.record import Trial
 from kernelgym_gap.core.registry import default_registry
 from kernelgym_gap.judge import checker, lowbit
+from kernelgym_gap.judge.output_source import CheckFailure
 
 import lowprec
 
@@ -55,7 +56,7 @@ class _Case:
         tensor_file.write_tensor(self.path, out.to(self.out_dtype).contiguous())
         try:
             checker._judge(self.task, self.trial, self.path, self.ins, "emulated", "cpu")
-        except checker._Fail as f:
+        except CheckFailure as f:
             return str(getattr(f.status, "value", f.status))
         return "ok"
 

@@ -28,67 +28,22 @@ from pathlib import Path
 import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
-from kernelgym_gap.core import tensor_file
 from kernelgym_gap.core.record import CheckResult, ChildReport, FailureDetail, Job, Trial
 from kernelgym_gap.core.registry import users_tasks_dir
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.judge import kernelbench_check, lowbit, scaled_tolerance
-from kernelgym_gap.judge.output_rules import (dtype_problem, max_output_bytes, oversize_message, recheck_what,
-                                              shape_problem, trial_what)
+from kernelgym_gap.judge.output_rules import (dtype_problem, max_output_bytes, recheck_what, shape_problem,
+                                              trial_what)
 from kernelgym_gap.judge.arena import device_arena
 from kernelgym_gap.judge.check_parts import Parts
 from kernelgym_gap.judge.early_prefetch import early_line
 from kernelgym_gap.judge.failure_text import counted, first_bad, not_handed_over, samples_text
 from kernelgym_gap.judge.handover_check import ArenaFactory, Handed, handed_over
-from kernelgym_gap.judge.ipc_records import OutputKey, OutputKind, Refused, ReportRefused, plan_outputs
+from kernelgym_gap.judge.ipc_records import OutputKey, OutputKind, ReportRefused, plan_outputs
 from kernelgym_gap.judge.kernelbench_check import KERNELBENCH_TOL
+from kernelgym_gap.judge.output_source import CheckFailure, output_for, prefetched_or_load
 from kernelgym_gap.judge.prefetch import Fetched, Prefetch, prefetch_outputs, told_go, wants_prefetch
-
-class _Fail(Exception):
-    def __init__(self, status: Status, message: str, **detail):
-        super().__init__(message)
-        self.status, self.message, self.detail = status, message, detail
-
-
-def _load_output(path: Path, max_bytes: int) -> torch.Tensor:
-    """The output the child wrote (core/tensor_file.py); a file the child wrote is hostile input."""
-    if not path.is_file():
-        raise _Fail(Status.PROTOCOL_ERROR, f"the child reported an output file it did not write ({path.name})")
-    size = path.stat().st_size
-    if size > max_bytes + tensor_file.MAX_HEADER + 16:
-        raise _Fail(Status.WRONG_SHAPE, oversize_message(size))
-    try:
-        return tensor_file.read_tensor(path, max_bytes)
-    except (tensor_file.TensorFileError, OSError) as e:
-        raise _Fail(Status.PROTOCOL_ERROR, f"output file {path.name} unreadable: {e}") from None
-
-
-def _prefetched_or_load(path: Path, max_bytes: int, fetched: Fetched | None) -> torch.Tensor:
-    """The output as _load_output gives it, from the file read before the lane (judge/prefetch.py) when
-    there is one. The prefetch read it with its own bound; the rules that depend on this output's expected
-    size are applied here: a file too large gets _load_output's own verdict (it stats and refuses it the same
-    way), and a tensor over `max_bytes` is read again by _load_output, which raises exactly as without the
-    prefetch. Every other rule of read_tensor does not depend on the bound, and the prefetch passed them."""
-    if fetched is None or fetched.size > max_bytes + tensor_file.MAX_HEADER + 16 \
-            or fetched.tensor.numel() * fetched.tensor.element_size() > max_bytes:
-        return _load_output(path, max_bytes)
-    return fetched.tensor
-
-
-def _source(task: TaskSpec, trial: Trial, device: str, got: Handed | None, fetched: Fetched | None
-            ) -> Fetched | None:
-    """What `_judge` reads for an output handed over on the device (judge/handover_check.py): its view of the
-    arena, as one more output read before the check (its size is its view's: the plan refused any record past
-    the bound), or the verdict its record got (a Refused), raised here at its trial's turn with the words the
-    file path gives. Without a hand-over, the file as read before the lane, if it was."""
-    if isinstance(got, Refused):
-        where = {} if got.status is Status.PROTOCOL_ERROR else dict(
-            trial=trial, reproduce=inputs_mod.reproduce_call(task.id, trial, device, users_tasks_dir(task)))
-        raise _Fail(got.status, got.message, **where)
-    if got is not None:
-        return Fetched(size=got.numel() * got.element_size(), tensor=got)
-    return fetched
 
 
 def _float64(ins: tuple) -> tuple:
@@ -110,7 +65,7 @@ def _error_bound(task: TaskSpec, ins: tuple, dtype: str) -> torch.Tensor:
 def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, device: str,
            parts: Parts | None = None, ref: torch.Tensor | None = None, fetched: Fetched | None = None,
            flag: bool = True) -> bool | None:
-    """Raises _Fail on the first problem. Returns KernelBench's own check of the output where it runs (the
+    """Raises CheckFailure on the first problem. Returns KernelBench's own check of the output where it runs (the
     timed distribution's trials; judge/kernelbench_check.py), else None. `flag` False (a recheck, an audited
     output): the caller does not report it, so it runs only where the verdict applies it. `ref`: the
     reference precomputed from the same inputs (`precompute`), else computed here. `fetched`: the output
@@ -124,23 +79,23 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
     if ref is None:
         ref = _reference(task, ins)   # on the trials' device: the comparison runs there too
     parts.enter("read")
-    out = _prefetched_or_load(path, max_output_bytes(ref.shape), fetched)
+    out = prefetched_or_load(path, max_output_bytes(ref.shape), fetched)
     out = out.to(ref.device)
     parts.enter("compare")
     # the dtype and shape rules and their words are output_rules', shared with the hand-over on the device
     if (problem := dtype_problem(what, out.dtype, expected_dtype, trial.dtype)) is not None:
-        raise _Fail(Status.WRONG_DTYPE, problem, **where)
+        raise CheckFailure(Status.WRONG_DTYPE, problem, **where)
     # a public trial's message ends with the call that regenerates its inputs; a held-out one's leaves it to
     # the record (failure.reproduce), which people read and agents do not (engine/feedback.py)
     inputs_line = f"\ninputs: {reproduce}" if public else ""
     if (problem := shape_problem(what, out.shape, ref.shape, public)) is not None:
-        raise _Fail(Status.WRONG_SHAPE, problem, **where)
+        raise CheckFailure(Status.WRONG_SHAPE, problem, **where)
     raw_out, raw_ref = out, ref          # KernelBench's check compares these, never the view below
     if task.output_view is not None:     # several correct outputs (tied indices): compared through the view
         try:
             out, ref = task.output_view(ins, out), task.output_view(ins, ref)
         except ValueError as e:
-            raise _Fail(Status.MISMATCH, f"{what}: {e}{inputs_line}", **where) from None
+            raise CheckFailure(Status.MISMATCH, f"{what}: {e}{inputs_line}", **where) from None
     o, r = out.double(), ref.double()
     ref_finite = torch.isfinite(r)
     tol = task.tolerances[trial.dtype]
@@ -148,13 +103,13 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
     if bool(nonfinite.any()):
         n = int(nonfinite.sum())
         first = first_bad(nonfinite, o, r)
-        raise _Fail(Status.NON_FINITE,
-                    f"{what}: {counted(n, o.numel(), 'output values', public)} are inf or nan where the "
-                    f"reference is finite\nfirst bad elements: {samples_text(first, public)}{inputs_line}",
-                    first_bad=first, bad_elements=n, **where)
+        raise CheckFailure(Status.NON_FINITE,
+                           f"{what}: {counted(n, o.numel(), 'output values', public)} are inf or nan where the "
+                           f"reference is finite\nfirst bad elements: {samples_text(first, public)}{inputs_line}",
+                           first_bad=first, bad_elements=n, **where)
     if o.numel() and bool((o == 0).all()) and not bool((r == 0).all()):
-        raise _Fail(Status.ALL_ZERO, f"{what}: the output is all zeros and the reference is not (was the output "
-                                     f"written?){inputs_line}", **where)
+        raise CheckFailure(Status.ALL_ZERO, f"{what}: the output is all zeros and the reference is not (was the output "
+                                            f"written?){inputs_line}", **where)
     if lowbit.is_lowbit(out.dtype):     # int8/float8: the distance in the format's own steps (judge/lowbit.py)
         diff = lowbit.steps_apart(out, ref).where(ref_finite, torch.zeros_like(o))
         allowed = float(tol.steps or 0)
@@ -179,20 +134,19 @@ def _judge(task: TaskSpec, trial: Trial, path: Path, ins: tuple, what: str, devi
         n = int(bad.sum())
         frac = n / bad.numel()
         first = first_bad(bad, o, r)
-        raise _Fail(Status.MISMATCH,
-                    f"{what}: {counted(n, bad.numel(), 'elements', public)} differ from the reference beyond "
-                    f"{limit}{bound_text} (max abs err {max_abs:.3g}, max rel err "
-                    f"{max_rel:.3g})\nfirst bad elements: {samples_text(first, public)}{inputs_line}",
-                    max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac,
-                    first_bad=first, atol=tol.atol, rtol=tol.rtol, bad_elements=n, **where)
+        raise CheckFailure(Status.MISMATCH,
+                           f"{what}: {counted(n, bad.numel(), 'elements', public)} differ from the reference beyond "
+                           f"{limit}{bound_text} (max abs err {max_abs:.3g}, max rel err "
+                           f"{max_rel:.3g})\nfirst bad elements: {samples_text(first, public)}{inputs_line}",
+                           max_abs_err=max_abs, max_rel_err=max_rel, mismatched_fraction=frac,
+                           first_bad=first, atol=tol.atol, rtol=tol.rtol, bad_elements=n, **where)
     parts.enter("allclose")              # entered on every passing trial, so the record's key is always there
     kb = kernelbench_check.passes(task, ins, raw_out, raw_ref) if kernelbench_check.wanted(task, trial, flag) \
         else None
     if kb is False and kernelbench_check.gated(task, trial):
         # an imported problem's own check is part of its verdict (issue 36: the record said false, reward 1.0)
-        raise _Fail(Status.MISMATCH, f"{what}: KernelBench's own check rejects the output (torch.allclose "
-                                     f"atol=rtol={KERNELBENCH_TOL} against the reference in {trial.dtype}){inputs_line}",
-                    **where)
+        raise CheckFailure(Status.MISMATCH, f"{what}: KernelBench's own check rejects the output (torch.allclose "
+                           f"atol=rtol={KERNELBENCH_TOL} against the reference in {trial.dtype}){inputs_line}", **where)
     parts.enter("other")
     return kb
 
@@ -202,7 +156,7 @@ def judge_output(task: TaskSpec, trial: Trial, path: Path, ins: tuple, device: s
     (judge/input_audit.py) runs input-independent outputs through it."""
     try:
         _judge(task, trial, path, ins, "audited output", device, flag=False)
-    except _Fail as f:
+    except CheckFailure as f:
         return f.status, f.message
     return Status.OK, ""
 
@@ -254,28 +208,28 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
         for trial in job.trials:
             outcome = by_index.get(trial.index)
             if outcome is None:
-                raise _Fail(Status.PROTOCOL_ERROR, f"the child's report has no outcome for trial {trial.index}")
+                raise CheckFailure(Status.PROTOCOL_ERROR, f"the child's report has no outcome for trial {trial.index}")
             parts.enter("inputs")
             ins, ref = ready.pop(trial.index, None) or (inputs_mod.make_trial_inputs(task, trial, device), None)
             what = trial_what(trial)
             digest = inputs_mod.digest(ins)
             parts.enter("other")
             if outcome.input_digest_before != digest:
-                raise _Fail(Status.PROTOCOL_ERROR, f"{what}: the child's inputs were not the ones generated")
+                raise CheckFailure(Status.PROTOCOL_ERROR, f"{what}: the child's inputs were not the ones generated")
             if outcome.input_digest_after != outcome.input_digest_before:
-                raise _Fail(Status.INPUT_MUTATED, f"{what}: the submission modified its inputs", trial=trial)
+                raise CheckFailure(Status.INPUT_MUTATED, f"{what}: the submission modified its inputs", trial=trial)
             got = handed.pop(OutputKey(OutputKind.TRIAL, trial.index), None)
             if got is None and outcome.output_handle is not None:
-                raise _Fail(Status.PROTOCOL_ERROR, not_handed_over(what))
+                raise CheckFailure(Status.PROTOCOL_ERROR, not_handed_over(what))
             if outcome.output_type != "torch.Tensor" or (outcome.output_file is None and got is None):
-                raise _Fail(Status.WRONG_TYPE, f"{what}: returned {outcome.output_type}, not exactly torch.Tensor",
-                            trial=trial)
+                raise CheckFailure(Status.WRONG_TYPE,
+                                   f"{what}: returned {outcome.output_type}, not exactly torch.Tensor", trial=trial)
             if outcome.output_aliases_input:
-                raise _Fail(Status.OUTPUT_ALIASES_INPUT, f"{what}: the output shares memory with an input",
-                            trial=trial)
+                raise CheckFailure(Status.OUTPUT_ALIASES_INPUT, f"{what}: the output shares memory with an input",
+                                   trial=trial)
             name = outcome.output_file or OutputKey(OutputKind.TRIAL, trial.index).file_name
             trial_kb = _judge(task, trial, outputs / name, ins, what, device, parts, ref,
-                              _source(task, trial, device, got, fetched.pop(name, None)))
+                              output_for(task, trial, device, got, fetched.pop(name, None)))
             if trial_kb is not None:
                 kb = trial_kb if kb is None else kb and trial_kb
             del ins, ref
@@ -285,7 +239,7 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
             key = OutputKey(OutputKind.RECHECK, trial.index) if trial is not None else None
             got = handed.pop(key, None)
             if trial is not None and got is None and timing.recheck_output_handle is not None:
-                raise _Fail(Status.PROTOCOL_ERROR, not_handed_over(recheck_what(trial)))
+                raise CheckFailure(Status.PROTOCOL_ERROR, not_handed_over(recheck_what(trial)))
             if trial is None or (timing.recheck_output_file is None and got is None):
                 continue
             parts.enter("inputs")
@@ -293,9 +247,9 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
             parts.enter("other")
             name = timing.recheck_output_file or key.file_name
             _judge(task, trial, outputs / name, ins, recheck_what(trial), device, parts, ref,
-                   _source(task, trial, device, got, fetched.pop(name, None)), flag=False)
+                   output_for(task, trial, device, got, fetched.pop(name, None)), flag=False)
             checked += 1
-    except _Fail as f:
+    except CheckFailure as f:
         parts.enter("other")    # closes the part that failed
         return CheckResult(status=f.status, message=f.message, trials_checked=checked,
                            failure=FailureDetail(**f.detail) if f.detail else None, seconds=parts.seconds)
@@ -313,6 +267,8 @@ def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, 
     away. A report refused as a whole is the result at once, with no arena. `arena_factory` is the caller's
     (the loop's: judge/arena.device_arena; a test's: a host tensor), never a spec's or the environment's. The
     references' and the plan's seconds, outside the check's parts, are the result's `handover_references`."""
+    # here, not in judge/handover_check.py: it calls `check` and `precompute`, and this module's loop calls it
+    # (`_check_spec`), so there it would close an import cycle (tests/test_architecture.py forbids them)
     made = time.perf_counter()
     rechecks = tuple(s.recheck_trial for s in report.timings
                      if s.recheck_output_handle is not None and s.recheck_trial is not None)

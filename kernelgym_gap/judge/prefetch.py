@@ -9,7 +9,7 @@ check would have read successfully: the first file that is missing, unreadable, 
 ends the prefetch, and the check reads it (and everything after it) itself, under the lane, as before, so
 its failure is reported by the very same code at its own trial's turn, after the earlier trials' verdicts.
 The check re-applies the one limit that depends on the reference (the expected output size) to every
-prefetched tensor (judge/checker._prefetched_or_load).
+prefetched tensor (judge/output_source.prefetched_or_load).
 
 EvalConfig.read_outputs_while_timing (judge/early_prefetch.py) reads the pre-timing checkpoint's files while
 the child still times; `prefetch_outputs(..., early=)` then keeps a file read early only where the final report
