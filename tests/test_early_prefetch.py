@@ -79,6 +79,14 @@ def _case(task, tmp_path, kinds):
     return job, report, child_checkpoint
 
 
+def _write_outputs(task, job, kind):
+    """The outputs alone, no checkpoint: a test of a bad checkpoint writes only that one. Writing the full
+    checkpoint first (as `child_checkpoint` does) and overwriting it raced the reader on a loaded machine: it
+    could read the valid one in between (CI, 2026-12-07: the short one once, the garbage one once)."""
+    for tr in job.trials:
+        _write(task, tr, Path(job.outputs_dir) / f"{tr.index}.tensor", kind)
+
+
 def _lane():
     return held(None, 0, "shared")
 
@@ -147,9 +155,9 @@ def test_a_file_named_for_another_trial_in_the_final_report_is_read_again(task, 
 @pytest.mark.parametrize("text", ["{not json", '{"status": "ok", "trials": 5}', "x" * (9 << 20)],
                          ids=["garbage", "invalid", "oversized"])
 def test_a_hostile_checkpoint_means_no_early_read(task, tmp_path, text):
-    job, report, child_checkpoint = _case(task, tmp_path, ("ok", "ok", "ok"))
+    job, report, _ = _case(task, tmp_path, ("ok", "ok", "ok"))
     early = _early(job, tmp_path)
-    child_checkpoint()
+    _write_outputs(task, job, "ok")     # then only the hostile checkpoint (no valid one for the reader to catch)
     (tmp_path / CHECKPOINT_FILE).write_text(text)
     assert not early.done.wait(0.5)
     early.stop()
@@ -162,10 +170,7 @@ def test_a_hostile_checkpoint_means_no_early_read(task, tmp_path, text):
 def test_a_checkpoint_short_of_the_jobs_trials_is_not_read(task, tmp_path):
     job, report, _ = _case(task, tmp_path, ("ok", "ok", "ok"))
     early = _early(job, tmp_path)
-    # the outputs, then only the short checkpoint: writing the full one first (as `child_checkpoint` does) and
-    # overwriting it raced the reader on a loaded machine (it could read the full one in between)
-    for tr in job.trials:
-        _write(task, tr, Path(job.outputs_dir) / f"{tr.index}.tensor", "ok")
+    _write_outputs(task, job, "ok")     # then only the short checkpoint
     (tmp_path / CHECKPOINT_FILE).write_text(dataclasses.replace(report, trials=report.trials[:2]).to_json())
     assert not early.done.wait(0.5)
     early.stop()
