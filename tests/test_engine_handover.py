@@ -1,8 +1,9 @@
 """The engine's side of the outputs handed over on the device (engine/handover.py, Evaluation.check's hand-over
 branch; issue 35, docs/measurement.md "The outputs handed over on the device"). On cpu with in-process fakes of
 the other sides (the held child, the warm checker's hand_over_check, the opener and the checker's wire plan), so
-that the order of the exchange is asserted here whatever their real code does: the held child is killed after
-the copies and before the go line; an opener that fails aborts, the child is asked for files, the report is read
+that the order of the exchange is asserted here whatever their real code does: after a final report the held
+child stays stopped until the verdict, and a non_finite or all_zero from the hand-over is checked again by its
+files, flagged (a child held at a call's deadline is killed after the copies, before the go line); an opener that fails aborts, the child is asked for files, the report is read
 again and checked by files, flagged; a child held at a call's deadline is checked under its own lane cover and,
 when the hand-over fails, is a flagged timeout; and the flag's rule (off, cpu, no warm checker: nothing
 changes)."""
@@ -95,8 +96,8 @@ class FakeWarmChecker:
     """WarmChecker.hand_over_check as the contract has it: the lane, the handover line to `exchange`, its go line;
     None after an abort. check_spec: the ordinary file check, recording whether its report names handles."""
 
-    def __init__(self, events, trials, rows=None):
-        self.events, self.trials, self.rows = events, trials, rows
+    def __init__(self, events, trials, rows=None, verdict=Status.OK):
+        self.events, self.trials, self.rows, self.verdict = events, trials, rows, verdict
 
     def hand_over_check(self, spec_path, result_path, timeout, lane, exchange):
         self.events.append("hand_over_check")
@@ -107,7 +108,8 @@ class FakeWarmChecker:
             self.events.append(("go", go))
         if go.get("abort"):
             return None
-        return CheckResult(status=Status.OK, trials_checked=len(self.trials), message="")
+        return CheckResult(status=self.verdict, trials_checked=len(self.trials),
+                           message="" if self.verdict is Status.OK else f"trial 0: the hand-over's {self.verdict.value}")
 
     def check_spec(self, spec_path, result_path, timeout, lane=None):
         import json
@@ -166,8 +168,8 @@ def _wire(monkeypatch, fake_plan):
 
 
 def _evaluation(task, trials, tmp_path, events, wire, handles=True, overdue=False, writes=True, rows=None,
-                lane_dir=None):
-    checker = FakeWarmChecker(events, trials, rows)
+                lane_dir=None, verdict=Status.OK):
+    checker = FakeWarmChecker(events, trials, rows, verdict)
     ev = Evaluation(task, b"", "triton", backend_info("cuda"), CONFIG, checker=checker,
                     placement=Placement(lane_dir=lane_dir, scratch_root=str(tmp_path)))
     report_path = tmp_path / "report.json"
@@ -185,17 +187,74 @@ def _evaluation(task, trials, tmp_path, events, wire, handles=True, overdue=Fals
     return ev, held_child
 
 
-def test_the_child_is_killed_after_the_copies_and_before_the_go_line(task, trials, tmp_path, wire):
+def _go(events):
+    return next(e for e in events if isinstance(e, tuple) and e[0] == "go")
+
+
+def test_after_a_final_report_the_child_stays_stopped_until_the_verdict(task, trials, tmp_path, wire):
+    """Killed after the hand-over's verdict, not before the go line: a verdict that bytes other than the output's
+    give is then checked again by files (the tests below)."""
     events = []
     ev, _ = _evaluation(task, trials, tmp_path, events, wire)
     result = ev.check()
     assert result.status is Status.OK
-    go = next(e for e in events if isinstance(e, tuple) and e[0] == "go")
-    assert events.index(("copies", 512)) < events.index("kill") < events.index(go), events
+    go = _go(events)
+    assert events.index(("copies", 512)) < events.index(go) < events.index("kill"), events
+    assert events.count("kill") == 1
     assert go[1] == {"copies": {OutputKey(OutputKind.TRIAL, t.index).file_name: "copied" for t in trials}}
     assert "resume_for_files" not in events and not ev.flags
     assert ev.latency["check_handover_copies"] == 0.25 and ev.latency["outputs_handed"] == len(trials)
     assert "check_handover" in ev.latency
+
+
+@pytest.mark.parametrize("verdict", sorted(handover.RECHECKED, key=lambda s: s.value))
+def test_a_verdict_that_foreign_bytes_give_is_checked_again_by_files_flagged(task, trials, tmp_path, wire, verdict):
+    """The H100 runs of 2026-12-07: the hand-over gave non_finite to honest solutions the files judge ok. Such a
+    verdict is never final: the stopped child writes its outputs, the file check decides, and the record's flags
+    keep the hand-over's verdict."""
+    events = []
+    ev, _ = _evaluation(task, trials, tmp_path, events, wire, verdict=verdict)
+    result = ev.check()
+    assert result.status is Status.OK, result.message           # the file check's (FakeWarmChecker.check_spec)
+    assert events.index(_go(events)) < events.index("resume_for_files") < events.index("kill"), events
+    assert ("check_spec", 0) in events                           # the re-read report names files, no handles
+    assert len(ev.flags) == 1 and ev.flags[0].startswith(f"{handover.RECHECK_FLAG}: {verdict.value}: trial 0"), \
+        ev.flags
+
+
+@pytest.mark.parametrize("verdict", [Status.MISMATCH, Status.PROTOCOL_ERROR, Status.WRONG_SHAPE,
+                                     Status.INPUT_MUTATED])
+def test_any_other_failure_of_the_hand_over_stands_and_the_child_goes(task, trials, tmp_path, wire, verdict):
+    """A mismatch is as often a record naming other memory on purpose (the hostile twins end there), and the
+    rest are decided from the report or the records alone: the files are not asked for."""
+    assert verdict not in handover.RECHECKED
+    events = []
+    ev, _ = _evaluation(task, trials, tmp_path, events, wire, verdict=verdict)
+    result = ev.check()
+    assert result.status is verdict
+    assert "resume_for_files" not in events and not ev.flags
+    assert events.index(_go(events)) < events.index("kill"), events
+
+
+def test_an_overdue_child_goes_after_the_copies_and_its_non_finite_stands(task, trials, tmp_path, wire):
+    """A child held at a call's deadline runs no harness that could write files: it is killed after the copies,
+    before the go line, as before, and the hand-over's verdict is the check's."""
+    events = []
+    ev, _ = _evaluation(task, trials, tmp_path, events, wire, overdue=True, verdict=Status.NON_FINITE)
+    result = ev.check()
+    assert result.status is Status.NON_FINITE
+    assert events.index(("copies", 512)) < events.index("kill") < events.index(_go(events)), events
+    assert "resume_for_files" not in events and not ev.flags
+
+
+def test_a_child_that_does_not_write_when_a_non_finite_is_checked_again_is_a_protocol_error(task, trials, tmp_path,
+                                                                                          wire):
+    events = []
+    ev, _ = _evaluation(task, trials, tmp_path, events, wire, writes=False, verdict=Status.NON_FINITE)
+    result = ev.check()
+    assert result.status is Status.PROTOCOL_ERROR and "did not" in result.message, result.message
+    assert ev.flags[0].startswith(f"{handover.RECHECK_FLAG}: non_finite")
+    assert "kill" in events
 
 
 def test_the_final_hold_takes_the_checks_shared_lane(task, trials, tmp_path, wire, monkeypatch):
@@ -321,8 +380,9 @@ def test_the_real_wire_plan_is_copied_in_the_checkers_offsets(task, trials, tmp_
     rows = _checker_rows(task, trials, tmp_path, ipc_records.ARENA_BYTES)
     ev, _ = _evaluation(task, trials, tmp_path, events, real_plan, rows=rows)
     assert ev.check().status is Status.OK and not ev.flags
-    assert events.index(("copies", 512)) < events.index("kill") < events.index(
-        ("go", {"copies": {OutputKey(OutputKind.TRIAL, t.index).file_name: "copied" for t in trials}}))
+    assert events.index(("copies", 512)) < events.index(
+        ("go", {"copies": {OutputKey(OutputKind.TRIAL, t.index).file_name: "copied" for t in trials}})) \
+        < events.index("kill")
 
 
 def test_an_output_that_needs_a_file_aborts_to_the_fallback(task, trials, tmp_path, real_plan):
@@ -527,3 +587,51 @@ def test_the_real_warm_checker_judges_a_refused_record_after_the_child_is_killed
     result = ev.check()
     assert result.status is Status.WRONG_DTYPE, result.message
     assert events == ["kill"] and not ev.flags      # nothing to copy: killed, then judged; no fallback
+
+
+# ------------------------------------------------------------------------------------------------- gpu
+
+# The H100 runs of 2026-12-07 (results/h100_2026-12-07_session49/handover_light and handover_full16): with the
+# flag, these honest solutions got non_finite from the hand-over (RowSum-v2's trial 8: 1.51% of its values nan;
+# Attention-v1's trial 8: 5.25%), and ok with the defaults. The cause is not found (docs/measurement.md, "The
+# hand-over on the GPU: false verdicts").
+FALSELY_FAILED = (("RowSum", "triton_tiled.py"), ("Attention", "triton_flash.py"))
+
+
+@pytest.fixture(scope="module")
+def warm_cuda():
+    from kernelgym_gap.api.warm import WarmPool
+    with WarmPool("cuda", gpu_index=0) as pool:
+        yield pool
+
+
+def _evaluate_with_the_flag(name, solution, warm_cuda):
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.engine.pipeline import evaluate
+    task = default_registry().get(name)
+    source = (task.directory / "solutions" / solution).read_text()
+    record = evaluate(task, source, "triton", "cuda", EvalConfig(hand_over_outputs=True),
+                      checker=warm_cuda.checker, children=warm_cuda.children)
+    flags = record.terms.get("flags", ()) if record.terms else ()
+    print(f"{name}/{solution}: {record.status.value}; flags {list(flags)}")
+    return record, flags
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name,solution", FALSELY_FAILED)
+def test_gpu_a_solution_the_hand_over_once_failed_is_ok_with_the_flag(name, solution, warm_cuda):
+    """The safety net: whatever the hand-over gives it, the non_finite is checked again by files."""
+    record, flags = _evaluate_with_the_flag(name, solution, warm_cuda)
+    assert record.ok, (record.status, record.message, flags)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+@pytest.mark.xfail(strict=True, reason="the hand-over's false non_finite of 2026-12-07, cause not found: when this "
+                                       "passes, the cause is mended (remove the mark, say so in docs/measurement.md)")
+@pytest.mark.parametrize("name,solution", FALSELY_FAILED)
+def test_gpu_the_hand_over_itself_judges_those_solutions_ok(name, solution, warm_cuda):
+    record, flags = _evaluate_with_the_flag(name, solution, warm_cuda)
+    assert record.ok and "check_handover" in record.latency
+    assert not any(f.startswith((handover.RECHECK_FLAG, handover.FLAG)) for f in flags), flags

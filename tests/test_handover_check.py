@@ -358,6 +358,43 @@ def test_the_arena_refuses_a_device_without_cuda_ipc_and_bad_sizes():
     freed.free()                                       # idempotent
 
 
+def test_freeing_an_exported_arena_releases_torchs_ipc_counter_once(monkeypatch, capsys):
+    """torch keeps an exported block out of its allocator until a consumer releases the export's counter; the
+    opener is no torch consumer, so `free` releases it (each arena of the warm checker stayed allocated to the
+    checker's end before, 2026-12-07). A release that fails is said on stderr, never raised: it costs memory,
+    not a verdict."""
+    released = []
+
+    def release(handle, offset, device=None):
+        released.append((handle, offset, device))
+    monkeypatch.setattr(torch.UntypedStorage, "_release_ipc_counter", release)
+    arena = arena_mod.Arena(tensor=torch.zeros(64, dtype=torch.uint8), ref_counter=(b"/torch_1_2", 7))
+    arena.free()
+    arena.free()
+    assert released == [(b"/torch_1_2", 7, torch.device("cpu"))] and arena.tensor is None
+
+    def refuse(handle, offset, device=None):
+        raise RuntimeError("no such counter file")
+    monkeypatch.setattr(torch.UntypedStorage, "_release_ipc_counter", refuse)
+    arena_mod.Arena(tensor=torch.zeros(64, dtype=torch.uint8), ref_counter=(b"/torch_1_3", 0)).free()
+    assert "its IPC counter was not released (no such counter file)" in capsys.readouterr().err
+    arena_mod.Arena(tensor=torch.zeros(64, dtype=torch.uint8)).free()     # never exported: nothing to release
+
+
+@pytest.mark.gpu
+def test_gpu_exported_arenas_go_back_to_the_allocator_when_freed():
+    """The warm checker exports one arena per hand-over: twenty of 64 MiB, each exported and freed, leave the
+    allocated memory where it was (before the release in `free`, each stayed in torch's limbo)."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(20):
+        arena = arena_mod.Arena.allocate(64 << 20, "cuda")
+        assert arena.export()["nbytes"] == 64 << 20 and arena.ref_counter is not None
+        arena.free()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() - before < 64 << 20, torch.cuda.memory_allocated() - before
+
+
 # ---- through the warm checker's process (cpu: no arena there) ---------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -278,7 +278,9 @@ class EvalConfig:
     # outputs on the GPU and hands them over by CUDA IPC (a trusted per-evaluation opener copies them into the
     # warm checker's arena) instead of writing files; the child is held stopped until the copies, then killed.
     # Applies only on cuda with a warm checker, held_device_bytes > 0, no early check and no early read
-    # (engine/handover.applies); elsewhere the files as today. Off until the GPU runs its hostile twins.
+    # (engine/handover.applies); elsewhere the files as today. OFF: on the H100 (2026-12-07) it gave non_finite to
+    # 8 honest solutions the files judge ok, cause not found (docs/measurement.md, "The hand-over on the GPU:
+    # false verdicts"); such a verdict is now checked again by files (engine/handover.RECHECKED), unmeasured.
     hand_over_outputs: bool = False
     # torch.compile of the reference, timed once per device, software, task version, shape and dtype in a
     # trusted process and cached (judge/baselines.py): "measure" (when missing), "cached" (only what the

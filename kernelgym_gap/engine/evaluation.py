@@ -175,7 +175,10 @@ class Evaluation:
             return None
         overdue = self.killed is not None
         wall_s = self.config.sandbox.wall_s
-        exchange = handover.Exchange(job, self.child.report, self._opener, held_child, wall_s)
+        # after a final report the child stays stopped until the verdict, so that a failure is checked again by
+        # files; at a call's deadline it cannot write files, and goes after the copies as before
+        exchange = handover.Exchange(job, self.child.report, self._opener, held_child, wall_s,
+                                     keep_child=not overdue)
         spec, result_path = handover.write_spec(self._private, job, self.child.report, self.backend.name)
         # at a call's deadline the hung kernel may still run: the child's own lane hold, made exclusive, covers
         # the check (nothing else times beside it); after its report, the check's usual shared lane
@@ -192,10 +195,16 @@ class Evaluation:
             self.latency["check_handover"] = time.perf_counter() - t
             self.latency.update(exchange.latency)
         if exchange.fallback is None:
-            held_child.kill()               # done already after the copies; idempotent
-            return result if result is not None else CheckResult(
+            result = result if result is not None else CheckResult(
                 status=Status.PROTOCOL_ERROR, trials_checked=0,
                 message="the trusted checker gave no result after the outputs' hand-over")
+            if result.status not in handover.RECHECKED or overdue:
+                held_child.kill()           # done already after the copies when overdue; idempotent
+                return result
+            # a verdict that bytes not the output's give (engine/handover.RECHECKED): the child writes its outputs
+            # and the file check decides; the hand-over's verdict stays in the record's flags
+            self.flags.append(f"{handover.RECHECK_FLAG}: {result.status.value}: {result.message[:200]}")
+            return self._files_from_held(held_child)
         self.flags.append(f"{handover.FLAG}: {exchange.fallback}")
         if overdue:
             held_child.kill()

@@ -4,9 +4,12 @@ exchange that runs inside the warm checker's hand-over (api/warm.WarmChecker.han
 
 The exchange's order is the protocol's: rebuild the checker's plan from its wire rows (judge/ipc_records.
 plan_from_wire), have the opener copy every planned output into the checker's arena (judge/opener_client.
-hand_over; it closes every handle before it answers), then kill the held child, and only then return the go
-line: the child's memory is gone before the checker compares anything, so nothing it does later can change
-what was copied. Anything that is not the child's doing (the opener failed or could not start CUDA, an
+hand_over; it closes every handle before it answers), and only then return the go line. What the checker
+compares is its own copy in its own memory, so nothing the stopped child does later can change it. The held
+child is killed there (`keep_child` False: a child held at a call's deadline, which cannot write files) or
+kept stopped until the verdict (`keep_child` True, after a final report): a verdict other than ok is then
+checked again by files when it is one that bytes not the output's give (RECHECKED; engine/evaluation.py):
+on the H100 (2026-12-07) the hand-over gave non_finite to 8 honest solutions that the files judge ok. Anything that is not the child's doing (the opener failed or could not start CUDA, an
 arena that cannot be trusted, an output with no room in the arena, a plan we cannot rebuild) is an abort:
 the child is still alive, stopped, and the evaluation falls back to asking it for files (engine/evaluation.py).
 """
@@ -26,6 +29,7 @@ from typing import Any
 
 from kernelgym_gap.core.config import EvalConfig
 from kernelgym_gap.core.placement import Placement
+from kernelgym_gap.core.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +37,15 @@ log = logging.getLogger(__name__)
 # when the child does, so this normally overlaps the child's whole run).
 OPENER_READY_S = 120.0
 FLAG = "outputs_ipc_fallback"
+# A verdict of these from the hand-over is checked again by files (the child, kept stopped, writes its outputs;
+# engine/evaluation.py); the flag keeps the hand-over's own verdict. These are what copied bytes that are not
+# the output give: the H100 runs of 2026-12-07 gave non_finite to 8 honest solutions that the files judged ok
+# (docs/measurement.md, "The hand-over on the GPU: false verdicts"), and an arena a copy never reached reads as
+# zeros. A mismatch stands: a record naming other memory is as often the child's own doing (the hostile twins
+# ipc_foreign_handle, ipc_free_after_export and ipc_write_during_copy end there), and files would give such a
+# child the verdict of the outputs it kept. Every verdict a record decides unopened stands too.
+RECHECKED = frozenset({Status.NON_FINITE, Status.ALL_ZERO})
+RECHECK_FLAG = "outputs_ipc_recheck"
 # An overdue hold whose lane descriptions were not taken (sandbox/held.py: pidfd_getfd refused, or the child
 # replaced its descriptors): how long the check waits for the exclusive lane on fresh descriptors. A stopped
 # child that still holds the lane, in either mode, never lets it go, so the wait ends here and the hand-over
@@ -124,8 +137,9 @@ class Exchange:
     job: Any
     report: Any
     opener: OpenerStart | None
-    held: Any                           # sandbox's HeldChild: kill() after the copies
+    held: Any                           # sandbox's HeldChild: kill() after the copies unless keep_child
     timeout_s: float
+    keep_child: bool = False            # the caller kills it after the verdict (or asks it for files)
     fallback: str | None = None
     latency: dict[str, float] = dataclasses.field(default_factory=dict)
 
@@ -139,8 +153,8 @@ class Exchange:
             return self._abort(f"the checker's plan could not be rebuilt ({type(e).__name__}: {str(e)[:200]})")
         if any(isinstance(e, NeedsFile) for e in plan.entries):
             return self._abort("an output has no room in the checker's arena")
-        if not plan.planned:            # only Refused entries: nothing to copy, the child's memory is not needed
-            self.held.kill()
+        if not plan.planned:            # only Refused entries: nothing to copy
+            self._done_with_child()
             self.latency["outputs_handed"] = 0
             return {"copies": {}}
         if not isinstance(arena, dict) or not isinstance(arena.get("handle"), str):
@@ -162,9 +176,13 @@ class Exchange:
             return self._abort(f"the arena's copy cannot be trusted ({done.arena_error[:200]})")
         self.latency["check_handover_copies"] = done.seconds.get("total", sum(done.seconds.values()))
         self.latency["outputs_handed"] = sum(r.result == "copied" for r in done.results)
-        # every handle is closed (the opener exited); the child's memory goes now, before the checker compares
-        self.held.kill()
+        # every handle is closed (the opener exited): the checker compares its own copies from here
+        self._done_with_child()
         return {"copies": {r.key.file_name: r.result for r in done.results}}
+
+    def _done_with_child(self) -> None:
+        if not self.keep_child:
+            self.held.kill()
 
     def _abort(self, reason: str) -> dict:
         self.fallback = reason
