@@ -84,6 +84,40 @@ def non_finite_share(t: torch.Tensor) -> float:
 
 # ------------------------------------------------------------------------------------------ the child side
 
+def driver_range(ptr: int) -> tuple[int, int] | None:
+    """(base, size) of the driver's allocation holding `ptr` (cuMemGetAddressRange in this process's current
+    context), or None where the driver refuses. CUDA's guide: a cudaMalloc may be sub-allocated from a larger
+    block, and IPC then shares the whole block; this is where the segment's base and the driver's differ."""
+    import ctypes
+    try:
+        drv = ctypes.CDLL("libcuda.so.1")
+        base, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
+        fn = drv.cuMemGetAddressRange_v2
+        fn.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]
+        fn.restype = ctypes.c_int
+        if fn(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(int(ptr))) != 0:
+            return None
+        return int(base.value), int(size.value)
+    except (OSError, AttributeError):
+        return None
+
+
+def opened_range(handle_hex: str) -> dict:
+    """What an opener in this process sees for a child's handle: the opened pointer's allocation size (the
+    driver's block, which IPC maps whole), or the error."""
+    from kernelgym_gap.judge.cuda_ipc import CudaIpcError, IpcRuntime, handle_from_hex
+    try:
+        rt = IpcRuntime(0)
+        p = rt.open(handle_from_hex(handle_hex))
+        try:
+            base, size = rt.address_range(p)
+            return {"opened_is_base": base == p, "opened_bytes": size}
+        finally:
+            rt.close(p)
+    except (CudaIpcError, OSError) as e:
+        return {"open_error": str(e)[:200]}
+
+
 def _entry(task, solution: Path):
     spec = importlib.util.spec_from_file_location("diag_solution", solution)
     mod = importlib.util.module_from_spec(spec)
@@ -129,12 +163,15 @@ def run_child(args) -> int:
     for name, record in held.handles.items():
         copy = copies[name]
         where = segment_offset(snapshot, copy.data_ptr())
+        drv = driver_range(copy.data_ptr())
         truth = open(truth_dir / name, "rb").read()
         truth_t = read_tensor(truth_dir / name, 1 << 34)
         rows[name] = {"record": {"handle": record.handle, "offset": record.offset, "nbytes": record.nbytes,
                                  "dtype": record.dtype, "shape": list(record.shape)},
                       "snapshot_offset": None if where is None else where[0],
                       "segment_bytes": None if where is None else where[1],
+                      "driver_offset": None if drv is None else copy.data_ptr() - drv[0],
+                      "driver_bytes": None if drv is None else drv[1],
                       "copy_equals_truth": bool(torch.equal(copy.cpu(), truth_t)), "truth_file_bytes": len(truth)}
     trial_of = {output_name("trial", t.index): [t.index, list(t.shape), t.dtype, t.split, t.distribution]
                 for t in trials}
@@ -191,6 +228,10 @@ def run_checker(args) -> dict:
         # the tensor file's payload is its last nbytes (after the magic and the header)
         payload = {n: b[len(b) - e.record.nbytes:] for e in plan.planned for n, b in [(e.key.file_name,
                                                                                          truths[e.key.file_name])]}
+        opened = {}                         # each distinct handle once, opened here as the opener would
+        for e in plan.planned:
+            if e.record.handle not in opened:
+                opened[e.record.handle] = opened_range(e.record.handle)
         table = []
         for e in plan.planned:
             name = e.key.file_name
@@ -202,6 +243,8 @@ def run_checker(args) -> dict:
             table.append({"output": name, "trial": got["trials"][name], "copy": results.get(name),
                           "record_offset": e.record.offset, "snapshot_offset": got["rows"][name]["snapshot_offset"],
                           "segment_bytes": got["rows"][name]["segment_bytes"],
+                          "driver_offset": got["rows"][name]["driver_offset"],
+                          "driver_bytes": got["rows"][name]["driver_bytes"], **opened[e.record.handle],
                           "child_copy_equals_truth": got["rows"][name]["copy_equals_truth"],
                           "arena_offset": e.arena_offset, "view_non_finite": round(non_finite_share(view), 6),
                           "truth_non_finite": round(non_finite_share(truth_t), 6), **cmp})
@@ -231,7 +274,8 @@ def print_table(summary: dict) -> None:
           f"{summary['task']}/{summary['solution']}, checkpoints {'on' if summary['checkpoints'] else 'off'}")
     print(f"arena: export offset {a['offset']}, snapshot offset {a['snapshot_offset']} of a {a['segment_bytes']} B "
           f"segment; arena_error {summary['arena_error']}; not exported {summary['not_exported'] or 'none'}")
-    head = f"{'output':<20}{'trial':<34}{'copy':<8}{'rec off':>10}{'snap off':>10}{'child ok':>9}" \
+    head = f"{'output':<20}{'trial':<34}{'copy':<8}{'rec off':>10}{'snap off':>10}{'drv off':>10}{'seg B':>11}" \
+           f"{'drv B':>11}{'opened B':>11}{'child ok':>9}" \
            f"{'equal':>7}{'differ':>9}{'first':>9}{'nonfin':>8}{'unwrit':>8}  start of"
     print(head)
     print("-" * len(head))
@@ -239,10 +283,15 @@ def print_table(summary: dict) -> None:
         idx, shape, dtype, split, dist = r["trial"]
         what = f"{idx} {split} {'x'.join(map(str, shape))} {dtype}"
         print(f"{r['output']:<20}{what[:33]:<34}{str(r['copy'])[:7]:<8}{r['record_offset']:>10}"
-              f"{str(r['snapshot_offset']):>10}{str(r['child_copy_equals_truth']):>9}{str(r['equal']):>7}"
+              f"{str(r['snapshot_offset']):>10}{str(r['driver_offset']):>10}{str(r['segment_bytes']):>11}"
+              f"{str(r['driver_bytes']):>11}{str(r.get('opened_bytes', r.get('open_error', '?'))):>11}"
+              f"{str(r['child_copy_equals_truth']):>9}{str(r['equal']):>7}"
               f"{r.get('fraction_differing', 0):>9.4f}{str(r.get('first_differing_byte', '')):>9}"
               f"{r['view_non_finite']:>8.4f}{r['view_sentinel_share']:>8.4f}  {','.join(r.get('view_is_the_start_of', []))}")
     bad = [r["output"] for r in summary["rows"] if not r["equal"]]
+    sub = [r["output"] for r in summary["rows"] if r.get("opened_bytes") not in (None, r["segment_bytes"])]
+    print(f"handles that open a block other than their segment (the driver's sub-allocation): {len(sub)}"
+          + (f" ({', '.join(sub[:8])})" if sub else ""))
     print(f"\nwrong views: {len(bad)} of {len(summary['rows'])}" + (f" ({', '.join(bad)})" if bad else ""))
 
 
