@@ -137,6 +137,7 @@ def run_mode(name: str, batch, backend: str, per_gpu: int, warm: bool, library_t
         line = {"mode": name, "task": task.name, "status": r.status.value, "stage": r.stage,
                 "submission": tags.get(r.source_sha256), "started_s": started,
                 "E": (r.terms or {}).get("E"), "at_s": round(time.perf_counter() - t0, 2), "message": r.message[:600],
+                "flags": [str(f)[:300] for f in (r.terms or {}).get("flags") or ()],
                 "latency": {k: round(v, 3) for k, v in r.latency.items()}}
         with lock, open(recorder, "a") as f:
             f.write(json.dumps(line) + "\n")
@@ -247,6 +248,17 @@ def rate_and_walls(name: str, walls: list[float], statuses: list[str], seconds: 
             "wall_max_s": round(max(walls), 2), "statuses": {s: statuses.count(s) for s in sorted(set(statuses))}}
 
 
+# engine/handover.RECHECK_FLAG and FLAG, by value: the script reads records, and a record's flags are strings
+HANDOVER_FLAGS = {"handover_rechecks": "outputs_ipc_recheck", "handover_fallbacks": "outputs_ipc_fallback"}
+
+
+def handover_flags(records) -> dict:
+    """How many evaluations the hand-over's verdict was checked again by files for (a non_finite or all_zero
+    from it: its false verdicts of 2026-12-07), and how many fell back to files before it."""
+    return {key: sum(any(str(f).startswith(prefix) for f in (r.terms or {}).get("flags") or ()) for r in records)
+            for key, prefix in HANDOVER_FLAGS.items()}
+
+
 def summarise(name, batch, records, seconds, n_gpus):
     walls = [r.latency.get("total", 0.0) for r in records]
     honest = [w for (_, kind, _), w in zip(batch, walls) if kind == "optimized"]
@@ -257,6 +269,7 @@ def summarise(name, batch, records, seconds, n_gpus):
             "solutions_max_s": round(max(solutions), 2) if solutions else None,
             "hostile_max_s": round(max(hostile), 2) if hostile else None,
             "early_exits": sum(any(p.get("early_exit") for p in per_shape(r)) for r in records),
+            **handover_flags(records),
             "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r))}
 
 
@@ -525,6 +538,10 @@ def main(argv=None) -> int:
     print(f"\nwrote {path}")
     print(f"lanes statuses: {rows[-1]['statuses']}; early exits: {rows[-1]['early_exits']}; cached library "
           f"shapes: {rows[-1]['library_cached_shapes']}")
+    for r in rows:
+        if r.get("handover_rechecks") or r.get("handover_fallbacks"):
+            print(f"{r['mode']}: the hand-over's verdict checked again by files {r['handover_rechecks']} times, "
+                  f"fallen back to files {r['handover_fallbacks']} times (the records' flags say why)")
     if unexpected:
         print("fixtures with an unexpected status: " + "; ".join(unexpected))
     if info:

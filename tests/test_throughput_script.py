@@ -244,3 +244,18 @@ def test_the_library_warm_up_covers_the_fixtures_task_too():
                                             "LayerNorm/triton_rowwise.py"]
     assert all(kind == "optimized" and req.backend == "cpu" for _, kind, req in firsts)
     assert mod.warm_up_batch(mod.make_batch(["AddReLU"], 2, "cpu", "none"), "cpu")[0][0] == "AddReLU/triton_blocked.py"
+
+
+def test_the_hand_overs_rechecks_and_fallbacks_are_counted_from_the_records_flags():
+    """The flag's rows of 2026-12-07 had false non_finite verdicts; the recheck by files now corrects them, and a
+    row must say how often it did (the script reads the flags' strings: they must stay the engine's)."""
+    import types
+    from kernelgym_gap.engine import handover
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.HANDOVER_FLAGS == {"handover_rechecks": handover.RECHECK_FLAG, "handover_fallbacks": handover.FLAG}
+    records = [types.SimpleNamespace(terms={"flags": [f"{handover.RECHECK_FLAG}: non_finite: trial 8 ..."]}),
+               types.SimpleNamespace(terms={"flags": [f"{handover.FLAG}: no opener was started", "other"]}),
+               types.SimpleNamespace(terms={"flags": []}), types.SimpleNamespace(terms=None)]
+    assert mod.handover_flags(records) == {"handover_rechecks": 1, "handover_fallbacks": 1}
