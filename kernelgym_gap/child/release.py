@@ -11,15 +11,12 @@ can reach (gc.get_objects()): `bench._rep = fake` on the instance would make eve
 reading the submission chose (`tests/fixtures/hostile/bench_rep_shadow.py`).
 
 What. `TimedCalls(i)` calls the entry on input set i % n and keeps a reference to what it returned, so the
-bench dropping it runs nothing. The kept outputs are let go together, under the guards and both op recorders
-(child/recorders.watching), before a call once KEEP_CALLS of them or KEEP_BYTES of their storage are kept
-(the host cost, 31-38 us for 32 outputs at the median on the cpu, scripts/probes/release_cost.py, lands
-after a repetition's start event, behind the bench's 0.3 ms spin kernel like the launch's own;
-an output past KEEP_BYTES goes before the next call, the library's included (`AfterKernel`), so at most one
-such output is alive, as before), between the probe and the full timing, after it, and at the shape's end
-(outside the timed stretch). Torch compute seen there is written in WATCH as the
-recheck's release writes it (an integrity violation at the timing's verdict), and so is a kernel launched
-there (the launch log's count moved: no honest output launches a kernel when it goes).
+bench dropping it runs nothing. The kept outputs go together under watch (`release_watched`, which the recheck
+shares): before a call once KEEP_CALLS or KEEP_BYTES of storage are kept (31-38 us for 32 at the median on the
+cpu, scripts/probes/release_cost.py, after a repetition's start event, behind the bench's 0.3 ms spin kernel
+like the launch's own; an output past KEEP_BYTES goes before the next call, the library's too (`AfterKernel`):
+one at most alive, as before), between the probe and the full timing, after it, and at the shape's end. Torch
+compute or a kernel launch seen there (none when an honest output goes) is an integrity violation (WATCH).
 
 After every call, before the harness touches the bench again, the bench (and its graph timers) must keep
 exactly its class and have no instance attribute named like a class-level function, method or property; a
@@ -38,6 +35,18 @@ from kernelgym_gap.dsl.watch import WATCH
 KEEP_CALLS = 32             # outputs kept at most before they are let go together (~50 us to let 32 go, cpu)
 KEEP_BYTES = 256 << 20      # storage kept at most before they are let go (a larger output goes at the next call)
 _MISSING = object()
+
+
+def release_watched(kept: list, what: str, log=None) -> None:
+    """Empties `kept` under watch (recorders.watching); torch compute and moves of `log.launches` there noted."""
+    launches = getattr(log, "launches", 0)
+    with recorders.watching() as watch:
+        kept.clear()
+    if watch.ops:
+        WATCH.note(f"computed with torch as the harness released {what} ({describe_ops(watch.ops)})")
+    moved = getattr(log, "launches", 0) - launches
+    if moved:
+        WATCH.note(f"launched {moved} kernel(s) as the harness released {what}")
 
 
 def _storage_bytes(out) -> int:
@@ -93,20 +102,11 @@ class TimedCalls:
         self.pending_bytes += _storage_bytes(obj)
 
     def release(self) -> None:
-        """Lets the kept outputs go under the guards and op recorders; what ran there is noted in WATCH."""
-        if not self.pending:
-            return
-        launches = getattr(self.log, "launches", 0)
-        watch = recorders.watching()
-        with watch:
-            self.pending.clear()
-        self.pending_bytes = 0
-        if watch.ops:
-            WATCH.note(f"computed with torch as the harness released {self.what} ({describe_ops(watch.ops)})")
-        moved = getattr(self.log, "launches", 0) - launches
-        if moved:
-            WATCH.note(f"launched {moved} kernel(s) as the harness released {self.what}")
-        _GUARD(self)            # what ran at the release is submission code too
+        """Lets the kept outputs go under watch (release_watched), then guards the bench: that ran submission code."""
+        if self.pending:
+            release_watched(self.pending, self.what, self.log)
+            self.pending_bytes = 0
+            _GUARD(self)
 
     def close(self) -> None:
         """The shape's end: every kept output let go under watch, and the inputs no longer held by this object;

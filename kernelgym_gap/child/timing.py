@@ -41,11 +41,9 @@ from kernelgym_gap.core.tensor_file import output_name
 from kernelgym_gap.core.timing_stats import DEVICE_EXCESS, Readings, TimingReadings  # noqa: F401 (re-exported)
 # imported with this module, so that the snapshots taken before the submission loads cover it (docs/security.md)
 from kernelgym_gap.child.graph_timing import GraphReplay
-from kernelgym_gap.child import recorders
 from kernelgym_gap.child.outputs import HeldOutputs
-from kernelgym_gap.child.recorders import describe_ops
 from kernelgym_gap.child.release import CLOSE as _CLOSE_CALLS, AfterKernel, BenchState, TimedCalls, settle as _settle
-from kernelgym_gap.dsl.watch import WATCH
+from kernelgym_gap.child.release import release_watched as _release_watched
 # the bench is a leaf both sides import (device/bench.py); bound here too, where the snapshots watch it
 from kernelgym_gap.device.bench import SPIN_MS, Bench, Measurement, side_stream_suspected  # noqa: F401
 
@@ -207,12 +205,11 @@ def recheck_call(entry, trial, ins, held, call_mark=None) -> dict:
         name = output_name("recheck", trial.index)
         _HELD_ADD(held, name, out)     # the class's, bound at import: a shadow on the instance never runs
     # the submission's finalizers on its output run here: under the guards and op recorders, so that torch
-    # compute that overwrites the copy just kept is seen (finalizer_overwrites_held.py does it to a trial's)
-    release = recorders.watching()
-    with release:
-        del out
-    if release.ops:
-        WATCH.note(f"computed with torch as the harness released a recheck's output ({describe_ops(release.ops)})")
+    # compute that overwrites the copy just kept is seen (finalizer_overwrites_held.py does it to a trial's); the
+    # list is its only reference once `out` is deleted, so the finalizers run inside the watched stretch
+    kept = [out]
+    del out
+    _release_watched(kept, "a recheck's output")
     return dict(recheck_output_file=name, recheck_trial=recheck_of(trial) if name else None)
 
 
