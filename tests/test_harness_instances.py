@@ -162,3 +162,14 @@ def test_torch_compute_in_a_finalizer_when_a_recheck_output_is_released_is_noted
     timing.recheck_call(entry, trial, (torch.zeros(4),), held)
     assert len(WATCH.events) == 1 and "released a recheck's output" in WATCH.events[0], WATCH.events
     assert len(held.held) == 1                      # the copy was kept before the release
+
+
+def test_a_method_added_to_a_registered_class_and_shadowed_is_caught(partial_child, monkeypatch):
+    """The registry takes each class's descriptor names once, as it is registered (HarnessInstances._names), so a
+    descriptor put on the class later is not among them: the snapshots must name the class change (they do, as
+    "... was added"), which keeps the cache from opening a hole."""
+    from kernelgym_gap.child.outputs import HeldOutputs as Held
+    run = partial_child
+    monkeypatch.setattr(Held, "extra", lambda self: "class", raising=False)     # removed again at teardown
+    run.held.extra = lambda: "shadow"
+    assert "kernelgym_gap.child.outputs.HeldOutputs.extra was added" in run.integrity.violations()

@@ -36,30 +36,29 @@ def _is_descriptor(value) -> bool:
 def shadow_names(cls: type) -> frozenset:
     """The names an instance attribute of `cls` must not take: its class-level descriptors (child/release.py
     checks the timing bench against them after every timed call)."""
-    names = set()
-    for klass in cls.__mro__:
-        for name in vars(klass):
-            attr = _class_attr(cls, name)
-            if attr is not _MISSING and _is_descriptor(attr):
-                names.add(name)
-    return frozenset(names)
+    return frozenset(name for klass in cls.__mro__ for name in vars(klass) if _is_descriptor(_class_attr(cls, name)))
 
 
 class HarnessInstances:
     """The registry. `register` before the submission loads (or, for what is made later, before its code
     runs again); `violations()` after every stretch of submission code (Integrity.violations calls it)."""
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_names")
 
     def __init__(self) -> None:
         # (label, object, its class, {pinned attribute: the object it held})
         self._entries: list[tuple[str, object, type, dict]] = []
+        # each registered class's shadow_names, taken as it is registered, not at every check (which runs after
+        # every call); a class changed later is the snapshots' to report (they cover the harness's classes)
+        self._names: dict[type, frozenset] = {}
 
     def register(self, label: str, obj, pinned: tuple[str, ...] = ()) -> None:
         if any(o is obj for _, o, _, _ in self._entries):
             return
-        own = getattr(obj, "__dict__", {})
-        self._entries.append((label, obj, type(obj), {name: own[name] for name in pinned if name in own}))
+        own, cls = getattr(obj, "__dict__", {}), type(obj)
+        if cls not in self._names:
+            self._names[cls] = shadow_names(cls)
+        self._entries.append((label, obj, cls, {name: own[name] for name in pinned if name in own}))
 
     def labels(self) -> tuple[str, ...]:
         return tuple(label for label, _, _, _ in self._entries)
@@ -74,11 +73,10 @@ class HarnessInstances:
             own = getattr(obj, "__dict__", None)
             if own is None:
                 continue
-            for name in list(own):
-                if type(name) is not str:
-                    continue
-                attr = _class_attr(cls, name)
-                if attr is not _MISSING and _is_descriptor(attr):
+            names = self._names[cls]
+            for name in list(own):      # a key not a str is never hashed: its __hash__ would be the submission's
+                attr = _class_attr(cls, name) if type(name) is str and name in names else _MISSING
+                if attr is not _MISSING and _is_descriptor(attr):       # the class as it is now, as before
                     found.append(f"the harness's {label}.{name} was shadowed on the instance "
                                  f"({cls.__qualname__}.{name} is a {type(attr).__name__})")
             for name, value in pinned.items():
