@@ -102,16 +102,23 @@ def driver_range(ptr: int) -> tuple[int, int] | None:
         return None
 
 
-def opened_range(handle_hex: str) -> dict:
+def opened_range(handle_hex: str, reads: dict[str, int] | None = None, nbytes: int = 0,
+                 truth: bytes = b"") -> dict:
     """What an opener in this process sees for a child's handle: the opened pointer's allocation size (the
-    driver's block, which IPC maps whole), or the error."""
+    driver's block, which IPC maps whole), or the error; with `reads` ({label: offset}), whether the `nbytes`
+    read at the opened pointer plus each offset equal `truth` (the record's offset against the driver's: which
+    one a mended export should give)."""
     from kernelgym_gap.judge.cuda_ipc import CudaIpcError, IpcRuntime, handle_from_hex
     try:
         rt = IpcRuntime(0)
         p = rt.open(handle_from_hex(handle_hex))
         try:
             base, size = rt.address_range(p)
-            return {"opened_is_base": base == p, "opened_bytes": size}
+            out = {"opened_is_base": base == p, "opened_bytes": size}
+            for label, off in (reads or {}).items():
+                if off is not None and off + nbytes <= size:
+                    out[f"read_at_{label}_is_truth"] = rt.copy_to_host(p + off, nbytes) == truth
+            return out
         finally:
             rt.close(p)
     except (CudaIpcError, OSError) as e:
@@ -228,10 +235,12 @@ def run_checker(args) -> dict:
         # the tensor file's payload is its last nbytes (after the magic and the header)
         payload = {n: b[len(b) - e.record.nbytes:] for e in plan.planned for n, b in [(e.key.file_name,
                                                                                          truths[e.key.file_name])]}
-        opened = {}                         # each distinct handle once, opened here as the opener would
+        opened = {}                         # each output's handle opened here as the opener would, and read
         for e in plan.planned:
-            if e.record.handle not in opened:
-                opened[e.record.handle] = opened_range(e.record.handle)
+            row = got["rows"][e.key.file_name]
+            opened[e.key.file_name] = opened_range(
+                e.record.handle, {"record_offset": e.record.offset, "driver_offset": row["driver_offset"]},
+                e.record.nbytes, payload[e.key.file_name])
         table = []
         for e in plan.planned:
             name = e.key.file_name
@@ -244,7 +253,7 @@ def run_checker(args) -> dict:
                           "record_offset": e.record.offset, "snapshot_offset": got["rows"][name]["snapshot_offset"],
                           "segment_bytes": got["rows"][name]["segment_bytes"],
                           "driver_offset": got["rows"][name]["driver_offset"],
-                          "driver_bytes": got["rows"][name]["driver_bytes"], **opened[e.record.handle],
+                          "driver_bytes": got["rows"][name]["driver_bytes"], **opened[name],
                           "child_copy_equals_truth": got["rows"][name]["copy_equals_truth"],
                           "arena_offset": e.arena_offset, "view_non_finite": round(non_finite_share(view), 6),
                           "truth_non_finite": round(non_finite_share(truth_t), 6), **cmp})
@@ -292,6 +301,11 @@ def print_table(summary: dict) -> None:
     sub = [r["output"] for r in summary["rows"] if r.get("opened_bytes") not in (None, r["segment_bytes"])]
     print(f"handles that open a block other than their segment (the driver's sub-allocation): {len(sub)}"
           + (f" ({', '.join(sub[:8])})" if sub else ""))
+    for label in ("record_offset", "driver_offset"):
+        key = f"read_at_{label}_is_truth"
+        read = [r for r in summary["rows"] if key in r]
+        print(f"read at the opened pointer + the {label.replace('_', ' ')}: the truth for "
+              f"{sum(r[key] for r in read)} of {len(read)}")
     print(f"\nwrong views: {len(bad)} of {len(summary['rows'])}" + (f" ({', '.join(bad)})" if bad else ""))
 
 
