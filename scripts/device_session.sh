@@ -66,7 +66,7 @@
 #   owed-tests        the cuda tests not yet run on a GPU: call deadlines' launch bound, the service, typed terms,
 #                     low-bit dtypes, issue 34's MoE/backward tasks and its TileLang solutions (~570 s)
 #   handover-diag     #35: the hand-over's false non_finite (2026-12-07) diagnosed layer by layer without the
-#                     engine (scripts/handover_diag.py: the child's records against torch's memory snapshot,
+#                     engine (scripts/probes/handover_diag.py: the child's records against torch's memory snapshot,
 #                     the opener's copies against the truth, byte for byte; ~3 x 170 s at most)
 #   handover-gpu-tests  #35: the gpu tests of the recheck by files, its strict xfail and the arena's release
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
@@ -312,14 +312,14 @@ for step in "$@"; do
         --deadline-s $(( STEP_S - 370 )) --variant "" --out "$OUT/timing_release" 2>&1 \
         | tee "$OUT/timing_release/fidelity_log.txt" | tail -${TAIL:-20} ;;
     handover-diag)
-      # #35: where the hand-over's false non_finite of 2026-12-07 comes from (scripts/handover_diag.py): the
+      # #35: where the hand-over's false non_finite of 2026-12-07 comes from (scripts/probes/handover_diag.py): the
       # mechanism without the engine, layer by layer, on the two solutions it failed (with and without the
       # checkpoints' exports), then the engine's gpu tests of those solutions (the recheck by files, and the
       # strict xfail that passes once the cause is mended); JSON and tables in $OUT/handover_diag/
       mkdir -p "$OUT/handover_diag"
       for case in "RowSum triton_tiled.py" "RowSum triton_tiled.py --no-checkpoints" "Attention triton_flash.py"; do
         set -- $case
-        timeout 170 python3 scripts/handover_diag.py --task "$1" --solution "$2" ${3:-} \
+        timeout 170 python3 scripts/probes/handover_diag.py --task "$1" --solution "$2" ${3:-} \
           --json "$OUT/handover_diag/$1${3:+_nocp}.json" 2>&1 | tee -a "$OUT/handover_diag/tables.txt" | tail -${TAIL:-30}
       done ;;
     handover-gpu-tests)

@@ -1,4 +1,4 @@
-"""scripts/handover_diag.py's comparisons on cpu (the script itself needs CUDA IPC: owed on the GPU,
+"""scripts/probes/handover_diag.py's comparisons on cpu (the script itself needs CUDA IPC: owed on the GPU,
 docs/measurement.md). Each function decides one column of the diagnosis table, so each is held here to what it
 must say about a view that is right, zeros, another output's bytes, or partly wrong."""
 import importlib.util
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("handover_diag", ROOT / "scripts" / "handover_diag.py")
+    spec = importlib.util.spec_from_file_location("handover_diag", ROOT / "scripts" / "probes" / "handover_diag.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

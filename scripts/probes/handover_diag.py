@@ -17,7 +17,7 @@ A row that is wrong here says which layer; no wrong row says the cause is in the
 the timing between correctness and the hand-over), the next place to look. GPU only (CUDA IPC); the
 comparison's functions are tested on cpu (tests/test_handover_diag.py). Prints a short table last:
 
-  python scripts/handover_diag.py --task RowSum --solution triton_tiled.py [--no-checkpoints] [--json out.json]
+  python scripts/probes/handover_diag.py --task RowSum --solution triton_tiled.py [--no-checkpoints] [--json out.json]
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
