@@ -36,7 +36,8 @@ def _is_descriptor(value) -> bool:
 def shadow_names(cls: type) -> frozenset:
     """The names an instance attribute of `cls` must not take: its class-level descriptors (child/release.py
     checks the timing bench against them after every timed call)."""
-    return frozenset(name for klass in cls.__mro__ for name in vars(klass) if _is_descriptor(_class_attr(cls, name)))
+    return frozenset(name for klass in cls.__mro__ for name in vars(klass)
+                     if _is_descriptor(_class_attr(cls, name)))
 
 
 class HarnessInstances:
@@ -75,8 +76,8 @@ class HarnessInstances:
                 continue
             names = self._names[cls]
             for name in list(own):      # a key not a str is never hashed: its __hash__ would be the submission's
-                attr = _class_attr(cls, name) if type(name) is str and name in names else _MISSING
-                if attr is not _MISSING and _is_descriptor(attr):       # the class as it is now, as before
+                if type(name) is str and name in names \
+                        and _is_descriptor(attr := _class_attr(cls, name)):    # the class as it is now, as before
                     found.append(f"the harness's {label}.{name} was shadowed on the instance "
                                  f"({cls.__qualname__}.{name} is a {type(attr).__name__})")
             for name, value in pinned.items():

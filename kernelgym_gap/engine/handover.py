@@ -9,8 +9,8 @@ compares is its own copy in its own memory, so nothing the stopped child does la
 child is killed there (`keep_child` False: a child held at a call's deadline, which cannot write files) or
 kept stopped until the verdict (`keep_child` True, after a final report): a verdict other than ok is then
 checked again by files when it is one that bytes not the output's give (RECHECKED; engine/evaluation.py):
-on the H100 (2026-12-07) the hand-over gave non_finite to 8 honest solutions that the files judge ok. Anything that is not the child's doing (the opener failed or could not start CUDA, an
-arena that cannot be trusted, an output with no room in the arena, a plan we cannot rebuild) is an abort:
+on the H100 (2026-12-07) the hand-over gave non_finite to 8 honest solutions that the files judge ok.
+Anything that is not the child's doing (the opener failed or could not start CUDA, an arena that cannot be trusted, an output with no room in the arena, a plan we cannot rebuild) is an abort:
 the child is still alive, stopped, and the evaluation falls back to asking it for files (engine/evaluation.py).
 """
 from __future__ import annotations

@@ -102,15 +102,16 @@ def driver_range(ptr: int) -> tuple[int, int] | None:
         return None
 
 
-def opened_range(handle_hex: str, reads: dict[str, int] | None = None, nbytes: int = 0,
+def opened_range(rt, handle_hex: str, reads: dict[str, int] | None = None, nbytes: int = 0,
                  truth: bytes = b"") -> dict:
     """What an opener in this process sees for a child's handle: the opened pointer's allocation size (the
     driver's block, which IPC maps whole), or the error; with `reads` ({label: offset}), whether the `nbytes`
     read at the opened pointer plus each offset equal `truth` (the record's offset against the driver's: which
     one a mended export should give)."""
-    from kernelgym_gap.judge.cuda_ipc import CudaIpcError, IpcRuntime, handle_from_hex
+    from kernelgym_gap.judge.cuda_ipc import CudaIpcError, handle_from_hex
+    if isinstance(rt, str):                 # the runtime itself could not be had: why
+        return {"open_error": rt}
     try:
-        rt = IpcRuntime(0)
         p = rt.open(handle_from_hex(handle_hex))
         try:
             base, size = rt.address_range(p)
@@ -171,7 +172,6 @@ def run_child(args) -> int:
         copy = copies[name]
         where = segment_offset(snapshot, copy.data_ptr())
         drv = driver_range(copy.data_ptr())
-        truth = open(truth_dir / name, "rb").read()
         truth_t = read_tensor(truth_dir / name, 1 << 34)
         rows[name] = {"record": {"handle": record.handle, "offset": record.offset, "nbytes": record.nbytes,
                                  "dtype": record.dtype, "shape": list(record.shape)},
@@ -179,7 +179,7 @@ def run_child(args) -> int:
                       "segment_bytes": None if where is None else where[1],
                       "driver_offset": None if drv is None else copy.data_ptr() - drv[0],
                       "driver_bytes": None if drv is None else drv[1],
-                      "copy_equals_truth": bool(torch.equal(copy.cpu(), truth_t)), "truth_file_bytes": len(truth)}
+                      "copy_equals_truth": bool(torch.equal(copy.cpu(), truth_t)), "truth_file_bytes": (truth_dir / name).stat().st_size}
     trial_of = {output_name("trial", t.index): [t.index, list(t.shape), t.dtype, t.split, t.distribution]
                 for t in trials}
     # one marked line: a solution or a compiler may print to stdout as well
@@ -194,6 +194,7 @@ def run_checker(args) -> dict:
     from kernelgym_gap.core.record import OutputHandle, Trial
     from kernelgym_gap.core.tensor_file import read_tensor
     from kernelgym_gap.judge.arena import Arena
+    from kernelgym_gap.judge.cuda_ipc import CudaIpcError, IpcRuntime
     from kernelgym_gap.judge.ipc_records import (ARENA_ALIGN, OutputKey, OutputKind, Plan, Planned,
                                                   views_from_arena)
     from kernelgym_gap.judge.opener_client import hand_over, start_opener
@@ -231,15 +232,18 @@ def run_checker(args) -> dict:
         copy_s = time.perf_counter() - t
         results = {r.key.file_name: r.result for r in done.results}
         views = views_from_arena(arena.tensor, plan)
-        truths = {e.key.file_name: open(work / "truth" / e.key.file_name, "rb").read() for e in plan.planned}
         # the tensor file's payload is its last nbytes (after the magic and the header)
-        payload = {n: b[len(b) - e.record.nbytes:] for e in plan.planned for n, b in [(e.key.file_name,
-                                                                                         truths[e.key.file_name])]}
+        payload = {e.key.file_name: (work / "truth" / e.key.file_name).read_bytes()[-e.record.nbytes:]
+                   for e in plan.planned}
         opened = {}                         # each output's handle opened here as the opener would, and read
+        try:                                # torch's runtime, already loaded in this process
+            rt = IpcRuntime(0)
+        except (CudaIpcError, OSError) as e:
+            rt = str(e)[:200]
         for e in plan.planned:
             row = got["rows"][e.key.file_name]
             opened[e.key.file_name] = opened_range(
-                e.record.handle, {"record_offset": e.record.offset, "driver_offset": row["driver_offset"]},
+                rt, e.record.handle, {"record_offset": e.record.offset, "driver_offset": row["driver_offset"]},
                 e.record.nbytes, payload[e.key.file_name])
         table = []
         for e in plan.planned:
@@ -296,7 +300,8 @@ def print_table(summary: dict) -> None:
               f"{str(r['driver_bytes']):>11}{str(r.get('opened_bytes', r.get('open_error', '?'))):>11}"
               f"{str(r['child_copy_equals_truth']):>9}{str(r['equal']):>7}"
               f"{r.get('fraction_differing', 0):>9.4f}{str(r.get('first_differing_byte', '')):>9}"
-              f"{r['view_non_finite']:>8.4f}{r['view_sentinel_share']:>8.4f}  {','.join(r.get('view_is_the_start_of', []))}")
+              f"{r['view_non_finite']:>8.4f}{r['view_sentinel_share']:>8.4f}  "
+              f"{','.join(r.get('view_is_the_start_of', []))}")
     bad = [r["output"] for r in summary["rows"] if not r["equal"]]
     sub = [r["output"] for r in summary["rows"] if r.get("opened_bytes") not in (None, r["segment_bytes"])]
     print(f"handles that open a block other than their segment (the driver's sub-allocation): {len(sub)}"
