@@ -16,7 +16,7 @@ import torch
 from kernelgym_gap.api.warm import WarmChecker
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.config import EvalConfig
-from kernelgym_gap.core.record import ChildReport, Job, OutputHandle, ShapeTiming, TrialOutcome
+from kernelgym_gap.core.record import ChildReport, Job, OutputHandle, ShapeTiming, Trial, TrialOutcome
 from kernelgym_gap.core.status import Status
 from kernelgym_gap.core.tensor_file import write_tensor
 from kernelgym_gap.engine.trials import TIMING_INDEX_BASE, make_trials
@@ -379,6 +379,101 @@ def test_freeing_an_exported_arena_releases_torchs_ipc_counter_once(monkeypatch,
     arena_mod.Arena(tensor=torch.zeros(64, dtype=torch.uint8), ref_counter=(b"/torch_1_3", 0)).free()
     assert "its IPC counter was not released (no such counter file)" in capsys.readouterr().err
     arena_mod.Arena(tensor=torch.zeros(64, dtype=torch.uint8)).free()     # never exported: nothing to release
+
+
+class _FakeStorage:
+    def __init__(self, events):
+        self.events = events
+
+    def _share_cuda_(self):
+        self.events.append("share")
+        return (0, b"\x02c" + bytes(range(64)), 4096, 512, b"/torch_9_9", 3, b"", False)
+
+
+class _FakeCudaTensor:
+    """What `export` reads of a cuda tensor, on a machine without one."""
+    is_cuda = True
+    device = torch.device("cuda", 0)
+
+    def __init__(self, events):
+        self.events = events
+
+    def untyped_storage(self):
+        return _FakeStorage(self.events)
+
+    def storage_offset(self):
+        return 0
+
+    def element_size(self):
+        return 1
+
+    def numel(self):
+        return 1024
+
+
+def test_exporting_an_arena_waits_for_the_checkers_queued_kernels(monkeypatch):
+    """The opener's copies are ordered with nothing on the checker's streams, and torch hands the arena a block
+    that kernels still queued there may write (the references past precompute's bound, made and dropped just
+    before). They then landed after the opener's copies: the hand-over's false non_finite of 2026-12-07. So
+    the export returns only after the device is synchronized (the gpu test below shows the hazard itself)."""
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(("sync", device)))
+    arena = arena_mod.Arena(tensor=_FakeCudaTensor(events))
+    record = arena.export()
+    assert events == ["share", ("sync", torch.device("cuda", 0))]
+    assert record == {"handle": bytes(range(64)).hex(), "offset": 512, "nbytes": 1024}
+    assert arena.ref_counter == (b"/torch_9_9", 3)
+
+
+def _arena_copy_after_queued_writes(synchronized: bool) -> torch.Tensor:
+    """One hand-over by the real opener into an arena whose block was freed by a kernel still queued on this
+    process's stream (a ~3 s spin, then a fill of 0x5A): what the arena holds afterwards. The source, 0x11,
+    is exported by this process as a child's output is. `synchronized` False takes the export's wait out."""
+    from kernelgym_gap.child.export import export_handle
+    from kernelgym_gap.judge.opener_client import hand_over, start_opener, wait_ready
+    n = 8 << 20
+    source = torch.full((n,), 0x11, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    record = export_handle(source)
+    opener = start_opener(torch.cuda.current_device())
+    wait_ready(opener, 60.0)                  # its context is up before the spin starts
+    old = torch.empty(n, dtype=torch.uint8, device="cuda")
+    where = old.data_ptr()
+    torch.cuda._sleep(6_000_000_000)          # cycles: 3 s at 2 GHz, longer at lower clocks
+    old.fill_(0x5A)                           # queued behind the spin
+    del old                                   # freed in stream order: the next allocation may take it
+    arena = arena_mod.Arena.allocate(n, "cuda")
+    assert arena.tensor.data_ptr() == where, "the allocator did not hand the freed block to the arena"
+    real = torch.cuda.synchronize
+    if not synchronized:
+        torch.cuda.synchronize = lambda device=None: None
+    try:
+        exported = arena.export()
+    finally:
+        torch.cuda.synchronize = real
+    trial = Trial(index=0, shape=(n,), dtype="uint8", seed=0, distribution="normal", split="public")
+    plan = Plan(entries=(Planned(key=OutputKey(OutputKind.TRIAL, 0), trial=trial, record=record, arena_offset=0,
+                                 dtype="uint8", shape=(n,)),), arena_bytes=n)
+    done = hand_over(opener, plan, exported["handle"], 60.0, exported["offset"])
+    assert [r.result for r in done.results] == ["copied"]
+    torch.cuda.synchronize()
+    got = arena.tensor.clone()
+    arena.free()
+    return got
+
+
+@pytest.mark.gpu
+def test_gpu_the_openers_copies_land_after_the_checkers_queued_kernels():
+    """The regression of the false non_finite: with the export's wait, the arena holds the source's bytes."""
+    got = _arena_copy_after_queued_writes(synchronized=True)
+    assert bool((got == 0x11).all()), f"{int((got != 0x11).sum())} bytes are not the source's"
+
+
+@pytest.mark.gpu
+def test_gpu_without_the_exports_wait_queued_kernels_overwrite_the_copies():
+    """The premise, so that the test above can fail: without the wait, the spin's fill lands after the copy."""
+    got = _arena_copy_after_queued_writes(synchronized=False)
+    assert bool((got == 0x5A).any()), "the queued fill did not overwrite the copy: the premise does not hold here"
 
 
 @pytest.mark.gpu

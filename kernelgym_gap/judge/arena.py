@@ -83,6 +83,14 @@ class Arena:
         # so without the release in `free` every arena of the warm checker stayed allocated to its end.
         if len(share) > 5 and share[4]:
             self.ref_counter = (share[4], int(share[5]))
+        if self.tensor.is_cuda:
+            # The opener writes the arena from another process, ordered with nothing on this one's streams.
+            # torch hands out a block freed by kernels still queued (stream order: safe for this process only),
+            # and the checker frees such blocks just before (the plan's references past precompute's bound are
+            # made, measured and dropped). A torch consumer would wait on the export's event; the opener does
+            # not, so the queued kernels ran AFTER its copies and overwrote them: the hand-over's false
+            # non_finite of 2026-12-07 (float32 references read as float16 outputs; docs/measurement.md).
+            torch.cuda.synchronize(self.tensor.device)
         return {"handle": handle_hex(raw), "offset": offset, "nbytes": int(self.tensor.numel())}
 
     def free(self) -> None:
