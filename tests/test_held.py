@@ -272,50 +272,91 @@ def _free(lanes, mode) -> bool:
         return True
 
 
-def test_lane_cover_converts_the_stopped_childs_shared_hold_and_waits_for_the_others(tmp_path):
+def test_lane_cover_keeps_the_stopped_childs_shared_hold_past_a_writer_waiting_at_the_gate(tmp_path):
+    """The deadlock of 2026-12-07 (H100, the full mix with the hand-over): a timing waits at the gate for the
+    stopped child's shared hold; a cover that asked for the gate waited for that timing in turn, 136 s, until
+    the timing's own lane wait ran out. The cover takes the data shared on the child's own description, the
+    gate untouched: at once, and the timing goes on only after the child's death."""
     lanes = tmp_path / "lanes"
     child = _lane_child(tmp_path, lanes, SHARED)
+    writer_got, inside = [], []
     try:
         assert child.wait(hold=True).held
-        assert _free(lanes, "shared") and not _free(lanes, "exclusive")     # the stopped child holds it shared
-        # a holder of our own on fresh descriptions would wait for the stopped child forever
-        with Lane.open(lanes, 0) as mine, pytest.raises(LaneTimeout):
-            mine.acquire("exclusive", timeout_s=0.3)
-        other = Lane.open(lanes, 0)                  # another evaluation's shared hold, elsewhere
-        other.acquire("shared")
-        got, inside = [], threading.Event()
+        writer = Lane.open(lanes, 0)                 # another evaluation's timing, waiting for the child
 
-        def cover():
-            with child.held.lane_cover(timeout_s=20) as hold:
-                got.append(hold)
-                inside.set()
-                child.held.kill()                    # the child dies inside the cover; the dups close after
-        t = threading.Thread(target=cover)
+        def timing():
+            try:
+                writer_got.append(writer.acquire("exclusive", timeout_s=20).mode)
+                writer.release()
+            except LaneTimeout:
+                writer_got.append("timed out")
+        t = threading.Thread(target=timing)
         t.start()
-        time.sleep(0.5)
-        assert not inside.is_set()                   # it waits for the other holder, not for the child
-        other.release()
-        other.close()
+        deadline = time.monotonic() + 5
+        while _free(lanes, "shared") and time.monotonic() < deadline:   # until the writer holds the gate
+            time.sleep(0.02)
+        assert not _free(lanes, "shared") and not writer_got
+        t0 = time.monotonic()
+        with child.held.lane_cover(timeout_s=5) as hold:
+            inside.append(time.monotonic() - t0)
+            assert hold.mode == "shared" and hold.wait_s < 0.5
+            time.sleep(0.3)
+            assert not writer_got                    # no timing beside the stopped child
+            child.held.kill()                        # the child dies inside the cover; the dups close after
         t.join(20)
-        assert inside.is_set() and got[0].mode == "exclusive" and got[0].wait_s >= 0.4
-        assert _free(lanes, "exclusive")             # let go with the child's death
+        assert inside[0] < 1.0 and writer_got == ["exclusive"]
+        writer.close()
+        assert _free(lanes, "exclusive") and _lane_fds_here(lanes) == []
     finally:
         child.kill()
 
 
-def test_lane_cover_is_let_go_only_with_the_childs_death(tmp_path):
-    """A kernel the stopped child launched may still run: the exclusive hold outlasts the block until kill()."""
+def test_lane_cover_does_not_wait_for_other_shared_holders(tmp_path):
     lanes = tmp_path / "lanes"
     child = _lane_child(tmp_path, lanes, SHARED)
     try:
         assert child.wait(hold=True).held
+        with Lane.open(lanes, 0) as other:
+            other.acquire("shared")
+            with child.held.lane_cover(timeout_s=0.5) as hold:
+                assert hold.mode == "shared"
+            other.release()
+    finally:
+        child.held.kill()
+
+
+def test_lane_cover_is_let_go_only_with_the_childs_death(tmp_path):
+    """A kernel the stopped child launched may still run: no timing can start until kill(), not just the block's
+    end."""
+    lanes = tmp_path / "lanes"
+    child = _lane_child(tmp_path, lanes, "pass")        # a child that held nothing: the cover's lock is its
+    try:
+        assert child.wait(hold=True).held and _free(lanes, "exclusive")
         with child.held.lane_cover(timeout_s=5) as hold:
-            assert hold.mode == "exclusive" and not _free(lanes, "shared")
-        assert not _free(lanes, "shared")            # still the child's, converted
+            assert hold.mode == "shared" and not _free(lanes, "exclusive")
+        assert not _free(lanes, "exclusive")         # still on the child's description
     finally:
         child.held.kill()
     assert _free(lanes, "exclusive")
     assert _lane_fds_here(lanes) == []                # no descriptor of the lane is left open here
+
+
+def test_lane_cover_waits_only_for_a_timing_in_progress_and_within_its_bound(tmp_path):
+    lanes = tmp_path / "lanes"
+    child = _lane_child(tmp_path, lanes, "pass")
+    try:
+        assert child.wait(hold=True).held
+        with Lane.open(lanes, 0) as timing:
+            timing.acquire("exclusive")
+            with pytest.raises(LaneTimeout):
+                with child.held.lane_cover(timeout_s=0.3):
+                    pytest.fail("covered beside a timing")
+            timing.release()
+        with child.held.lane_cover(timeout_s=0.3) as hold:
+            assert hold.mode == "shared"
+    finally:
+        child.held.kill()
+    assert _free(lanes, "exclusive") and _lane_fds_here(lanes) == []
 
 
 def _lane_fds_here(lanes: Path) -> list[str]:
@@ -337,7 +378,9 @@ def test_lane_cover_returns_at_once_when_the_child_holds_the_lane_exclusive(tmp_
         assert not _free(lanes, "shared")
         t0 = time.monotonic()
         with child.held.lane_cover(timeout_s=0.5) as hold:
-            assert hold.mode == "exclusive" and time.monotonic() - t0 < 0.3
+            # downgraded on the child's own description, which keeps the gate: nobody else gets in
+            assert hold.mode == "shared" and time.monotonic() - t0 < 0.3
+            assert not _free(lanes, "shared")
     finally:
         child.held.kill()
     assert _free(lanes, "exclusive")
@@ -474,13 +517,13 @@ def test_the_harness_hold_and_the_parents_wait_fit_together(tmp_path, ending):
 
 
 def test_a_kill_while_the_cover_waits_leaves_it_on_descriptions_of_its_own(tmp_path):
-    """kill() from another thread while lane_cover waits for another holder: the cover goes on with its own dups
-    (no closed or reused numbers), gets the lane once the other lets go, and nothing stays locked after it."""
+    """kill() from another thread while lane_cover waits for a timing in progress: the cover goes on with its own
+    dups (no closed or reused numbers), gets the lane once the timing lets go, and nothing stays locked after it."""
     lanes = tmp_path / "lanes"
-    child = _lane_child(tmp_path, lanes, SHARED)
+    child = _lane_child(tmp_path, lanes, "pass")
     assert child.wait(hold=True).held
     other = Lane.open(lanes, 0)
-    other.acquire("shared")
+    other.acquire("exclusive")
     got, errors = [], []
 
     def cover():
@@ -497,5 +540,5 @@ def test_a_kill_while_the_cover_waits_leaves_it_on_descriptions_of_its_own(tmp_p
     other.release()
     other.close()
     t.join(20)
-    assert errors == [] and got and got[0].mode == "exclusive"
+    assert errors == [] and got and got[0].mode == "shared"
     assert _free(lanes, "exclusive") and _lane_fds_here(lanes) == []

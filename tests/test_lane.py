@@ -114,6 +114,47 @@ def test_a_waiting_writer_blocks_new_readers(tmp_path):
     reader.close()
 
 
+def test_the_data_shared_passes_a_writer_waiting_at_the_gate_and_keeps_it_out(tmp_path):
+    """acquire_data_shared, the cover of a stopped child's hold (sandbox/held.lane_cover): never queued behind a
+    writer at the gate (that writer may wait for the very hold covered), and the writer still waits."""
+    lanes = tmp_path / "lanes"
+    reader = Lane.open(lanes, 0)
+    reader.acquire("shared")
+    w, mark_w, rel_w = _holder(tmp_path, "exclusive", "w")
+    t0 = time.monotonic()
+    while not _gate_taken(lanes):                 # the writer is at the gate, waiting for the reader
+        assert time.monotonic() - t0 < WAIT_S
+        time.sleep(0.005)
+    with Lane.open(lanes, 0) as cover:
+        hold = cover.acquire_data_shared(timeout_s=0.5)
+        assert hold.mode == "shared" and hold.wait_s < 0.5
+        reader.release()
+        time.sleep(0.2)
+        assert not mark_w.exists()                # the cover alone keeps the writer out
+        cover.release()
+    assert _wait_for(mark_w) == "held"
+    rel_w.touch()
+    w.wait(WAIT_S)
+    reader.close()
+
+
+def test_the_data_shared_downgrades_its_own_exclusive_and_waits_only_for_another_writer(tmp_path):
+    lanes = tmp_path / "lanes"
+    with Lane.open(lanes, 0) as mine, Lane.open(lanes, 0) as other:
+        mine.acquire("exclusive")
+        assert mine.acquire_data_shared(timeout_s=0).wait_s < 0.1     # its own: downgraded at once
+        with pytest.raises(LaneTimeout):
+            other.acquire("shared", timeout_s=0.1)   # the gate is still the first holder's
+        mine.release()
+        other.acquire("exclusive")
+        with pytest.raises(LaneTimeout) as e:
+            mine.acquire_data_shared(timeout_s=0.2)  # a timing in progress: waited for, within the bound
+        assert e.value.mode == "shared" and e.value.waited_s >= 0.2
+        other.release()
+        assert mine.acquire_data_shared(timeout_s=0.2).mode == "shared"
+        mine.release()
+
+
 def test_held_records_the_wait_and_is_a_no_op_without_a_lane_dir(tmp_path):
     waits = {}
     with held(None, 0, "exclusive", waits, "w"):

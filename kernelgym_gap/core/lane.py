@@ -117,6 +117,20 @@ class Lane:
             raise LaneTimeout(mode, _NOW() - t0)
         return Hold(mode, _NOW() - t0)
 
+    def acquire_data_shared(self, timeout_s: float | None = None) -> Hold:
+        """The data file SHARED without passing the gate (LaneTimeout past `timeout_s`): for a cover of a hold
+        that already exists (sandbox/held.lane_cover), which must not queue behind a writer waiting at the
+        gate, since that writer waits for the very hold being covered (the deadlock of 2026-12-07: a stopped
+        child's shared hold, a timing waiting for it at the gate, the cover waiting for the gate). On a
+        description that holds the data already it never waits: shared is kept, exclusive is downgraded
+        (nobody else holds it, and the gate, which that holder keeps, still stops everyone else). Either
+        way no other evaluation's timing (exclusive) can start while it is held."""
+        t0 = _NOW()
+        deadline = None if timeout_s is None else t0 + max(timeout_s, 0.0)
+        if not _flock(self.data_fd, fcntl.LOCK_SH, deadline):
+            raise LaneTimeout("shared", _NOW() - t0)
+        return Hold("shared", _NOW() - t0)
+
     def release(self) -> None:
         _FLOCK(self.data_fd, fcntl.LOCK_UN)
         _FLOCK(self.gate_fd, fcntl.LOCK_UN)

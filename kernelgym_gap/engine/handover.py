@@ -204,22 +204,29 @@ def write_spec(private: Path, job: Any, report: Any, backend: str) -> tuple[Path
 
 def overdue_cover(held_child: Any, lane_dir: str | None, gpu_index: int, wait_s: float | None = None):
     """The lane for the check of a child held at a call's deadline (a zero-argument context manager factory, as
-    WarmChecker.hand_over_check takes): the child's own hold made exclusive (HeldChild.lane_cover), so the hung
-    kernel that may still run never overlaps another evaluation's timing. When the child's descriptions were not
-    taken and the GPU has lanes, the exclusive lane on fresh descriptors within `wait_s`, else HeldOutputsLost:
-    running the copies and the check with no lane could overlap another evaluation's exclusive timing (the
-    child may hold nothing, having let the lane go to compile)."""
+    WarmChecker.hand_over_check takes): the lane's data held shared through the child's own descriptions
+    (HeldChild.lane_cover, the gate untouched), so the hung kernel that may still run never overlaps another
+    evaluation's timing, and a timing that waits at the gate for the stopped child is never waited on in turn.
+    When the child's descriptions were not taken and the GPU has lanes, the exclusive lane on fresh
+    descriptors. Either wait is bounded by `wait_s` (COVER_WAIT_S), past which HeldOutputsLost: running the
+    copies and the check with no lane could overlap another evaluation's exclusive timing (the child may hold
+    nothing, having let the lane go to compile)."""
     from kernelgym_gap.core.lane import Lane, LaneTimeout, resolve
+    wait = COVER_WAIT_S if wait_s is None else wait_s
 
     @contextlib.contextmanager
     def cover():
-        with held_child.lane_cover() as got:
+        with contextlib.ExitStack() as stack:
+            try:
+                got = stack.enter_context(held_child.lane_cover(wait))
+            except LaneTimeout as e:
+                raise HeldOutputsLost(f"the lane could not be held beside the stopped child ({e})") from None
             if got is not None or resolve(lane_dir) is None:
                 yield
                 return
         with Lane.open(resolve(lane_dir), gpu_index) as fresh:
             try:
-                fresh.acquire("exclusive", COVER_WAIT_S if wait_s is None else wait_s)
+                fresh.acquire("exclusive", wait)
             except LaneTimeout as e:
                 raise HeldOutputsLost(f"the lane could not be taken beside the stopped child ({e})") from None
             try:

@@ -8,9 +8,10 @@ stopped the same way (its checkpoint's outputs live in its memory). The parent t
 
   kill()               SIGKILL everything of it, reaped, its cgroups closed, the lane descriptions let go (idempotent)
   resume_for_files(t)  the fallback: SIGUSR1 to the harness, SIGCONT, and the ordinary wait (every limit of it)
-  lane_cover()         the EXCLUSIVE lane taken through the child's own lane descriptions (flock locks belong to
-                       the open file description): whatever the stopped child held is converted, never waited on;
-                       held until the child's death (kill), not just the block's end
+  lane_cover()         the lane's data file held SHARED through the child's own lane descriptions (flock locks
+                       belong to the open file description), the gate untouched: whatever the stopped child held
+                       is kept (exclusive downgraded), never waited on, and no timing can start until the child's
+                       death (kill), not just the block's end
 
 What is stopped is every process of the child: its process group, its cgroups' members and every descendant of
 the process the parent started. bwrap's `--new-session` puts the harness outside the started process's group,
@@ -258,9 +259,15 @@ class HeldChild:
 
     @contextlib.contextmanager
     def lane_cover(self, timeout_s: float | None = None) -> Iterator[Hold | None]:
-        """The lane EXCLUSIVE through the child's own descriptions for the block: the stopped child's shared or
-        exclusive hold is converted (an exclusive one is already ours); other holders are waited for, up to
-        `timeout_s` (core/lane.LaneTimeout). None without a lane (lanes are optional).
+        """The lane's data file SHARED through the child's own descriptions for the block, the gate untouched
+        (core/lane.Lane.acquire_data_shared): a stopped child's shared hold is kept and an exclusive one
+        downgraded, at once; a child that held nothing (it let the lane go to compile) waits only for a timing
+        in progress, up to `timeout_s` (core/lane.LaneTimeout). None without a lane (lanes are optional).
+
+        Shared is enough: what the cover keeps out is another evaluation's TIMING (exclusive), beside which a
+        kernel the stopped child launched may still run. Exclusive was asked before 2026-12-07 and deadlocked:
+        a timing waiting at the gate for the stopped child's shared hold held the gate the cover waited for,
+        until the timing's own lane wait ran out (136 s on the H100 full mix, with the hand-over on).
 
         Never let go before the child's death: the lock belongs to the child's descriptions, which kill() closes
         only after every process of the child is dead (a kernel it launched may still run while it is stopped).
@@ -274,7 +281,7 @@ class HeldChild:
             yield None
             return
         try:
-            yield Lane(*own, owned=False).acquire("exclusive", timeout_s)
+            yield Lane(*own, owned=False).acquire_data_shared(timeout_s)
         finally:
             for fd in own:              # no LOCK_UN: the description still held by the child's (or kill's) end
                 with contextlib.suppress(OSError):
