@@ -25,6 +25,7 @@ import argparse
 import importlib.util
 import json
 import math
+import shutil
 import subprocess
 import sys
 import time
@@ -199,7 +200,8 @@ def run_checker(args) -> dict:
                                                   views_from_arena)
     from kernelgym_gap.judge.opener_client import hand_over, start_opener
     work = Path(args.dir)
-    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)     # the last case's truth files (write_tensor never overwrites)
+    work.mkdir(parents=True)
     cmd = [sys.executable, __file__, "--role", "child", "--task", args.task, "--solution", args.solution,
            "--dir", str(work)] + ([] if args.checkpoints else ["--no-checkpoints"])
     child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -224,6 +226,8 @@ def run_checker(args) -> dict:
         plan = Plan(entries=tuple(entries), arena_bytes=-(-end // ARENA_ALIGN) * ARENA_ALIGN)
         arena = Arena.allocate(plan.arena_bytes, "cuda")
         arena.tensor.fill_(SENTINEL)        # a byte the opener never wrote reads as this
+        # this wait (and a checker with no queued work) is why the diagnosis found every view right on
+        # 2026-12-07 10:04 while the engine's were wrong: judge/arena.Arena.export now makes it itself
         torch.cuda.synchronize()
         exported = arena.export()
         where = segment_offset(torch.cuda.memory_snapshot(), arena.tensor.data_ptr())
