@@ -118,6 +118,20 @@ def test_in_handle_mode_device_copies_are_exported_once_and_never_written(tmp_pa
     assert pretend_gpu == [_digest(1.0), _digest(2.0)]
 
 
+def test_before_the_hold_the_free_cached_segments_go_back_and_the_reserved_memory_is_said(tmp_path, pretend_gpu,
+                                                                                             monkeypatch):
+    """A held child keeps its device memory until the verdict: what it still reserves then is its handed-over
+    copies' segments, not its peak (the full mix's OOM of 2026-12-07), and the record says how much."""
+    calls = []
+    monkeypatch.setattr(outputs, "_empty_cache", lambda: calls.append("empty"))
+    monkeypatch.setattr(outputs, "_reserved", lambda: 3 << 20)
+    held = HeldOutputs(tmp_path, budget_bytes=1 << 20, device_budget_bytes=1 << 20, by_handle=True)
+    assert held.before_hold() == 0.0 and calls == []        # nothing handed over: nothing to keep
+    held.add("a.tensor", torch.full((8,), 1.0))
+    held.write()
+    assert held.before_hold() == 3.0 and calls == ["empty"]
+
+
 def test_an_output_whose_export_fails_is_written_as_a_file_instead(tmp_path, monkeypatch):
     def export(t):
         if float(t[0]) == 2.0:

@@ -51,6 +51,7 @@ _VIOLATIONS = integ.Integrity.violations
 _HELD_ADD = HeldOutputs.add
 _HELD_WRITE = HeldOutputs.write
 _HELD_HANDED_OVER = HeldOutputs.handed_over
+_HELD_BEFORE_HOLD = HeldOutputs.before_hold
 _MARKS_BEGIN = CallMarks.begin
 _MARKS_END = CallMarks.end
 
@@ -166,8 +167,11 @@ class ChildRun:
         the hold (child/hold.py): this process keeps their memory until the parent kills it, or writes them
         as files when asked. Any other report is written as it is, and the child exits (no hold)."""
         self.phases["total"] = time.perf_counter() - self.t0
+        holding = status is Status.OK and bool(self.held.handles)
+        if holding:
+            self.phases["hold_reserved_mib"] = _HELD_BEFORE_HOLD(self.held)
         report = ChildReport(status=status, message=message, phases=self.phases, **kw, **self.common)
-        if status is not Status.OK or not self.held.handles:
+        if not holding:
             write_report(self.report_path, report)
             return 0
         write_report(self.report_path, _HELD_HANDED_OVER(self.held, report))

@@ -278,9 +278,12 @@ class EvalConfig:
     # outputs on the GPU and hands them over by CUDA IPC (a trusted per-evaluation opener copies them into the
     # warm checker's arena) instead of writing files; the child is held stopped until the copies, then killed.
     # Applies only on cuda with a warm checker, held_device_bytes > 0, no early check and no early read
-    # (engine/handover.applies); elsewhere the files as today. OFF: on the H100 (2026-12-07) it gave non_finite to
-    # 8 honest solutions the files judge ok, cause not found (docs/measurement.md, "The hand-over on the GPU:
-    # false verdicts"); such a verdict is now checked again by files (engine/handover.RECHECKED), unmeasured.
+    # (engine/handover.applies); elsewhere the files as today. OFF: its false non_finite of 2026-12-07 are mended
+    # (the checker's queued kernels wrote its arena after the copies; judge/arena.Arena.export waits now) and
+    # such a verdict is checked again by files (engine/handover.RECHECKED), but on the H100 it has not paid yet
+    # (light batch -4.7% per GPU-hour, step -0.58 s, one row) and its full-mix row is owed again after the lane
+    # cover's deadlock and the held children's memory were mended (docs/measurement.md, "The hand-over on the
+    # GPU: the cause found and mended").
     hand_over_outputs: bool = False
     # torch.compile of the reference, timed once per device, software, task version, shape and dtype in a
     # trusted process and cached (judge/baselines.py): "measure" (when missing), "cached" (only what the

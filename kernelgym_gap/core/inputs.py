@@ -71,12 +71,31 @@ def digest(tensors) -> str:
         pad = (-raw.numel()) % 4
         if pad:
             raw = torch.cat([raw, raw.new_zeros(pad)])
-        words = raw.view(torch.int32).to(torch.int64)
-        idx = torch.arange(words.numel(), device=c.device, dtype=torch.int64)
-        sums = torch.stack([words.sum(), (words * (idx * 2654435761 % 2147483647 + 1)).sum(),
-                            (words * words).sum(), (words * (idx % 65521 + 7)).sum()])
-        h.update(sums.cpu().numpy().tobytes())
+        h.update(word_sums(raw.view(torch.int32)).cpu().numpy().tobytes())
     return h.hexdigest()
+
+
+# Words per stretch of `word_sums`: int64 temporaries of 128 MiB each. Unchunked, a 0.94 GiB input needed
+# about ten times its size at once: the child's digest of CrossEntropyBackward's logits asked 1.87 GiB for one
+# temporary and ran the GPU out of memory beside the held children (H100, 2026-12-07, the hand-over's full mix).
+DIGEST_CHUNK_WORDS = 1 << 24
+
+
+def word_sums(words32: torch.Tensor, chunk: int = DIGEST_CHUNK_WORDS) -> torch.Tensor:
+    """The four weighted sums of `digest` over a 1-D int32 tensor, as int64 (wrapping as the device's int64
+    sums wrap): computed a stretch of `chunk` words at a time, so that the temporaries are bounded by the
+    stretch, not the input. Integer addition modulo 2**64 is associative, so the sums are the same for any
+    `chunk`: the digests of earlier versions, and of the checker and the child, agree."""
+    if chunk <= 0:
+        raise ValueError(f"chunk must be positive, got {chunk}")
+    total = torch.zeros(4, dtype=torch.int64, device=words32.device)
+    for start in range(0, words32.numel(), chunk):
+        words = words32[start:start + chunk].to(torch.int64)
+        idx = torch.arange(start, start + words.numel(), device=words.device, dtype=torch.int64)
+        total += torch.stack([words.sum(), (words * (idx * 2654435761 % 2147483647 + 1)).sum(),
+                              (words * words).sum(), (words * (idx % 65521 + 7)).sum()])
+        del words, idx
+    return total
 
 
 def make_trial_inputs(task, trial, device: str) -> tuple:
