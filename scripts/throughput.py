@@ -259,6 +259,17 @@ def handover_flags(records) -> dict:
             for key, prefix in HANDOVER_FLAGS.items()}
 
 
+def handover_memory(records) -> dict:
+    """The most device memory a held child still reserved when it began to hold (its latency's
+    child_hold_reserved_mib, HeldOutputs.before_hold; None in a row with no held child), and the outputs handed
+    over per evaluation, on average: on the H100 full mix of 2026-12-07 the GPU ran out of memory beside the held
+    children, and on its light batch about half the outputs went by handle."""
+    held = [r.latency["child_hold_reserved_mib"] for r in records if "child_hold_reserved_mib" in r.latency]
+    handed = [r.latency.get("outputs_handed", 0) for r in records]
+    return {"hold_reserved_max_mib": max(held) if held else None,
+            "outputs_handed_mean": round(sum(handed) / len(handed), 1) if handed else 0.0}
+
+
 def summarise(name, batch, records, seconds, n_gpus):
     walls = [r.latency.get("total", 0.0) for r in records]
     honest = [w for (_, kind, _), w in zip(batch, walls) if kind == "optimized"]
@@ -269,7 +280,7 @@ def summarise(name, batch, records, seconds, n_gpus):
             "solutions_max_s": round(max(solutions), 2) if solutions else None,
             "hostile_max_s": round(max(hostile), 2) if hostile else None,
             "early_exits": sum(any(p.get("early_exit") for p in per_shape(r)) for r in records),
-            **handover_flags(records),
+            **handover_flags(records), **handover_memory(records),
             "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r))}
 
 
@@ -539,6 +550,9 @@ def main(argv=None) -> int:
     print(f"lanes statuses: {rows[-1]['statuses']}; early exits: {rows[-1]['early_exits']}; cached library "
           f"shapes: {rows[-1]['library_cached_shapes']}")
     for r in rows:
+        if r.get("hold_reserved_max_mib") is not None:
+            print(f"{r['mode']}: {r['outputs_handed_mean']} outputs handed over per evaluation; a held child reserved "
+                  f"at most {r['hold_reserved_max_mib']} MiB")
         if r.get("handover_rechecks") or r.get("handover_fallbacks"):
             print(f"{r['mode']}: the hand-over's verdict checked again by files {r['handover_rechecks']} times, "
                   f"fallen back to files {r['handover_fallbacks']} times (the records' flags say why)")

@@ -259,3 +259,17 @@ def test_the_hand_overs_rechecks_and_fallbacks_are_counted_from_the_records_flag
                types.SimpleNamespace(terms={"flags": [f"{handover.FLAG}: no opener was started", "other"]}),
                types.SimpleNamespace(terms={"flags": []}), types.SimpleNamespace(terms=None)]
     assert mod.handover_flags(records) == {"handover_rechecks": 1, "handover_fallbacks": 1}
+
+
+def test_a_rows_held_children_say_their_memory_and_how_many_outputs_went_by_handle():
+    import types
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    records = [types.SimpleNamespace(latency={"child_hold_reserved_mib": 812.5, "outputs_handed": 14}),
+               types.SimpleNamespace(latency={"child_hold_reserved_mib": 2048.0, "outputs_handed": 11}),
+               types.SimpleNamespace(latency={"total": 3.0})]
+    assert mod.handover_memory(records) == {"hold_reserved_max_mib": 2048.0, "outputs_handed_mean": 8.3}
+    assert mod.handover_memory([types.SimpleNamespace(latency={})]) == {"hold_reserved_max_mib": None,
+                                                                        "outputs_handed_mean": 0.0}
+
