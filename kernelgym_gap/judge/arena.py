@@ -86,10 +86,11 @@ class Arena:
         if self.tensor.is_cuda:
             # The opener writes the arena from another process, ordered with nothing on this one's streams.
             # torch hands out a block freed by kernels still queued (stream order: safe for this process only),
-            # and the checker frees such blocks just before (the plan's references past precompute's bound are
-            # made, measured and dropped). A torch consumer would wait on the export's event; the opener does
-            # not, so the queued kernels ran AFTER its copies and overwrote them: the hand-over's false
-            # non_finite of 2026-12-07 (float32 references read as float16 outputs; docs/measurement.md).
+            # and the checker frees such blocks just before (run_handover makes the plan's references and
+            # inputs, some of them dropped at once). A torch consumer would wait on the export's event; the
+            # opener does not, so queued kernels could run AFTER its copies and overwrite them: the hand-over's
+            # false non_finite of 2026-12-07 (float32 values read as float16 outputs; docs/measurement.md, "the
+            # cause found and mended": gone with this wait, and a gpu test shows the hazard without it).
             torch.cuda.synchronize(self.tensor.device)
         return {"handle": handle_hex(raw), "offset": offset, "nbytes": int(self.tensor.numel())}
 
