@@ -801,3 +801,48 @@ def test_the_ipc_design_keeps_the_checkpoints_let_gos_because_a_waiting_timing_n
     with_let_gos = simulate(kept, Setup()).evals_per_gpu_hour
     assert with_let_gos > 1.1 * simulate(one_piece, Setup()).evals_per_gpu_hour
     assert with_let_gos > 1.1 * simulate([levers.lane_time_levers(j) for j in base], Setup()).evals_per_gpu_hour
+
+
+# ---- the hand-over AS BUILT (by handle within the device budget; H100 light batch, 2026-12-07) ----
+
+def test_as_built_with_room_for_every_output_is_the_designs_hand_over():
+    j = _ipc_step()
+    nbytes, outputs = ipc_outputs.output_bytes(j)
+    built = ipc_outputs.ipc_outputs_as_built(j, budget=nbytes + 1)
+    assert built.check == pytest.approx(j.check - 0.3 + ipc_outputs.handover_s(nbytes, outputs))
+    assert (built.check_read, built.check_prefetch) == (0.0, 0.0)
+    assert built.save == j.save and built.correctness == j.correctness      # no host copy is left to make
+    assert built.recheck == j.recheck
+    assert built.write == pytest.approx(ipc_outputs.EXPORT_S_PER_OUTPUT * outputs)
+    assert built.unlaned == pytest.approx(ipc_outputs.CHECKPOINT_MESSAGE_S * j.checkpoints)
+
+
+def test_as_built_past_its_budget_copies_writes_and_reads_the_rest_as_files():
+    """With no budget every output goes by file: its host copy lands in its lane (the save, the recheck), its
+    write keeps the job's own less that copy, and its read moves under the check's lane, or stays before it with
+    read_before_lane (the candidate)."""
+    j = _ipc_step()
+    nbytes, outputs = ipc_outputs.output_bytes(j)
+    correctness = nbytes / (1 + ipc_outputs.RECHECK_BYTES_SHARE)
+    copy = ipc_outputs.HOST_COPY_S_PER_BYTE
+    built = ipc_outputs.ipc_outputs_as_built(j, budget=0)
+    assert built.save == pytest.approx(j.save + copy * correctness)
+    assert built.recheck == pytest.approx(j.recheck + copy * (nbytes - correctness))
+    write_only = max(0.0, 1 - copy * nbytes / (j.unlaned + j.write))
+    assert built.write == pytest.approx(j.write * write_only)
+    assert built.check == pytest.approx(j.check + 0.5 + ipc_outputs.OPENER_FIXED_S)   # prefetch moved under the lane
+    assert built.check_prefetch == 0.0 and built.check_read == pytest.approx(0.8)
+    before = ipc_outputs.ipc_outputs_as_built(j, budget=0, read_before_lane=True)
+    assert before.check_prefetch == pytest.approx(0.5) and before.check == pytest.approx(j.check + ipc_outputs.OPENER_FIXED_S)
+    # in between, the share by file grows as the budget shrinks, and so does the check's lane hold
+    holds = [ipc_outputs.ipc_outputs_as_built(j, budget=b).check for b in (nbytes, nbytes // 2, nbytes // 4, 0)]
+    assert holds == sorted(holds)
+
+
+def test_as_built_uses_the_placements_default_budget_and_runs_as_the_flag():
+    from kernelgym_gap.core.placement import Placement
+    assert ipc_outputs.DEVICE_BUDGET_BYTES == Placement().held_device_bytes
+    built = [sc for sc in ipc_outputs.scenarios() if sc.variant == "hand_over_outputs=1"]
+    assert len(built) == 1 and "as built" in built[0].name
+    # the design's rows stay last and never name a variant (nothing runs them)
+    assert [sc.variant for sc in ipc_outputs.scenarios()[-2:]] == [None, None]

@@ -325,8 +325,9 @@ def light_predictions(inp: LightInputs) -> list[dict]:
     cases.append(("all levers as run: no early reference (warm checker)",
                   lambda j: levers.compile_share(levers.graph_interval_measured(j)),
                   lambda s: dataclasses.replace(s, compile_outside_lane=True), levers.ALL))
-    # designs not built: no row of the call ran them, so no measured figure beside them (variant None)
-    cases += [(sc.name, sc.job, sc.setup, None) for sc in ipc_outputs.scenarios()]
+    # the hand-over as built beside the flag's row where the call ran it; its candidates and the design, never run
+    # (variant None), have no measured figure beside them
+    cases += [(sc.name, sc.job, sc.setup, sc.variant) for sc in ipc_outputs.scenarios()]
     out = []
     for name, job, setup, variant in cases:
         r = simulate([job(j) for j in base], setup(Setup()))
@@ -341,14 +342,16 @@ def light_predictions(inp: LightInputs) -> list[dict]:
 
 
 def ipc_steps(inp: LightInputs) -> list[dict]:
-    """The warm env.step with the outputs handed over on the device (ipc_outputs, a DESIGN): each set of the
-    call's measured steps (the defaults', and the env-step variant's where it ran) replayed as measured and
-    with the hand-over, beside its measured p50. Replaying the variant's own steps needs no lever transform:
+    """The warm env.step with the outputs handed over on the device: each set of the call's measured steps (the
+    defaults', and the env-step variant's where it ran) replayed as measured, with the DESIGN (ipc_outputs: every
+    output by handle) and AS BUILT (ipc_outputs_as_built), beside its measured p50. Replaying the variant's own steps needs no lever transform:
     what they ran is in their records."""
     sets = (("defaults", inp.steps, inp.measured_step_p50, ""),
             ("env-step variant", list(inp.variant_steps), inp.measured_variant_step_p50, inp.step_variant))
     return [{"steps": label, "n": len(steps), "measured_p50_s": measured, "replayed_p50_s": round(step_p50(steps), 2),
-             "ipc_p50_s": round(step_p50([ipc_outputs.ipc_outputs(s) for s in steps]), 2), "variant": variant}
+             "ipc_p50_s": round(step_p50([ipc_outputs.ipc_outputs(s) for s in steps]), 2),
+             "as_built_p50_s": round(step_p50([ipc_outputs.ipc_outputs_as_built(s) for s in steps]), 2),
+             "variant": variant}
             for label, steps, measured, variant in sets if steps]
 
 
