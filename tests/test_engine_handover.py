@@ -106,8 +106,11 @@ class FakeWarmChecker:
     def __init__(self, events, trials, rows=None, verdict=Status.OK):
         self.events, self.trials, self.rows, self.verdict = events, trials, rows, verdict
 
-    def hand_over_check(self, spec_path, result_path, timeout, lane, exchange):
-        self.events.append("hand_over_check")
+    def hand_over_check(self, spec_path, result_path, timeout, lane, exchange, prefetch=False):
+        import json
+        # the spec and the call must say the same: the server reads the files before the lane only when told
+        assert json.loads(spec_path.read_text())["prefetch"] is prefetch
+        self.events.append(("hand_over_check", "prefetch" if prefetch else "lane first"))
         with lane():
             rows = self.rows if self.rows is not None else [
                 ["trial", t.index, i * 4096, t.dtype, list(t.shape)] for i, t in enumerate(self.trials)]
@@ -305,6 +308,20 @@ def test_a_child_that_does_not_write_its_files_when_asked_is_a_protocol_error(ta
     assert held_child.killed and not any(isinstance(e, tuple) and e[0] == "check_spec" for e in events)
 
 
+def test_a_final_hold_reads_its_file_outputs_before_the_lane_and_an_overdue_one_takes_its_cover_first(
+        task, trials, tmp_path, wire):
+    """The outputs past the device budget are files; after a final report the checker reads them before the lane
+    (about half the light batch's outputs on the H100, 2026-12-07, read under the lane until then). A child held
+    at a call's deadline gets its cover before anything: no read first."""
+    events = []
+    ev, _ = _evaluation(task, trials, tmp_path, events, wire)
+    assert ev.check().status is Status.OK and ("hand_over_check", "prefetch") in events
+    events = []
+    (tmp_path / "overdue").mkdir()
+    ev, _ = _evaluation(task, trials, tmp_path / "overdue", events, wire, overdue=True)
+    assert ev.check().status is Status.OK and ("hand_over_check", "lane first") in events
+
+
 def test_an_overdue_hold_is_checked_under_the_childs_lane_cover(task, trials, tmp_path, wire, monkeypatch):
     events = []
     monkeypatch.setattr(evaluation_mod, "held", lambda *a, **k: pytest.fail("the shared lane was taken"))
@@ -385,7 +402,8 @@ def test_a_held_child_without_handle_records_is_killed_and_checked_by_files(task
     events = []
     ev, held_child = _evaluation(task, trials, tmp_path, events, wire, handles=False)
     assert ev.check().status is Status.OK
-    assert events[0] == "kill" and "hand_over_check" not in events and ("check_spec", 0) in events
+    assert events[0] == "kill" and not any(isinstance(e, tuple) and e[0] == "hand_over_check" for e in events) \
+        and ("check_spec", 0) in events
 
 
 def _checker_rows(task, trials, tmp_path, cap):

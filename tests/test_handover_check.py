@@ -498,7 +498,7 @@ def warm():
         yield w
 
 
-def _spec(tmp_path, job, report, device="cpu") -> tuple:
+def _spec(tmp_path, job, report, device="cpu", prefetch=False) -> tuple:
     private = tmp_path / "private"
     private.mkdir(exist_ok=True)
     (private / "job.json").write_text(job.to_json())
@@ -506,7 +506,7 @@ def _spec(tmp_path, job, report, device="cpu") -> tuple:
     result = private / "check.json"
     result.unlink(missing_ok=True)
     spec = {"job": str(private / "job.json"), "report": str(private / "report.json"), "result": str(result),
-            "device": device, "handover": True}
+            "device": device, "handover": True, **({"prefetch": True} if prefetch else {})}
     (private / "check_spec.json").write_text(json.dumps(spec))
     return private / "check_spec.json", result
 
@@ -540,6 +540,62 @@ def test_warm_a_refused_only_hand_over_is_judged_inside_the_lane(warm, task, tri
     got = warm.hand_over_check(spec, result, 120, lane, exchange)
     assert got.status is Status.WRONG_DTYPE and "the output is torch.float16, expected torch.float32" in got.message
     assert seen == [({"arena": None, "planned": []}, ["enter"])] and lane.events == ["enter", "exit"]
+
+
+def _file_then_refused(case, trials, tmp_path):
+    """trial 0's output a file (past the device budget), trial 1's a record that is refused unopened."""
+    write_tensor(tmp_path / "outputs" / "0.tensor", case.outs[OutputKey(OutputKind.TRIAL, trials[0].index)])
+    first = dataclasses.replace(case.report.trials[0], output_handle=None, output_file="0.tensor")
+    second = dataclasses.replace(case.report.trials[1], output_handle=Case.record(
+        case.outs[OutputKey(OutputKind.TRIAL, trials[1].index)], dtype="complex64"))
+    case.report = dataclasses.replace(case.report, trials=(first, second))
+
+
+def test_warm_a_hand_over_reads_its_file_outputs_before_the_lane(warm, task, trials, tmp_path):
+    """With `prefetch` the server reads the outputs that are files first and the lane is taken after (the H100
+    light batch of 2026-12-07 read half its outputs under the lane); the check judges the file read then."""
+    case = Case(task, trials[:2], tmp_path)
+    _file_then_refused(case, trials, tmp_path)
+    spec, result = _spec(tmp_path, case.job, case.report, prefetch=True)
+    lane, seen = Lane(), []
+
+    def exchange(handover):
+        seen.append(list(lane.events))
+        return {"copies": {}}
+    got = warm.hand_over_check(spec, result, 120, lane, exchange, prefetch=True)
+    # trial 0 from its file (read before the lane: the prefetch's seconds are in the result), then trial 1's verdict
+    assert got.status is Status.PROTOCOL_ERROR and "the handed-over output's record" in got.message, got.message[-1500:]
+    assert got.trials_checked == 1 and "prefetch" in got.seconds
+    assert seen == [["enter"]] and lane.events == ["enter", "exit"]
+
+
+def test_warm_a_hand_over_whose_lane_cannot_be_taken_after_the_read_ends_that_server(warm, task, trials,
+                                                                                       tmp_path):
+    case = Case(task, trials[:2], tmp_path)
+    _file_then_refused(case, trials, tmp_path)
+    spec, result = _spec(tmp_path, case.job, case.report, prefetch=True)
+    starts = warm.starts
+
+    def no_lane():
+        raise TimeoutError("the lane was not free")
+    with pytest.raises(TimeoutError):
+        warm.hand_over_check(spec, result, 120, no_lane, lambda h: pytest.fail("no exchange"), prefetch=True)
+    # that server waited for a "go": it was ended, and the next check runs on a fresh one
+    got = warm.hand_over_check(spec, result, 120, None, lambda h: {"copies": {}}, prefetch=True)
+    assert "the handed-over output's record" in got.message and warm.starts == starts + 1
+
+
+def test_warm_a_spec_and_a_call_that_disagree_on_the_read_are_our_error_not_a_hang(warm, task, trials, tmp_path):
+    case = Case(task, trials[:2], tmp_path)
+    _file_then_refused(case, trials, tmp_path)
+    spec, result = _spec(tmp_path, case.job, case.report)          # no prefetch in the spec
+    got = warm.hand_over_check(spec, result, 120, None, lambda h: {"copies": {}}, prefetch=True)
+    assert got.status is Status.PROTOCOL_ERROR and "the trusted checker failed" in got.message
+    assert "the handed-over output's record" not in got.message
+    # that server was ended; the next check, its spec and call agreeing, runs on a fresh one (and leaves it up)
+    spec, result = _spec(tmp_path, case.job, case.report, prefetch=True)
+    assert "the handed-over output's record" in warm.hand_over_check(spec, result, 120, None,
+                                                                     lambda h: {"copies": {}}, prefetch=True).message
 
 
 def test_warm_planned_outputs_without_an_arena_abort_and_the_server_goes_on(warm, task, trials, tmp_path):

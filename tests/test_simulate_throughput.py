@@ -843,6 +843,8 @@ def test_as_built_uses_the_placements_default_budget_and_runs_as_the_flag():
     from kernelgym_gap.core.placement import Placement
     assert ipc_outputs.DEVICE_BUDGET_BYTES == Placement().held_device_bytes
     built = [sc for sc in ipc_outputs.scenarios() if sc.variant == "hand_over_outputs=1"]
-    assert len(built) == 1 and "as built" in built[0].name
+    assert len(built) == 1 and "as built" in built[0].name and "read before the lane" in built[0].name
+    j = _ipc_step()
+    assert built[0].job(j) == ipc_outputs.ipc_outputs_as_built(j, read_before_lane=True)
     # the design's rows stay last and never name a variant (nothing runs them)
     assert [sc.variant for sc in ipc_outputs.scenarios()[-2:]] == [None, None]

@@ -208,8 +208,8 @@ class WarmChecker:
                                message="the trusted checker failed: it wrote no result")
         return CheckResult.from_json(result_path.read_text())
 
-    def hand_over_check(self, spec_path: Path, result_path: Path, timeout: float, lane, exchange
-                        ) -> CheckResult | None:
+    def hand_over_check(self, spec_path: Path, result_path: Path, timeout: float, lane, exchange,
+                        prefetch: bool = False) -> CheckResult | None:
         """A CHECK.json with `"handover": true` (the outputs handed over on the device, issue 35;
         judge/checker.run_handover): sends it, reads the handover line, calls `exchange(handover)` with its
         `{"arena": ..., "planned": rows}` (the parent's opener work) and sends what it returns, `{"copies":
@@ -217,8 +217,12 @@ class WarmChecker:
         abort (the parent then checks by files). A report the checker refuses as a whole is the result at once,
         without an exchange.
 
-        `lane`, a zero-argument context manager factory as check_spec's, is entered before the spec is sent
-        and held until the result: the references, the arena, the copies and the check are all GPU work.
+        `lane`, a zero-argument context manager factory as check_spec's, is held from before the checker's GPU
+        work until the result: the references, the arena, the copies and the check. With `prefetch` (the spec
+        says `"prefetch": true`) the checker first reads the outputs that are files (those past the device
+        budget: about half on the H100 light batch of 2026-12-07, read under the lane until then) and says
+        `{"spec": PATH, "read": N}`; the lane is taken then and "go" sent, as check_spec does. Without it the
+        lane is entered before the spec is sent (a child held at a call's deadline: its cover comes first).
         `timeout` bounds each of the two waits for the server (the handover line, the result); the exchange
         keeps its own deadlines. A server that dies before the exchange is retried once on a fresh process,
         as check_spec does. Once the exchange ran (the outputs copied, the child killed) it cannot be: a death
@@ -227,15 +231,23 @@ class WarmChecker:
         line, ends the server (it waits for a go line) and the error propagates."""
         if self._closed:
             raise RuntimeError("this WarmChecker is closed")
-        with self._lock, (lane() if lane is not None else contextlib.nullcontext()):
+        with self._lock, contextlib.ExitStack() as held:
+            if not prefetch and lane is not None:
+                held.enter_context(lane())
             for attempt in (0, 1):
                 exchanged = False
                 try:
                     self._ensure_ready(time.monotonic() + timeout)
                     self._send(str(spec_path).encode())
                     reply = self._readline(time.monotonic() + timeout)
-                    if reply.get("spec") != str(spec_path):
+                    if reply.get("spec") != str(spec_path) or prefetch != ("read" in reply):
                         raise _Died()
+                    if prefetch:
+                        self._enter_lane(held, lane)        # the server waits for "go" until it holds
+                        self._send(b"go")
+                        reply = self._readline(time.monotonic() + timeout)
+                        if reply.get("spec") != str(spec_path) or "read" in reply:
+                            raise _Died()
                     if "handover" in reply:
                         exchanged = True
                         go = self._exchange(exchange, reply["handover"])
@@ -253,11 +265,24 @@ class WarmChecker:
                     tail = self._stderr_tail()
                     self._stop()
                     if attempt == 0 and not exchanged:
+                        if prefetch:
+                            held.close()            # the retry reads before its lane again
                         continue
                     return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
                                        message="the trusted checker failed: " + tail)
                 return self._result(reply, result_path)
         raise AssertionError("unreachable")
+
+    def _enter_lane(self, held: contextlib.ExitStack, lane) -> None:
+        """The lane entered into `held` once the server has read its files; one that cannot be taken ends the
+        server (it waits for a "go" that never comes) and its error propagates, as check_spec's."""
+        if lane is None:
+            return
+        try:
+            held.enter_context(lane())
+        except BaseException:
+            self._stop()
+            raise
 
     def _exchange(self, exchange, handover: dict) -> dict:
         try:

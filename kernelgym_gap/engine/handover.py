@@ -190,14 +190,15 @@ class Exchange:
         return {"abort": True}
 
 
-def write_spec(private: Path, job: Any, report: Any, backend: str) -> tuple[Path, Path]:
+def write_spec(private: Path, job: Any, report: Any, backend: str, prefetch: bool = True) -> tuple[Path, Path]:
     """The hand-over's check spec (judge/checker.py, `"handover": true`) beside the job and report it names, in
-    the evaluation's private directory; returns (spec path, result path)."""
+    the evaluation's private directory; returns (spec path, result path). `prefetch`: the outputs that are files
+    are read before the lane (WarmChecker.hand_over_check's `prefetch`, which must say the same)."""
     report_path, job_path, result = private / "report.json", private / "job.json", private / "check.json"
     report_path.write_text(report.to_json())
     job_path.write_text(job.to_json())
     spec = {"job": str(job_path), "report": str(report_path), "result": str(result), "device": backend,
-            "prefetch": True, "early": False, "handover": True}
+            "prefetch": bool(prefetch), "early": False, "handover": True}
     (private / "check_spec.json").write_text(json.dumps(spec))
     return private / "check_spec.json", result
 

@@ -259,14 +259,22 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
 
 
 def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, device: str,
-                 send: Callable[[dict], None], receive: Callable[[], str], arena_factory: ArenaFactory
-                 ) -> CheckResult | None:
+                 send: Callable[[dict], None], receive: Callable[[], str], arena_factory: ArenaFactory,
+                 before_lane: Callable[[int], bool] | None = None) -> CheckResult | None:
     """A check spec with `"handover": true` (the warm checker on cuda; judge/handover_check.py): the references
     the plan needs (the trials', and the handed-over rechecks', kept for the check), the plan, the exchange,
     and the check of its views and verdicts. None when the parent aborted (it checks again by files) or went
     away. A report refused as a whole is the result at once, with no arena. `arena_factory` is the caller's
     (the loop's: judge/arena.device_arena; a test's: a host tensor), never a spec's or the environment's. The
-    references' and the plan's seconds, outside the check's parts, are the result's `handover_references`."""
+    references' and the plan's seconds, outside the check's parts, are the result's `handover_references`.
+    `before_lane` (a spec with `"prefetch": true`): the outputs that are files are read first, before any GPU
+    work, and `before_lane(files read)` waits for the parent's lane, as `_check_spec` does for the file path;
+    False (the parent went away) is None."""
+    prefetched = None
+    if before_lane is not None:
+        prefetched = prefetch_outputs(job, report)
+        if not before_lane(len(prefetched.files)):
+            return None
     # here, not in judge/handover_check.py: it calls `check` and `precompute`, and this module's loop calls it
     # (`_check_spec`), so there it would close an import cycle (tests/test_architecture.py forbids them)
     made = time.perf_counter()
@@ -282,7 +290,8 @@ def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, 
     if isinstance(plan, ReportRefused):
         return CheckResult(status=plan.status, message=plan.message, trials_checked=0, seconds=seconds)
     with handed_over(spec_path, plan, device, send, receive, arena_factory) as handed:
-        result = None if handed is None else check(task, job, report, device, ready, handed=handed)
+        result = None if handed is None else check(task, job, report, device, ready, prefetched=prefetched,
+                                                     handed=handed)
     return result and dataclasses.replace(result, seconds={**result.seconds, **seconds})
 
 
@@ -303,7 +312,8 @@ def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None,
     if spec.get("handover"):        # only the warm loop's parent asks for it; anyone else gets an error
         if handover is None:
             raise ValueError("a check spec with handover is answered only by the warm checker's loop")
-        result = run_handover(spec_path, task, job, report, spec["device"], *handover, device_arena)
+        result = run_handover(spec_path, task, job, report, spec["device"], *handover, device_arena,
+                              before_lane=before_lane if spec.get("prefetch") else None)
         if result is not None:
             Path(spec["result"]).write_text(result.to_json())
         return result is not None
