@@ -134,7 +134,7 @@ def ipc_outputs(j: Job) -> Job:
 # measurement.md "the cause found and mended"): only the outputs kept on the device are handed over, and an
 # exported copy stays held to the end, so the device budget (Placement.held_device_bytes) bounds them all
 # together: past it, an output is a host copy made in its lane (the correctness calls' save, or the recheck)
-# and a file written and read as without the hand-over, but read UNDER the check's lane (until 2026-12-07 11:10,
+# and a file written and read as without the hand-over, but read UNDER the check's lane (until 2026-12-07 10:50,
 # when run_handover gained the file path's read before the lane). The design above hands over every output; the
 # flag's measured row handed over 13.4 outputs an evaluation of about 25, and moved 1.06 s of reads under the lane.
 DEVICE_BUDGET_BYTES = 1 << 30       # Placement.held_device_bytes' default (a test holds them equal)
@@ -180,7 +180,7 @@ def ipc_outputs_as_built(j: Job, budget: int = DEVICE_BUDGET_BYTES, read_before_
 
 
 # The flag's variant names the engine as it is now: the file outputs read before the lane since 2026-12-07
-# 11:10 (judge/checker.run_handover's before_lane). The row the H100 measured at 10:14 ran the code before
+# 10:50 (judge/checker.run_handover's before_lane). The row the H100 measured at 10:14 ran the code before
 # that: its model is the first row, which no variant runs any more.
 AS_BUILT = (
     ("outputs handed over on the device, as run 2026-12-07 10:14 (1 GiB budget; the rest by file, read under "
