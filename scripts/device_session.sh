@@ -68,7 +68,8 @@
 #   handover-diag     #35: the hand-over's false non_finite (2026-12-07) diagnosed layer by layer without the
 #                     engine (scripts/probes/handover_diag.py: the child's records against torch's memory snapshot,
 #                     the opener's copies against the truth, byte for byte; ~3 x 170 s at most)
-#   handover-gpu-tests  #35: the gpu tests of the recheck by files, its strict xfail and the arena's release
+#   handover-gpu-tests  #35: the hand-over's gpu tests (engine, arena's wait and release, the child's hold) and the
+#                     digest's device sums (tests/test_inputs.py)
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
 #                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
 #                     E against do_bench on four optimized Triton solutions (~540 s)
@@ -323,11 +324,13 @@ for step in "$@"; do
           --json "$OUT/handover_diag/$1${3:+_nocp}.json" 2>&1 | tee -a "$OUT/handover_diag/tables.txt" | tail -${TAIL:-30}
       done ;;
     handover-gpu-tests)
-      # #35: the recheck by files of the hand-over's non_finite (engine/handover.RECHECKED), its strict xfail
-      # (passes once the false verdicts' cause is mended) and the arena's release, on the two solutions
+      # #35: the hand-over through the engine on the two solutions it once failed (ok with no recheck since the
+      # arena's wait, 2026-12-07), the wait's hazard and regression, the arena's release, the child's hold
+      # (its cache given back) and the digest's device sums in stretches (on every cuda evaluation's path)
       mkdir -p "$OUT/handover_diag"
       timeout $(( STEP_S - 20 )) python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -s -rxX \
-        tests/test_engine_handover.py tests/test_handover_check.py 2>&1 \
+        tests/test_engine_handover.py tests/test_handover_check.py tests/test_child_handover.py \
+        tests/test_inputs.py 2>&1 \
         | tee "$OUT/handover_diag/gpu_tests.txt" | tail -16 ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
