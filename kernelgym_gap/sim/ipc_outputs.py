@@ -113,11 +113,17 @@ def handover_s(nbytes: int, outputs: int) -> float:
     return OPENER_FIXED_S + OPEN_S_PER_OUTPUT * outputs + 2.0 * nbytes / COPY_BYTES_PER_S
 
 
+def _no_outputs_moved(j: Job) -> bool:
+    """A job that never reached a child, or whose outputs never left the device through files (no save, no
+    write, no read): the hand-over changes nothing of it."""
+    return not j.child or (j.save <= 0 and j.write <= 0 and j.check_read <= 0 and j.check_prefetch <= 0)
+
+
 def ipc_outputs(j: Job) -> Job:
     """The job with its outputs handed over on the device (see the module's docstring). A job that never
     reached its check (a gate refusal, a killed call without one) keeps its check as it was; a job whose outputs
     never left the device through files (no save, no write, no read) is left as it is."""
-    if not j.child or (j.save <= 0 and j.write <= 0 and j.check_read <= 0 and j.check_prefetch <= 0):
+    if _no_outputs_moved(j):
         return j
     nbytes, outputs = output_bytes(j)
     moved = j.save * (1 - levers.DEVICE_COPY_FACTOR)
@@ -125,7 +131,7 @@ def ipc_outputs(j: Job) -> Job:
                   unlaned=CHECKPOINT_MESSAGE_S * j.checkpoints if j.unlaned > 0 else 0.0,
                   write=EXPORT_S_PER_OUTPUT * outputs if j.write > 0 else 0.0)
     if j.has_check and j.check > 0:
-        read = min(j.check, j.check_read if j.check_read > 0 else levers.READ_SHARE * j.check)
+        read = levers.read_part(j)
         change.update(check=j.check - read + handover_s(nbytes, outputs), check_read=0.0, check_prefetch=0.0)
     return dataclasses.replace(j, **change)
 
@@ -148,9 +154,10 @@ def ipc_outputs_as_built(j: Job, budget: int = DEVICE_BUDGET_BYTES, read_before_
     outputs, then the rechecks', by handle while `budget` lasts, the rest by file. The file share's host copies
     go into the save (correctness) and the recheck at HOST_COPY_S_PER_BYTE; its writes keep their share of the
     job's own writes, less that copy; its reads keep their share of the job's prefetch and read, all under the
-    lane, or as the file path reads them with `read_before_lane` (a candidate, not built). The handed-over
+    lane (as run on 2026-12-07 10:14), or as the file path reads them with `read_before_lane` (the engine since
+    10:50: judge/checker.run_handover's before_lane). The handed-over
     share costs the design's opener, handles and exports. Every figure it gives is a PREDICTION."""
-    if not j.child or (j.save <= 0 and j.write <= 0 and j.check_read <= 0 and j.check_prefetch <= 0):
+    if _no_outputs_moved(j):
         return j
     nbytes, outputs = output_bytes(j)
     correctness = nbytes / (1 + RECHECK_BYTES_SHARE)
@@ -172,7 +179,7 @@ def ipc_outputs_as_built(j: Job, budget: int = DEVICE_BUDGET_BYTES, read_before_
     elif j.timing_recheck > 0:
         change.update(timing=j.timing + recheck_more, timing_recheck=j.timing_recheck + recheck_more)
     if j.has_check and j.check > 0:
-        read = min(j.check, j.check_read if j.check_read > 0 else levers.READ_SHARE * j.check)
+        read = levers.read_part(j)
         under = share * (read if read_before_lane else read + j.check_prefetch)
         change.update(check=j.check - read + handover_s(int(kept_c + kept_r), handed) + under, check_read=under,
                       check_prefetch=share * j.check_prefetch if read_before_lane else 0.0)
@@ -212,6 +219,7 @@ def scenarios() -> list[levers.Scenario]:
              f"2 x bytes at {COPY_BYTES_PER_S / 1e12:.2f} TB/s (the IPC probe on the H200, 2026-12-06)")
     built = (f"as the design, but by handle only while {DEVICE_BUDGET_BYTES >> 30} GiB of device budget lasts "
              f"(exported copies held to the end); the rest host-copied in their lane at "
-             f"{HOST_COPY_S_PER_BYTE * (1 << 30):.2f} s/GiB (H100, 2026-12-06), written, and read under the lane")
+             f"{HOST_COPY_S_PER_BYTE * (1 << 30):.2f} s/GiB (H100, 2026-12-06), written, and read under the lane "
+             f"(as run at 10:14) or before it (as built)")
     return ([levers.Scenario(name, fn, lambda s: s, built, variant) for name, fn, variant in AS_BUILT]
             + [levers.Scenario(name, fn, lambda s: s, basis, None) for name, fn in SCENARIOS])

@@ -191,13 +191,19 @@ def reference_share(j: Job, share: float | None = None) -> Job:
     return dataclasses.replace(j, check_ref=(REFERENCE_SHARE if share is None else share) * j.check)
 
 
+def read_part(j: Job) -> float:
+    """The lane-held check's reading of the outputs (and their copy to the GPU): the record's check_read, else
+    READ_SHARE of the check, never more than the check."""
+    return min(j.check, j.check_read if j.check_read > 0 else READ_SHARE * j.check)
+
+
 def read_outside(j: Job, h2d: float = H2D_SHARE_OF_READ) -> Job:
     """The outputs read before the check's lane (EvalConfig.read_outputs_outside_lane): the record's check_read
     (else READ_SHARE of the check) leaves the lane-held check, less its host-to-device copy (`h2d` of it, which
     stays), and becomes the host stage check_prefetch before the lane. A record that ran it already is left."""
     if j.check_prefetch > 0 or j.check <= 0:
         return j
-    read = min(j.check, j.check_read if j.check_read > 0 else READ_SHARE * j.check)
+    read = read_part(j)
     moved = read * (1 - h2d)
     return dataclasses.replace(j, check=j.check - moved, check_read=read - moved, check_prefetch=moved)
 
