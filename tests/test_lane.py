@@ -87,15 +87,22 @@ def test_shared_holders_run_together_and_exclusive_runs_alone(tmp_path):
         assert _wait_for(mark_w2) == "timeout"                               # nor another writer
 
 
-def test_a_waiting_writer_blocks_new_readers(tmp_path):
-    lanes = tmp_path / "lanes"
+def _writer_waiting_for_a_reader(tmp_path, lanes):
+    """A reader of this process holding the lane shared, and a writer process (`_holder`) at the gate, waiting
+    for it: (the reader's Lane, the writer's (process, mark, release))."""
     reader = Lane.open(lanes, 0)
     reader.acquire("shared")
-    w, mark_w, rel_w = _holder(tmp_path, "exclusive", "w")
+    writer = _holder(tmp_path, "exclusive", "w")
     t0 = time.monotonic()
     while not _gate_taken(lanes):                 # the writer is at the gate, waiting for the reader
         assert time.monotonic() - t0 < WAIT_S
         time.sleep(0.005)
+    return reader, writer
+
+
+def test_a_waiting_writer_blocks_new_readers(tmp_path):
+    lanes = tmp_path / "lanes"
+    reader, (w, mark_w, rel_w) = _writer_waiting_for_a_reader(tmp_path, lanes)
     late, mark_late, rel_late = _holder(tmp_path, "shared", "late")
     assert not mark_w.exists()
     with pytest.raises(LaneTimeout) as e, Lane.open(lanes, 0) as other:
@@ -118,13 +125,7 @@ def test_the_data_shared_passes_a_writer_waiting_at_the_gate_and_keeps_it_out(tm
     """acquire_data_shared, the cover of a stopped child's hold (sandbox/held.lane_cover): never queued behind a
     writer at the gate (that writer may wait for the very hold covered), and the writer still waits."""
     lanes = tmp_path / "lanes"
-    reader = Lane.open(lanes, 0)
-    reader.acquire("shared")
-    w, mark_w, rel_w = _holder(tmp_path, "exclusive", "w")
-    t0 = time.monotonic()
-    while not _gate_taken(lanes):                 # the writer is at the gate, waiting for the reader
-        assert time.monotonic() - t0 < WAIT_S
-        time.sleep(0.005)
+    reader, (w, mark_w, rel_w) = _writer_waiting_for_a_reader(tmp_path, lanes)
     with Lane.open(lanes, 0) as cover:
         hold = cover.acquire_data_shared(timeout_s=0.5)
         assert hold.mode == "shared" and hold.wait_s < 0.5

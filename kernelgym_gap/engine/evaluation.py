@@ -180,16 +180,17 @@ class Evaluation:
         exchange = handover.Exchange(job, self.child.report, self._opener, held_child, wall_s,
                                      keep_child=not overdue)
         # the outputs past the device budget are files: read before the lane (as the file path reads them),
-        # except at a call's deadline, where the cover comes before anything else
+        # except at a call's deadline, where the cover comes before anything else; the spec and the call agree
+        prefetch = not overdue
         spec, result_path = handover.write_spec(self._private, job, self.child.report, self.backend.name,
-                                                prefetch=not overdue)
+                                                prefetch=prefetch)
         # at a call's deadline the hung kernel may still run: the child's own lane hold covers the check
         # (nothing else times beside it); after its report, the check's usual shared lane
         lane = handover.overdue_cover(held_child, lane_dir, self.placement.gpu_index) if overdue else (
             lambda: held(lane_dir, self.placement.gpu_index, "shared", self.latency, "check_lane_wait"))
         t = time.perf_counter()
         try:
-            result = self.checker.hand_over_check(spec, result_path, wall_s, lane, exchange, prefetch=not overdue)
+            result = self.checker.hand_over_check(spec, result_path, wall_s, lane, exchange, prefetch=prefetch)
         except handover.HeldOutputsLost as e:     # the overdue cover could not be taken: nothing was opened
             self.flags.append(f"{handover.FLAG}: {e.reason}")
             held_child.kill()

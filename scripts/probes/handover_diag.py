@@ -180,7 +180,8 @@ def run_child(args) -> int:
                       "segment_bytes": None if where is None else where[1],
                       "driver_offset": None if drv is None else copy.data_ptr() - drv[0],
                       "driver_bytes": None if drv is None else drv[1],
-                      "copy_equals_truth": bool(torch.equal(copy.cpu(), truth_t)), "truth_file_bytes": (truth_dir / name).stat().st_size}
+                      "copy_equals_truth": bool(torch.equal(copy.cpu(), truth_t)),
+                      "truth_file_bytes": (truth_dir / name).stat().st_size}
     trial_of = {output_name("trial", t.index): [t.index, list(t.shape), t.dtype, t.split, t.distribution]
                 for t in trials}
     # one marked line: a solution or a compiler may print to stdout as well
