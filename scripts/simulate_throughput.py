@@ -146,6 +146,26 @@ def print_goals(result: dict) -> None:
                                                 "own_share")))
 
 
+def print_handover_stages(stages: dict, device: str) -> None:
+    """sim/handover_stages.of_call's tables: the as-built model against the flag's row, stage by stage, and the
+    flag's own row read before its lane."""
+    print(f"\n== the hand-over AS BUILT applied to the defaults row (model) against the {stages['row']!r} row "
+          f"(measured, {device}), stage by stage: seconds per evaluation, mean over the submissions both ran; "
+          f"the flag's row {'read' if stages['read_before_lane'] else 'did not read'} its file outputs before "
+          "the lane")
+    print(table(stages["stages"], ("stage", "defaults", "model", "measured", "model_minus_measured")))
+    pred = stages["from_flag_row"]
+    if pred:
+        print(f"\n== the flag's own row with its file outputs read before the check's lane (PREDICTION, "
+              f"{pred['moved_s']} s per evaluation out of the lane): replayed {pred['replayed']}, predicted "
+              f"{pred['predicted']} per GPU-hour simulated; on the measured scale {pred['measured']} -> "
+              f"{pred['scaled']}")
+    step = stages.get("step_from_flag")
+    if step:
+        print(f"   its warm env.step p50: measured {step['measured_p50_s']} s, replayed {step['replayed_p50_s']} s, "
+              f"predicted {step['predicted_p50_s']} s")
+
+
 def light_only(args) -> int:
     """The tables of a light-batch-only folder (see study.load_light)."""
     from kernelgym_gap.sim import study
@@ -179,6 +199,10 @@ def light_only(args) -> int:
     print(table(sens, ("timing_x", "shared_x", "slots_4", "slots_6")))
     steady = study.light_steady(inp)
     ipc_steps = study.ipc_steps(inp)
+    from kernelgym_gap.sim import handover_stages
+    flag_steps = list(inp.variant_steps) if inp.step_variant == handover_stages.FLAG else []
+    stages = handover_stages.of_call(inp.rows, inp.variants, inp.measured, study.DEFAULTS_MODE, flag_steps,
+                                     inp.measured_variant_step_p50 if flag_steps else None)
     goals_result = None
     if args.goals:
         from kernelgym_gap.sim import goals
@@ -193,6 +217,7 @@ def light_only(args) -> int:
                                                "refit": inp.refit.__dict__, "calibration": calib,
                                                "predictions": preds, "sensitivity": sens, "checkpoints": ckpt,
                                                "steady_lane_time_levers": steady, "ipc_steps": ipc_steps,
+                                               "handover_stages": stages,
                                                **({"goals": goals_result} if goals_result else {}),
                                                "note": "simulated figures are predictions; measured ones are the "
                                                        "summary's, on the device named"}, indent=1) + "\n")
@@ -208,6 +233,8 @@ def light_only(args) -> int:
               "the hand-over")
         print(table(ipc_steps, ("steps", "n", "measured_p50_s", "replayed_p50_s", "ipc_p50_s", "as_built_p50_s",
                                 "variant")))
+    if stages:
+        print_handover_stages(stages, inp.device)
     print("\n== the lane-time levers in the steady state (SIMULATED): the defaults row x4 in 3 seeded orders, mean and "
           "range; the 6-slot rows add no GPU-sharing slowdown (an upper bound)")
     print(table(steady, ("scenario", "slots", "steady", "range")))
