@@ -98,16 +98,18 @@ def write_traces(inp, out: Path) -> list[Path]:
     return written
 
 
-def light_checkpoints(inp, args) -> list[dict]:
+def light_checkpoints(inp, args) -> tuple[list[dict], dict]:
     """The checkpoint candidates' table (study.checkpoint_predictions) for a light-batch folder, with the full mix
-    of --full-records where that folder has it (without it, the light batch's columns alone)."""
+    of --full-records where that folder has it (without it, the light batch's columns alone); and the tasks'
+    checkpoint plans it used (the hand-over's tables read each task's bytes from them)."""
     from kernelgym_gap.sim import study, workload
     full = None
     path = Path(args.full_records) / "throughput_full_records.jsonl"
     if path.is_file():
         full = workload.jobs_of_mode(workload.read_records(path), "lanes")
     tasks = {j.task for j in inp.rows[study.DEFAULTS_MODE]} | {j.task for j in full or ()}
-    return study.checkpoint_predictions(inp, checkpoint_plans(tasks), full, args.seed)
+    plans = checkpoint_plans(tasks)
+    return study.checkpoint_predictions(inp, plans, full, args.seed), plans
 
 
 def goals_full_jobs(folder: str | None):
@@ -175,9 +177,9 @@ def light_only(args) -> int:
         print(f"simulate_throughput: {e}", file=sys.stderr)
         return 2
     calib = study.light_calibration(inp)
-    preds = study.light_predictions(inp)
+    ckpt, plans = light_checkpoints(inp, args)
+    preds = study.light_predictions(inp, plans)
     sens = study.light_sensitivity(inp, args.seed)
-    ckpt = light_checkpoints(inp, args)
     rf = inp.refit
     from kernelgym_gap.sim import levers as levers_mod
     print(f"records {inp.folder} ({inp.device})")
@@ -198,11 +200,11 @@ def light_only(args) -> int:
           "shared stretches scaled)")
     print(table(sens, ("timing_x", "shared_x", "slots_4", "slots_6")))
     steady = study.light_steady(inp)
-    ipc_steps = study.ipc_steps(inp)
+    ipc_steps = study.ipc_steps(inp, plans)
     from kernelgym_gap.sim import handover_stages
     flag_steps = list(inp.variant_steps) if inp.step_variant == handover_stages.FLAG else []
     stages = handover_stages.of_call(inp.rows, inp.variants, inp.measured, study.DEFAULTS_MODE, flag_steps,
-                                     inp.measured_variant_step_p50 if flag_steps else None)
+                                     inp.measured_variant_step_p50 if flag_steps else None, plans)
     goals_result = None
     if args.goals:
         from kernelgym_gap.sim import goals

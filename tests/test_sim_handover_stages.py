@@ -102,3 +102,31 @@ def test_the_script_prints_both_tables_for_the_h100_call():
     assert "the hand-over AS BUILT applied to the defaults row (model)" in out.stdout
     assert "lane held shared" in out.stdout
     assert "598.1 -> 621.9" in out.stdout
+    # the 10:14 row sits beside the model of the code it ran (no read before the lane), not the newer code's
+    line = next(x for x in out.stdout.splitlines() if x.startswith("outputs handed over on the device, as run"))
+    assert "598.1" in line and "hand_over_outputs=1" in line
+
+
+def test_with_plans_sets_the_tasks_bytes_and_nothing_else():
+    from kernelgym_gap.sim.checkpoints import REPEATS, CheckpointPlan
+    plan = CheckpointPlan((REPEATS,), (3 << 30,), 1 << 20, 16)
+    j = dataclasses.replace(_job("a"), task="GELU")
+    got = ipc_outputs.with_plans({"GELU": plan})(j)
+    assert got == dataclasses.replace(j, checkpoint_plan=plan)
+    assert ipc_outputs.output_bytes(got)[0] > ipc_outputs.output_bytes(j)[0]     # its own 3 GiB, not the batch's
+    assert ipc_outputs.with_plans({"GELU": plan})(dataclasses.replace(j, task="RowSum")).checkpoint_plan is None
+    assert ipc_outputs.with_plans(None)(j) is j
+    other = CheckpointPlan((REPEATS,), (1,), 1, 16)
+    kept = dataclasses.replace(j, checkpoint_plan=other)
+    assert ipc_outputs.with_plans({"GELU": plan})(kept).checkpoint_plan is other
+
+
+def test_the_flags_variant_names_the_model_of_the_code_its_row_ran():
+    now = {sc.name: sc.variant for sc in ipc_outputs.scenarios()}
+    then = {sc.name: sc.variant for sc in ipc_outputs.scenarios(read_before_lane_ran=False)}
+    first, second = ipc_outputs.AS_BUILT[0][0], ipc_outputs.AS_BUILT[1][0]
+    assert (now[first], now[second]) == (None, hs.FLAG)
+    assert (then[first], then[second]) == (hs.FLAG, None)
+    assert hs.flag_read_before_lane({"lanes": [_job("a")]}, {"lanes": ""}) is True        # no flag row: as now
+    rows = {"lanes": [_job("a")], "f": [_job("a", check_prefetch=0.0)]}
+    assert hs.flag_read_before_lane(rows, {"lanes": "", "f": hs.FLAG}) is False

@@ -52,6 +52,13 @@ def read_before_lane(flag: list[Job]) -> bool:
     return any(j.check_prefetch > 0 for j in flag)
 
 
+def flag_read_before_lane(rows: dict[str, list[Job]], variants: dict[str, str]) -> bool:
+    """Whether a call's flag row (variant FLAG) read before its lane; True where the call ran none (the model
+    of the code as it is now)."""
+    flag = next((rows[m] for m, v in variants.items() if v == FLAG), None)
+    return not flag or read_before_lane(flag)
+
+
 def lane_holds(j: Job) -> tuple[float, float]:
     """(shared, exclusive) lane-held seconds of one evaluation: its correctness stretch, a recheck outside the
     exclusive hold and its check are shared holds; its timing is the exclusive one."""
@@ -62,12 +69,14 @@ def _mean(jobs: list[Job], f) -> float:
     return statistics.fmean(f(j) for j in jobs)
 
 
-def stage_rows(defaults: list[Job], flag: list[Job]) -> list[dict]:
+def stage_rows(defaults: list[Job], flag: list[Job], plans: dict | None = None) -> list[dict]:
     """Per stage: the defaults' mean, the model's (ipc_outputs_as_built on the defaults, reading before the
-    lane as the flag's row did), the flag's measured mean, and model - measured; then the lane holds."""
+    lane as the flag's row did, each task's bytes from `plans` where given: ipc_outputs.with_plans), the flag's
+    measured mean, and model - measured; then the lane holds."""
     d, f = paired(defaults, flag)
     before = read_before_lane(f)
-    m = [ipc_outputs.ipc_outputs_as_built(j, read_before_lane=before) for j in d]
+    attach = ipc_outputs.with_plans(plans)
+    m = [ipc_outputs.ipc_outputs_as_built(attach(j), read_before_lane=before) for j in d]
     rows = []
     for k in STAGES:
         a, b, c = (_mean(js, lambda j, k=k: getattr(j, k)) for js in (d, m, f))
@@ -114,7 +123,8 @@ def step_from_flag(steps: list[Job], measured_p50: float | None) -> dict | None:
 
 
 def of_call(rows: dict[str, list[Job]], variants: dict[str, str], measured: dict[str, float],
-            defaults_mode: str = "lanes", flag_steps: list[Job] = (), flag_step_p50: float | None = None) -> dict | None:
+            defaults_mode: str = "lanes", flag_steps: list[Job] = (), flag_step_p50: float | None = None,
+            plans: dict | None = None) -> dict | None:
     """Both tables for one call's light batch (study.LightInputs' rows, variants and measured rates, and its warm
     steps run with the flag): None where the call ran no row with the flag alone beside its defaults."""
     flag_mode = next((m for m, v in variants.items() if v == FLAG), None)
@@ -123,6 +133,6 @@ def of_call(rows: dict[str, list[Job]], variants: dict[str, str], measured: dict
     flag = rows[flag_mode]
     pred = from_flag_row(flag, measured[flag_mode])
     return {"row": flag_mode, "read_before_lane": read_before_lane(flag),
-            "stages": stage_rows(rows[defaults_mode], flag),
+            "stages": stage_rows(rows[defaults_mode], flag, plans),
             "from_flag_row": None if pred is None else dataclasses.asdict(pred),
             "step_from_flag": step_from_flag(list(flag_steps), flag_step_p50)}

@@ -105,6 +105,18 @@ def output_bytes(j: Job) -> tuple[int, int]:
     return LIGHT_OUTPUT_BYTES, LIGHT_OUTPUTS
 
 
+def with_plans(plans: dict | None):
+    """Each job with its task's checkpoint plan (scripts/simulate_throughput.checkpoint_plans) in the field alone,
+    so that output_bytes reads the task's own bytes instead of the light batch's LIGHT_OUTPUT_BYTES: AddReLU and
+    GELU hand over 3.0-3.3 GiB, RowSum 0.01. Nothing else changes (the let-gos' split is the checkpoint
+    transforms'); a job that has a plan already, or whose task has none, is left. Applied before the hand-over's
+    transforms only: the checkpoint candidates read the field as their own."""
+    def change(j: Job) -> Job:
+        plan = (plans or {}).get(j.task)
+        return j if plan is None or j.checkpoint_plan is not None else dataclasses.replace(j, checkpoint_plan=plan)
+    return change
+
+
 def handover_s(nbytes: int, outputs: int) -> float:
     """The opener's seconds under the check's shared hold: each handle opened, checked and closed, and the bytes
     copied device-to-device once (read and written: 2 x nbytes at COPY_BYTES_PER_S)."""
@@ -211,8 +223,12 @@ SCENARIOS = (
 )
 
 
-def scenarios() -> list[levers.Scenario]:
-    """The design's rows for the simulator's prediction tables (no variant: nothing to run on the GPU yet)."""
+def scenarios(read_before_lane_ran: bool = True) -> list[levers.Scenario]:
+    """The design's rows for the simulator's prediction tables (no variant: nothing to run on the GPU yet), and
+    the engine's as built. The flag's variant names the model of the code a measured row ran: the read before
+    the lane (the default), or with `read_before_lane_ran` False the code as run at 10:14 (a row whose records
+    have no check_prefetch: sim/handover_stages.read_before_lane), so that its measured figure sits beside the
+    model of the same code."""
     basis = (f"save x {levers.DEVICE_COPY_FACTOR:g} in the held stretch, the checkpoints' let-gos kept with "
              f"{CHECKPOINT_MESSAGE_S * 1e3:g} ms of message each, no output files; "
              f"the check's reads -> {OPENER_FIXED_S * 1e3:g} ms + {OPEN_S_PER_OUTPUT * 1e3:g} ms per handle + "
@@ -221,5 +237,8 @@ def scenarios() -> list[levers.Scenario]:
              f"(exported copies held to the end); the rest host-copied in their lane at "
              f"{HOST_COPY_S_PER_BYTE * (1 << 30):.2f} s/GiB (H100, 2026-12-06), written, and read under the lane "
              f"(as run at 10:14) or before it (as built)")
-    return ([levers.Scenario(name, fn, lambda s: s, built, variant) for name, fn, variant in AS_BUILT]
+    flag = AS_BUILT[1][2]
+    rows = [(name, fn, (flag if i == (1 if read_before_lane_ran else 0) else None) if i < 2 else variant)
+            for i, (name, fn, variant) in enumerate(AS_BUILT)]
+    return ([levers.Scenario(name, fn, lambda s: s, built, variant) for name, fn, variant in rows]
             + [levers.Scenario(name, fn, lambda s: s, basis, None) for name, fn in SCENARIOS])

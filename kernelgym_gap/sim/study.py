@@ -19,7 +19,7 @@ import random
 import statistics
 from pathlib import Path
 
-from kernelgym_gap.sim import checkpoints, ipc_outputs, levers, workload
+from kernelgym_gap.sim import checkpoints, handover_stages, ipc_outputs, levers, workload
 from kernelgym_gap.sim.pipeline import Job, Setup, simulate
 
 CALIBRATION_RUNS = (   # (label, records file, mode, the summary's row: its reported rate; None: from the records)
@@ -309,7 +309,7 @@ def light_calibration(inp: LightInputs) -> list[dict]:
     return out
 
 
-def light_predictions(inp: LightInputs) -> list[dict]:
+def light_predictions(inp: LightInputs, plans: dict | None = None) -> list[dict]:
     """Each scenario's transforms applied to the DEFAULTS row's jobs, beside the row of the call that ran that
     variant where there is one (the 'levers' row ran the launch bound too: it changes only hung jobs, and the
     light batch has none). The first row is the 2026-12-05 prediction's transforms (H200 assumptions)."""
@@ -327,7 +327,9 @@ def light_predictions(inp: LightInputs) -> list[dict]:
                   lambda s: dataclasses.replace(s, compile_outside_lane=True), levers.ALL))
     # the hand-over as built beside the flag's row where the call ran it; its candidates and the design, never run
     # (variant None), have no measured figure beside them
-    cases += [(sc.name, sc.job, sc.setup, sc.variant) for sc in ipc_outputs.scenarios()]
+    # (each job with its task's bytes where `plans` has them), the flag's measured figure beside its code's model
+    attach, read = ipc_outputs.with_plans(plans), handover_stages.flag_read_before_lane(inp.rows, inp.variants)
+    cases += [(sc.name, lambda j, f=sc.job: f(attach(j)), sc.setup, sc.variant) for sc in ipc_outputs.scenarios(read)]
     out = []
     for name, job, setup, variant in cases:
         r = simulate([job(j) for j in base], setup(Setup()))
@@ -341,16 +343,17 @@ def light_predictions(inp: LightInputs) -> list[dict]:
     return out
 
 
-def ipc_steps(inp: LightInputs) -> list[dict]:
+def ipc_steps(inp: LightInputs, plans: dict | None = None) -> list[dict]:
     """The warm env.step with the outputs handed over on the device: each set of the call's measured steps (the
     defaults', and the env-step variant's where it ran) replayed as measured, with the DESIGN (ipc_outputs: every
     output by handle) and AS BUILT (ipc_outputs_as_built), beside its measured p50. Replaying the variant's own steps needs no lever transform:
-    what they ran is in their records."""
+    what they ran is in their records. `plans`: each task's bytes (ipc_outputs.with_plans)."""
+    attach = ipc_outputs.with_plans(plans)
     sets = (("defaults", inp.steps, inp.measured_step_p50, ""),
             ("env-step variant", list(inp.variant_steps), inp.measured_variant_step_p50, inp.step_variant))
     return [{"steps": label, "n": len(steps), "measured_p50_s": measured, "replayed_p50_s": round(step_p50(steps), 2),
-             "ipc_p50_s": round(step_p50([ipc_outputs.ipc_outputs(s) for s in steps]), 2),
-             "as_built_p50_s": round(step_p50([ipc_outputs.ipc_outputs_as_built(s) for s in steps]), 2),
+             "ipc_p50_s": round(step_p50([ipc_outputs.ipc_outputs(attach(s)) for s in steps]), 2),
+             "as_built_p50_s": round(step_p50([ipc_outputs.ipc_outputs_as_built(attach(s)) for s in steps]), 2),
              "variant": variant}
             for label, steps, measured, variant in sets if steps]
 
