@@ -68,8 +68,12 @@
 #   handover-diag     #35: the hand-over's false non_finite (2026-12-07) diagnosed layer by layer without the
 #                     engine (scripts/probes/handover_diag.py: the child's records against torch's memory snapshot,
 #                     the opener's copies against the truth, byte for byte; ~3 x 170 s at most)
-#   handover-gpu-tests  #35: the hand-over's gpu tests (engine, arena's wait and release, the child's hold) and the
-#                     digest's device sums (tests/test_inputs.py)
+#   handover-gpu-tests  #35: the hand-over's gpu tests (engine, arena's wait and release, the child's hold), the
+#                     digest's device sums (tests/test_inputs.py) and the library's first calls before the lane
+#                     (tests/test_library_warm.py: Attention's with and without TimingConfig.library_warm_before_lane)
+#   library-warm      #35: the full mix's first MAX (16) with the defaults and with library_warm_before_lane=1 side by
+#                     side (SIMULATED beforehand on the 2026-12-07 H100 rows: +15% and +26%); statuses and E must
+#                     agree; the throughput rows in $OUT/library_warm/
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
 #                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
 #                     E against do_bench on four optimized Triton solutions (~540 s)
@@ -330,8 +334,14 @@ for step in "$@"; do
       mkdir -p "$OUT/handover_diag"
       timeout $(( STEP_S - 20 )) python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -s -rxX \
         tests/test_engine_handover.py tests/test_handover_check.py tests/test_child_handover.py \
-        tests/test_inputs.py 2>&1 \
+        tests/test_inputs.py tests/test_library_warm.py 2>&1 \
         | tee "$OUT/handover_diag/gpu_tests.txt" | tail -16 ;;
+    library-warm)
+      # #35: the library's first calls before the exclusive lane on the full mix (the header)
+      mkdir -p "$OUT/library_warm"
+      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 \
+        --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant library_warm_before_lane=1 \
+        --out "$OUT/library_warm" 2>&1 | tee "$OUT/library_warm/log.txt" | tail -${TAIL:-30} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done

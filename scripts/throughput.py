@@ -339,24 +339,24 @@ def table(rows) -> str:
 
 # The fields a variant may set: EvalConfig's integers and switches, TimingConfig's (issue 35's levers:
 # graph_replay, stop_rule, recheck_outside_exclusive, clock_warmup_rule, warm_once, probe_hopeless_reps,
-# probe_readings_count) and SandboxConfig's launch bound, each with how its value is read
+# probe_readings_count, library_warm_before_lane) and SandboxConfig's launch bound, each with how its value is read
 SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile",
             "read_outputs_outside_lane", "recheck_outside_exclusive", "warm_once", "read_outputs_while_timing",
-            "probe_readings_count", "hand_over_outputs")
+            "probe_readings_count", "hand_over_outputs", "library_warm_before_lane")
 TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive", "clock_warmup_rule", "warm_once",
-                 "probe_hopeless_reps", "probe_readings_count")
+                 "probe_hopeless_reps", "probe_readings_count", "library_warm_before_lane")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
 PLACEMENT_FIELDS = ("held_output_bytes", "held_device_bytes")       # scheduling: on the evaluations' Placement, not their config
 CHOICES = {"stop_rule": ("spread", "interval"), "clock_warmup_rule": ("fixed", "steady")}
 VARIANT_FIELDS = ("held_output_bytes", "held_device_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
                   "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane",
                   "recheck_outside_exclusive", "clock_warmup_rule", "warm_once", "read_outputs_while_timing",
-                  "probe_hopeless_reps", "probe_readings_count", "hand_over_outputs")
+                  "probe_hopeless_reps", "probe_readings_count", "hand_over_outputs", "library_warm_before_lane")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
           "launch_bound_after_compile=1", "read_outputs_outside_lane=1", "recheck_outside_exclusive=1",
           "clock_warmup_rule=steady", "warm_once=1", "held_device_bytes=1024M",
-          "read_outputs_outside_lane=1,read_outputs_while_timing=1", "probe_hopeless_reps=3",
+          "read_outputs_outside_lane=1,read_outputs_while_timing=1", "probe_hopeless_reps=3", "library_warm_before_lane=1",
           "compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1")
 
 

@@ -30,7 +30,7 @@ from kernelgym_gap.child.outputs import HeldOutputs, checkpoint_due
 from kernelgym_gap.child.report_parts import (aliases_an_input, device_info, is_tensor, type_name_of, versions,
                                               write_report)
 from kernelgym_gap.child.module_entry import resolve_entry
-from kernelgym_gap.child.timing import recheck_timed, time_submission
+from kernelgym_gap.child.timing import recheck_timed, time_submission, warm_library
 from kernelgym_gap.child.timing_watch import timing_entry
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core.lane import inherited
@@ -112,6 +112,8 @@ class ChildRun:
             return compile_modes.compile_specs(self)
         with self.lane.stage("shared"):
             done = self.run_trials()
+            if done is None:            # TimingConfig.library_warm_before_lane (off: returns at once)
+                warm_library(self.task, self.job, self.phases)
         if done is None and self.job.timing is not None:
             done = ChildRun.checkpoint(self)    # outside both lanes: a kernel killed while timed was checked everywhere
         if done is None and self.job.timing is not None:

@@ -109,6 +109,29 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     return k, fields
 
 
+def warm_library(task, job, phases: dict) -> None:
+    """TimingConfig.library_warm_before_lane: the task's reference called once on each timed shape's first timing
+    input set (the timing's own set 0: same seed, same shape), synchronized and freed, before the exclusive lane
+    is asked for. Its first calls in this process (the library's lazily loaded kernels, its handles and plans)
+    then cost the shared lane, not the exclusive one. Only a warm-up: nothing it does is read, and a failure here
+    is left to the timing, which calls the same reference on the same inputs and judges what it raises there
+    (`library_warm_failed` says one was seen). `library_warm`: its seconds."""
+    if job.timing is None or not job.timing.library_warm_before_lane or not torch.cuda.is_available():
+        return
+    t = time.perf_counter()
+    try:
+        for trial in job.timing_trials:
+            ins = inputs_mod.make_trial_inputs(task, trial, "cuda")
+            with torch.no_grad():
+                task.reference(*ins)
+            torch.cuda.synchronize()
+            del ins
+    except Exception:                       # noqa: BLE001 - the timing meets it again and judges it there
+        phases["library_warm_failed"] = 1.0
+    torch.cuda.empty_cache()
+    phases["library_warm"] = time.perf_counter() - t
+
+
 def time_submission(task, job, entry, adapter, held, on_shape=None,
                     phases: dict | None = None) -> tuple[ShapeTiming, ...]:
     """`on_shape(i)` is called as the i-th timed shape starts (run.py's call marks). Each shape's recheck

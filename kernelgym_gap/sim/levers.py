@@ -1,6 +1,5 @@
-"""The design changes of issue 35 as parameter changes of the simulator's jobs and setup, with the numbers
-each rests on. Every figure these produce is a prediction; the GPU run that would confirm it is named in
-docs/measurement.md ("The simulator").
+"""The design changes of issue 35 as parameter changes of the simulator's jobs and setup, with the numbers each rests
+on. Every figure these produce is a prediction; the GPU run that would confirm it is in docs/measurement.md.
 
 The shares the lever transforms use (COMPILE_SHARE, REFERENCE_SHARE, MEASURE_SHARE,
 GRAPH_INTERVAL_MEASURE_FACTOR) are refit from the H100 light batch of 2026-12-06, whose records carry the
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from kernelgym_gap.sim.pipeline import Job, Setup
 # the probe's hopeless rule: its transform and estimate are a module of their own
+from kernelgym_gap.sim.library_warm import BASIS as LW_BASIS, LIBRARY_WARM, library_warm_before_lane
 from kernelgym_gap.sim.probe_levers import PROBE_HOPELESS, PROBE_HOPELESS_REPS, PROBE_REPS, probe_hopeless_stop
 
 # Refit on the H100 light batch of 2026-12-06 (results/h100_2026-12-06_levers/call3/light/
@@ -413,6 +413,8 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
                  f"a job whose every shape exited early: its kernel's probe repetitions {PROBE_REPS} -> "
                  f"{PROBE_HOPELESS_REPS} per shape at child_timing_first_call / {TIMED_SHAPES} each (estimated)",
                  PROBE_HOPELESS),
+        Scenario("library's first calls before the exclusive lane", library_warm_before_lane, _same, LW_BASIS,
+                 LIBRARY_WARM),
         Scenario("outputs held on the device", device_held_outputs, _same,
                  f"child_correctness_save leaves the shared hold (device copies at {DEVICE_COPY_FACTOR:g} of it, "
                  "assumed) and joins the checkpoints' let-go writes", DEVICE_HELD),

@@ -76,6 +76,9 @@ class Job:
     # TimingConfig.recheck_outside_exclusive they are `recheck`, a shared hold after the timing (child_recheck)
     timing_recheck: float = 0.0
     recheck: float = 0.0
+    # inside `timing` (and its probe): the library's first calls in the child's process, its warm-up less the
+    # kernel's (sim/library_warm.py); 0 where the record has no such parts or made them before its lane
+    library_first_call: float = 0.0
     write: float = 0.5
     misc: float = 0.1
     check_ref: float = 0.0

@@ -88,9 +88,10 @@ def _rest(lat: dict) -> float:
 CORRECTNESS_PARTS = ("child_correctness_inputs", "child_correctness_calls", "child_correctness_save",
                      "child_checkpoint_write", "child_lane_wait_after_checkpoint", "child_lane_wait_after_compile")
 # child_timing_probe's parts (child/timing.time_shape, from 2026-12-06 on): Bench.probe's kernel warm-up, library
-# warm-up and interleaved repetitions. They are inside child_timing_probe (itself inside child_timing), so no Job
-# field reads them: adding them to a lane's time would count the probe twice. Named here for the readers that
-# split the probe (scripts/compare_rows.py) and for the test that a record with them replays as one without.
+# warm-up and interleaved repetitions. They are inside child_timing_probe (itself inside child_timing), so no lane
+# time reads them: adding them would count the probe twice (Job.library_first_call, their difference, is read by a
+# transform alone). Named here for the readers that split the probe (scripts/compare_rows.py) and for the test that
+# a record with them replays as one without.
 PROBE_PARTS = ("child_timing_probe_warm_kernel", "child_timing_probe_warm_library", "child_timing_probe_reps")
 _INTO_THE_CALL = re.compile(r"\(([0-9]+(?:\.[0-9]+)?) s into the call")
 
@@ -188,8 +189,8 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
                                                                                           - g("gate")),
                    hang_s=g("child"), hang_lane="shared" if in_call else "")
     stages = ("child_setup", "child_import", "child_lane_wait_shared", "child_correctness",
-              "child_lane_wait_exclusive", "child_timing", "child_lane_wait_recheck", "child_recheck",
-              "child_outputs_write")
+              "child_library_warm", "child_lane_wait_exclusive", "child_timing", "child_lane_wait_recheck",
+              "child_recheck", "child_outputs_write")
     if "child_timing" not in lat and "child_correctness" not in lat:
         # stopped in its correctness stretch (the child reported an error from a call): what its set-up leaves of
         # child_total ran there, under the shared lane; no timing
@@ -206,12 +207,15 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
         handoff=HANDOFF_S if handoff is None else handoff,
         pre_host=PRE_HOST_S, pre_context=PRE_CONTEXT_S, setup=g("child_setup") + g("child_import"),
         compile=g("child_compile_unlaned"), calls=g("child_correctness_calls"),
-        correctness=max(0.0, g("child_correctness") - sum(g(k) for k in LET_GO_PARTS)),
+        # the library's warm-up before the lane (TimingConfig.library_warm_before_lane) ends the shared stretch
+        correctness=max(0.0, g("child_correctness") - sum(g(k) for k in LET_GO_PARTS)) + g("child_library_warm"),
         unlaned=g("child_checkpoint_unlaned"), save=g("child_correctness_save"),
         checkpoints=CHECKPOINT_LET_GOS if g("child_checkpoint_unlaned") > 0 else 0,
         timing=g("child_timing"), timing_measure=g("child_timing_measure"), timing_probe=g("child_timing_probe"),
         timing_first_call=g("child_timing_first_call"),
         timing_recheck=g("child_timing_recheck"), recheck=g("child_recheck"), write=g("child_outputs_write"),
+        library_first_call=0.0 if "child_library_warm" in lat else max(
+            0.0, g("child_timing_probe_warm_library") - g("child_timing_probe_warm_kernel")),
         misc=max(0.0, g("child_total") - sum(g(k) for k in stages)),
         check=max(0.0, g("check") - g("check_lane_wait") - g("check_prefetch")),
         check_prefetch=g("check_prefetch"), check_read=g("check_read"),
