@@ -205,3 +205,146 @@ def test_gpu_an_attention_solutions_library_first_calls_leave_the_exclusive_timi
     assert "child_library_warm" in on.latency and "child_library_warm" not in off.latency
     assert on.latency["child_timing_probe_warm_library"] <= 0.5 * off.latency["child_timing_probe_warm_library"]
     assert on.terms["E"] == pytest.approx(off.terms["E"], rel=0.10)
+
+
+# ---- the pre-started child's warm-up (ChildSpec.warm, child/runner.read_warm, child/timing.warm_prestarted) --------
+
+def test_warm_cases_are_the_timed_cases_with_the_switch_on_a_backend_that_times(registry):
+    from kernelgym_gap.engine.trials import timed_cases, warm_cases
+    task = registry.get("Softmax")
+    on = EvalConfig(timing=dataclasses.replace(EvalConfig().timing, library_warm_before_lane=True))
+    assert warm_cases(task, "cuda", EvalConfig()) == ()
+    assert warm_cases(task, "cpu", on) == ()
+    assert warm_cases(task, "cuda", on) == tuple((tuple(s), d) for _, s, d in timed_cases(task, on))
+    assert len(warm_cases(task, "cuda", on)) >= 2
+
+
+def test_the_spec_carries_the_warm_up_without_it_deciding_which_child_serves(registry):
+    import json
+
+    from kernelgym_gap.sandbox.launch import child_spec
+    task = registry.get("Softmax")
+    cases = (((4, 8), "float32"), ((16, 8), "float16"))
+    spec = child_spec(task, "triton", "cuda", EvalConfig(), warm_cases=cases)
+    warm = json.loads(spec.warm)
+    assert warm == {"task": task.id, "tasks_dir": task.tasks_dir, "distribution": task.timed_distribution,
+                    "cases": [[[4, 8], "float32"], [[16, 8], "float16"]]}
+    assert spec == child_spec(task, "triton", "cuda", EvalConfig())          # not compared
+    assert child_spec(task, "triton", "cuda", EvalConfig()).warm is None
+    assert child_spec(task, "triton", "cpu", EvalConfig(), warm_cases=cases).warm is None
+    assert spec.argv()[-2:] == ["--backend", "cuda"]
+    assert spec.argv(Path("/s/warm.json"))[-2:] == ["--warm", "/s/warm.json"]
+
+
+def test_read_warm_removes_the_file_before_anything_and_takes_only_a_json_object(tmp_path):
+    from kernelgym_gap.child.runner import read_warm
+    f = tmp_path / "warm.json"
+    f.write_text('{"task": "Softmax", "cases": []}')
+    assert read_warm(str(f)) == {"task": "Softmax", "cases": []} and not f.exists()
+    for text in ("not json", "[1, 2]"):
+        f.write_text(text)
+        assert read_warm(str(f)) is None and not f.exists()
+    assert read_warm(str(tmp_path / "absent.json")) is None and read_warm(None) is None
+
+
+def test_the_runner_takes_the_warm_file_after_its_backend(monkeypatch):
+    from kernelgym_gap.child import runner
+    seen = []
+    monkeypatch.setattr(runner, "wait_for_job", lambda *a: seen.append(a) or 0)
+    monkeypatch.setattr(runner, "keep_import_start_to_itself", lambda: None)
+    assert runner.main(["--wait", "--dsl", "triton", "--backend", "cuda", "--warm", "/s/w.json"]) == 0
+    assert runner.main(["--wait", "--dsl", "triton", "--backend", "cpu"]) == 0
+    assert seen == [("triton", "cuda", "/s/w.json"), ("triton", "cpu", None)]
+    assert runner.main(["--wait", "--dsl", "triton", "--backend", "cuda", "--other", "x"]) == 2
+
+
+def test_warm_prestarted_calls_the_reference_on_each_case_and_never_raises(monkeypatch):
+    dev, calls, made = _Device(), [], []
+    dev.install(monkeypatch)
+    monkeypatch.setattr(child_timing.inputs_mod, "make_trial_inputs",
+                        lambda task, trial, device: made.append((trial, device)) or (trial.shape,))
+    import kernelgym_gap.core.registry as registry_mod
+    found = []
+    monkeypatch.setattr(registry_mod, "find_task", lambda tid, d=None: found.append((tid, d)) or _task(calls))
+    warm = {"task": "Softmax", "tasks_dir": None, "distribution": "normal",
+            "cases": [[[4, 8], "float32"], [[16, 8], "float16"]]}
+    out = child_timing.warm_prestarted(warm)
+    assert found == [("Softmax", None)]
+    assert [(t.shape, t.dtype, t.distribution, d) for t, d in made] == [((4, 8), "float32", "normal", "cuda"),
+                                                                       ((16, 8), "float16", "normal", "cuda")]
+    assert calls == [((4, 8),), ((16, 8),)] and "preimport_library_warm" in out
+    assert "preimport_library_warm_failed" not in out
+    bad = child_timing.warm_prestarted({"task": "Softmax"})            # no cases: a failure counted, not raised
+    assert bad["preimport_library_warm_failed"] == 1.0
+
+
+def test_a_real_waiting_child_removes_its_warm_file_before_its_job(tmp_path):
+    """`python -m kernelgym_gap.child.runner --wait ... --warm FILE`, as the pool starts it, on the cpu backend:
+    the file is gone before the child reads its job line (here none: it exits 0)."""
+    import subprocess
+    import sys
+    f = tmp_path / "warm.json"
+    f.write_text('{"task": "Softmax", "distribution": "normal", "cases": [[[4, 8], "float32"]]}')
+    out = subprocess.run([sys.executable, "-m", "kernelgym_gap.child.runner", "--wait", "--dsl", "triton",
+                          "--backend", "cpu", "--warm", str(f)], input="", capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert not f.exists()
+
+
+SNOOP = '''
+import os
+here = os.path.dirname(os.path.abspath(__file__))
+for d in {here, os.getcwd()}:
+    if os.path.exists(os.path.join(d, "warm.json")):
+        raise RuntimeError("the warm-up file was left for the submission: " + d)
+'''
+
+
+def test_a_submission_in_a_pre_started_child_finds_no_warm_file(registry, tmp_path):
+    """Through the pool and the engine on the cpu backend: a child pre-started with a warm-up (its file written
+    into the scratch directory the submission runs in) serves the evaluation, and the submission, looking for
+    the file in its directory, finds none."""
+    from kernelgym_gap.core.placement import Placement
+    from kernelgym_gap.core.status import Status
+    from kernelgym_gap.engine.pipeline import evaluate
+    from kernelgym_gap.sandbox.launch import child_spec
+    from kernelgym_gap.sandbox.prestart import ChildPool
+    task = registry.get("AddReLU")
+    sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
+    source = SNOOP + task.solution_path(sol).read_text()
+    cfg, where = EvalConfig(trial_seed=0), Placement(scratch_root=str(tmp_path))
+    spec = child_spec(task, "triton", "cpu", cfg, where)
+    with ChildPool() as pool:
+        pool.refill(dataclasses.replace(spec, warm='{"task": "AddReLU", "cases": []}'))
+        record = evaluate(task, source, "triton", "cpu", cfg, children=pool, placement=where)
+        assert pool.served == 1
+    assert record.status is Status.OK, record.message
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_gpu_a_child_pre_started_with_the_switch_made_the_first_calls_while_it_waited(warm_cuda):
+    """Two evaluations of Attention/triton_flash.py with the switch on through one warm pool: the first one's
+    child pre-starts the second's with the warm-up (ChildSpec.warm); after a wait like an agent's turn, the second
+    record says the pre-started child warmed the library (child_preimport_library_warm), and its own warm-up under
+    the shared lane costs at most half of that (the first calls were made while it waited)."""
+    import time
+
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.engine.pipeline import evaluate
+    task = default_registry().get("Attention")
+    source = (task.directory / "solutions" / "triton_flash.py").read_text()
+    cfg = EvalConfig(timing=dataclasses.replace(EvalConfig().timing, library_warm_before_lane=True))
+    recs = []
+    for _ in range(2):
+        recs.append(evaluate(task, source, "triton", "cuda", cfg, checker=warm_cuda.checker,
+                             children=warm_cuda.children))
+        time.sleep(30)                      # the agent's turn: the next child's imports and warm-up
+    for r in recs:
+        print({k: v for k, v in r.latency.items() if "warm" in k or k in ("child_preimport", "child_timing")})
+    first, second = recs
+    assert first.ok and second.ok, (first.status, first.message, second.status, second.message)
+    assert second.latency.get("child_preimport_library_warm", 0) > 0
+    assert "child_preimport_library_warm_failed" not in second.latency
+    assert second.latency["child_library_warm"] <= 0.5 * second.latency["child_preimport_library_warm"] + 0.05

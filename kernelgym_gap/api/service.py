@@ -158,13 +158,14 @@ class EvalService:
     def prestart(self, task: TaskSpec, dsl: str) -> None:
         """Lets each warm slot start a child for (task, dsl) now, so that its imports overlap the caller's
         own work (an agent writing its kernel)."""
-        from kernelgym_gap.engine.trials import output_cases
+        from kernelgym_gap.engine.trials import output_cases, warm_cases
         from kernelgym_gap.sandbox.launch import child_spec
         for slot in range(len(self.slots)):
             children = self.warm_parts(slot).get("children")
             if children is not None:
                 children.refill(child_spec(task, dsl, self.backend, self.config, self.placement(slot),
-                                           output_cases(task, self.backend, self.config)))   # disk.py
+                                           output_cases(task, self.backend, self.config),     # disk.py
+                                           warm_cases(task, self.backend, self.config)))
 
     # ---- submitting ----------------------------------------------------------------------------------
 

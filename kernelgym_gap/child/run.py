@@ -74,11 +74,11 @@ class ChildRun:
     carries (versions, device). Each step returns the process's exit code once it wrote the final report, or
     None to go on."""
 
-    def __init__(self, job, preimport_s: float | None = None):
+    def __init__(self, job, preimport: dict[str, float] | None = None):
         self.job = job
         self.report_path = Path(job.report_file)
         self.outputs = Path(job.outputs_dir)
-        self.phases: dict[str, float] = {} if preimport_s is None else {"preimport": preimport_s}
+        self.phases: dict[str, float] = dict(preimport or {})     # a pre-started child's (runner.wait_for_job)
         self.t0 = time.perf_counter()
         self.device = "cuda" if job.backend == "cuda" else "cpu"
         self.outcomes: list = []         # TrialOutcome per correctness trial run so far
@@ -93,13 +93,13 @@ class ChildRun:
         self.checkpoint_report = None    # that checkpoint, naming every output by its file (the hold's fallback)
 
     @classmethod
-    def from_file(cls, job_path: Path, preimport_s: float | None = None) -> ChildRun:
+    def from_file(cls, job_path: Path, preimport: dict[str, float] | None = None) -> ChildRun:
         job = Job.from_json(job_path.read_text())
         try:
             job_path.unlink()       # the seeds are not left lying about for the submission to read
         except OSError:
             pass
-        return cls(job, preimport_s)
+        return cls(job, preimport)
 
     def run(self) -> int:
         self.setup()

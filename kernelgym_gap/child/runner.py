@@ -9,28 +9,54 @@ modes are compile_modes.py; the integrity checks are integrity.py.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from pathlib import Path
 
 
-def run_job(job_path: Path, preimport_s: float | None = None) -> int:
+def run_job(job_path: Path, preimport: dict[str, float] | None = None) -> int:
     from kernelgym_gap.child.run import ChildRun
-    return ChildRun.from_file(job_path, preimport_s).run()
+    return ChildRun.from_file(job_path, preimport).run()
 
 
-def wait_for_job(dsl: str, backend: str) -> int:
-    """The pre-started child: the imports a job needs, then one job path on stdin (an empty line or a closed
-    pipe: the pool let it go unused, exit)."""
+def read_warm(path: str | None) -> dict | None:
+    """The pre-start's warm-up (sandbox/prestart.ChildSpec.warm), read from its file and the file removed at
+    once, before any import: the timed shapes (held-out ones among them) are not left for the submission to read
+    in the scratch directory, as they would be on the command line. Unreadable: no warm-up."""
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    try:
+        warm = json.loads(text)
+    except ValueError:
+        return None
+    return warm if isinstance(warm, dict) else None
+
+
+def wait_for_job(dsl: str, backend: str, warm_path: str | None = None) -> int:
+    """The pre-started child: the imports a job needs (on cuda with a warm-up file, the task's library's first
+    calls too: child/timing.warm_prestarted), then one job path on stdin (an empty line or a closed pipe: the
+    pool let it go unused, exit)."""
     t = time.perf_counter()
+    warm = read_warm(warm_path)
+    phases: dict[str, float] = {}
     import torch
     from kernelgym_gap.child import integrity, run  # noqa: F401
     from kernelgym_gap.core import inputs, record  # noqa: F401
     from kernelgym_gap.dsl import adapter_class
     adapter_class(dsl).preimport()
     if backend == "cuda":
-        from kernelgym_gap.child import timing  # noqa: F401
+        from kernelgym_gap.child import timing
         from kernelgym_gap.core.lane import hold_if_possible, inherited
         from kernelgym_gap.device import identity  # noqa: F401
         # the CUDA context, made before the job instead of in it, under the GPU's lane held shared: made
@@ -39,7 +65,9 @@ def wait_for_job(dsl: str, backend: str) -> int:
         with hold_if_possible(lane, "shared", budget):
             torch.zeros(1, device="cuda")
             torch.cuda.synchronize()
-    preimport_s = time.perf_counter() - t
+            if warm is not None:        # GPU work too: under the same shared hold
+                phases.update(timing.warm_prestarted(warm))
+    phases["preimport"] = time.perf_counter() - t
     line = sys.stdin.readline().strip()
     # the submission reads nothing more from the parent: stdin becomes /dev/null
     null = os.open(os.devnull, os.O_RDONLY)
@@ -47,7 +75,7 @@ def wait_for_job(dsl: str, backend: str) -> int:
     os.close(null)
     if not line:
         return 0
-    return run_job(Path(line), preimport_s=preimport_s)
+    return run_job(Path(line), preimport=phases)
 
 
 def keep_import_start_to_itself() -> None:
@@ -65,11 +93,13 @@ def keep_import_start_to_itself() -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     keep_import_start_to_itself()
-    if argv[:1] == ["--wait"] and len(argv) == 5 and argv[1] == "--dsl" and argv[3] == "--backend":
-        return wait_for_job(argv[2], argv[4])
+    if argv[:1] == ["--wait"] and len(argv) in (5, 7) and argv[1] == "--dsl" and argv[3] == "--backend" \
+            and (len(argv) == 5 or argv[5] == "--warm"):
+        return wait_for_job(argv[2], argv[4], argv[6] if len(argv) == 7 else None)
     if len(argv) != 1 or argv[0].startswith("--"):
         print("usage: python -m kernelgym_gap.child.runner JOB.json\n"
-              "       python -m kernelgym_gap.child.runner --wait --dsl DSL --backend BACKEND   (job path on stdin)",
+              "       python -m kernelgym_gap.child.runner --wait --dsl DSL --backend BACKEND [--warm FILE]   "
+              "(job path on stdin)",
               file=sys.stderr)
         return 2
     return run_job(Path(argv[0]))

@@ -36,7 +36,7 @@ import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
 from kernelgym_gap.core import timing_stats as stats
-from kernelgym_gap.core.record import ShapeTiming, TimingConfig
+from kernelgym_gap.core.record import ShapeTiming, TimingConfig, Trial
 from kernelgym_gap.core.tensor_file import output_name
 from kernelgym_gap.core.timing_stats import DEVICE_EXCESS, Readings, TimingReadings  # noqa: F401 (re-exported)
 # imported with this module, so that the snapshots taken before the submission loads cover it (docs/security.md)
@@ -109,27 +109,55 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     return k, fields
 
 
+def _reference_once(task, trials) -> None:
+    """The task's reference called once on each trial's inputs (made on the GPU), each synchronized and freed."""
+    for trial in trials:
+        ins = inputs_mod.make_trial_inputs(task, trial, "cuda")
+        with torch.no_grad():
+            task.reference(*ins)
+        torch.cuda.synchronize()
+        del ins
+
+
 def warm_library(task, job, phases: dict) -> None:
     """TimingConfig.library_warm_before_lane: the task's reference called once on each timed shape's first timing
     input set (the timing's own set 0: same seed, same shape), synchronized and freed, before the exclusive lane
     is asked for. Its first calls in this process (the library's lazily loaded kernels, its handles and plans)
     then cost the shared lane, not the exclusive one. Only a warm-up: nothing it does is read, and a failure here
     is left to the timing, which calls the same reference on the same inputs and judges what it raises there
-    (`library_warm_failed` says one was seen). `library_warm`: its seconds."""
+    (`library_warm_failed` says one was seen). `library_warm`: its seconds. In a child pre-started with the
+    switch on, `warm_prestarted` made these first calls already, and this costs the calls alone."""
     if job.timing is None or not job.timing.library_warm_before_lane or not torch.cuda.is_available():
         return
     t = time.perf_counter()
     try:
-        for trial in job.timing_trials:
-            ins = inputs_mod.make_trial_inputs(task, trial, "cuda")
-            with torch.no_grad():
-                task.reference(*ins)
-            torch.cuda.synchronize()
-            del ins
+        _reference_once(task, job.timing_trials)
     except Exception:                       # noqa: BLE001 - the timing meets it again and judges it there
         phases["library_warm_failed"] = 1.0
     torch.cuda.empty_cache()
     phases["library_warm"] = time.perf_counter() - t
+
+
+def warm_prestarted(warm: dict) -> dict[str, float]:
+    """The same first calls made by a child pre-started for the task (sandbox/prestart.ChildSpec.warm, runner.
+    wait_for_job), before its job exists and before any submission code: its task (`task`, `tasks_dir`), the
+    timed distribution and the timed shapes' (shape, dtype) `cases`, on inputs of a fixed seed (which kernels the
+    library loads depends on the shapes and dtypes, not on the values). Returns the phases it adds to the
+    record: `preimport_library_warm` (its seconds), and `preimport_library_warm_failed` where it raised (the
+    evaluation then warms and times as without it)."""
+    from kernelgym_gap.core.registry import find_task
+    t = time.perf_counter()
+    out: dict[str, float] = {}
+    try:
+        task = find_task(warm["task"], warm.get("tasks_dir"))
+        trials = tuple(Trial(index=i, shape=tuple(shape), dtype=dtype, seed=1, distribution=warm["distribution"],
+                             split="public") for i, (shape, dtype) in enumerate(warm["cases"]))
+        _reference_once(task, trials)
+    except Exception:                       # noqa: BLE001 - only a warm-up: the job runs as without it
+        out["preimport_library_warm_failed"] = 1.0
+    torch.cuda.empty_cache()
+    out["preimport_library_warm"] = time.perf_counter() - t
+    return out
 
 
 def time_submission(task, job, entry, adapter, held, on_shape=None,

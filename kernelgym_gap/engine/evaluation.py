@@ -21,7 +21,7 @@ from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.core.terms import TERMS_VERSION, Terms
 from kernelgym_gap.engine import handover
 from kernelgym_gap.engine.correctness_order import order_for_correctness
-from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng
+from kernelgym_gap.engine.trials import make_timing_trials, make_trials, trial_rng, warm_cases
 from kernelgym_gap.sandbox import disk_ledger
 from kernelgym_gap.sandbox.launch import ChildResult, Launcher, child_spec
 
@@ -73,7 +73,8 @@ class Evaluation:
         # the disk limits are derived from the outputs the child will write (sandbox/disk.py); a host that
         # cannot hold them is refused here, before a child dies of ENOSPC
         outputs = tuple((tuple(t.shape), t.dtype) for t in (*self.trials, *timing_trials))
-        spec = child_spec(self.task, self.dsl, self.backend.name, self.config, self.placement, outputs)
+        spec = child_spec(self.task, self.dsl, self.backend.name, self.config, self.placement, outputs,
+                          warm_cases(self.task, self.backend.name, self.config))   # the next pre-started child's
         self.sandbox = spec.sandbox
         # and reserved from the other evaluations on this scratch root (sandbox/disk_ledger.py), waiting for
         # them when it does not fit; released in close, once the scratch directory is gone

@@ -94,6 +94,16 @@ def output_cases(task: TaskSpec, backend: str, config: EvalConfig) -> tuple[tupl
     return tuple((tuple(t.shape), t.dtype) for t in (*trials, *timed))
 
 
+def warm_cases(task: TaskSpec, backend: str, config: EvalConfig) -> tuple[tuple[tuple[int, ...], str], ...]:
+    """The (shape, dtype) of each timed case a pre-started child warms the task's library on while it waits
+    (TimingConfig.library_warm_before_lane, sandbox/launch.child_spec): the timed cases on a backend that
+    times, with the switch on; else none."""
+    from kernelgym_gap.core.backend import backend as backend_info
+    if not (backend_info(backend).measures_time and config.timing.library_warm_before_lane):
+        return ()
+    return tuple((tuple(shape), dtype) for _, shape, dtype in timed_cases(task, config))
+
+
 def trial_rng(config: EvalConfig) -> random.Random:
     """Seeds fixed by `config.trial_seed`, else fresh from the OS (a submission cannot predict its inputs)."""
     return random.Random(config.trial_seed) if config.trial_seed is not None else random.SystemRandom()

@@ -9,6 +9,7 @@ cold / pre-started / probe; a scheduler that runs stages on lanes only needs thi
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,12 +31,13 @@ from kernelgym_gap.sandbox.process import ChildOutcome, ChildSandbox
 
 
 def child_spec(task, dsl: str, backend: str, config: EvalConfig, placement: Placement | None = None,
-               outputs=()) -> ChildSpec:
+               outputs=(), warm_cases=()) -> ChildSpec:
     """What the submission's child is started with (prestart.ChildSpec): its sandbox and environment, where
     `placement` (default Placement()) puts it: its GPU, its lanes, its scratch root. The child reads its task
     from the registry's directory: one outside the project is bound too. `outputs`: the (shape, dtype) of
     each output file the job's child writes (engine/trials.output_cases), from which its disk limits are
-    derived (disk.job_limits); empty: the configured limits."""
+    derived (disk.job_limits); empty: the configured limits. `warm_cases`: the timed (shape, dtype) cases a
+    pre-started cuda child warms the task's library on while it waits (engine/trials.warm_cases; empty: none)."""
     placement = placement or Placement()
     sandbox = ChildSandbox(**{f.name: getattr(config.sandbox, f.name) for f in dataclasses.fields(config.sandbox)},
                            lane_dir=placement.lane_dir)
@@ -55,9 +57,12 @@ def child_spec(task, dsl: str, backend: str, config: EvalConfig, placement: Plac
     # the evaluation's disk quota, shared with the probes when there are any, and raised with the largest
     # file to what this job's honest outputs need (sandbox/disk.py)
     limits = disk.job_limits(sandbox, task, outputs, with_probe=probe is not None)
+    warm = json.dumps({"task": task.id, "tasks_dir": task.tasks_dir, "distribution": task.timed_distribution,
+                       "cases": [[list(shape), dtype] for shape, dtype in warm_cases]}) \
+        if warm_cases and backend == "cuda" else None
     return ChildSpec(dsl=dsl, backend=backend, sandbox=disk.apply(sandbox, limits),
                      env=tuple(sorted(backend_env(backend).items())), scratch_root=placement.scratch_root,
-                     probe_env=probe, disk=limits)
+                     probe_env=probe, disk=limits, warm=warm)
 
 
 @dataclasses.dataclass(frozen=True)

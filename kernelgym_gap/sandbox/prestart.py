@@ -53,10 +53,16 @@ class ChildSpec:
     # the job's disk limits (disk.JobDisk) that `sandbox` holds, kept for the disk reservation
     # (disk_ledger.reserve); not compared: `sandbox` already carries what they change
     disk: object | None = dataclasses.field(default=None, compare=False)
+    # the library's first calls a cuda child makes while it waits (TimingConfig.library_warm_before_lane): JSON
+    # of its task, tasks_dir, timed distribution and timed (shape, dtype) cases (launch.child_spec). Not compared:
+    # a child warmed for another task serves as well (its job warms what it needs again, under the shared lane)
+    warm: str | None = dataclasses.field(default=None, compare=False)
 
-    def argv(self) -> list[str]:
+    def argv(self, warm_file: Path | None = None) -> list[str]:
+        """The pre-started child's command line; `warm_file`: where its warm-up waits (read and removed by the
+        child first thing: child/runner.read_warm)."""
         return [sys.executable, "-m", "kernelgym_gap.child.runner", "--wait", "--dsl", self.dsl, "--backend",
-                self.backend]
+                self.backend, *(("--warm", str(warm_file)) if warm_file is not None else ())]
 
 
 def clear_imports(directory: Path) -> None:
@@ -78,7 +84,11 @@ class PrestartedChild:
         self.probe: SandboxedChild | None = None
         self.probe_dir: Path | None = None
         try:
-            self.child = SandboxedChild(spec.argv(), self.scratch, child_env(self.scratch, dict(spec.env)),
+            warm_file = None
+            if spec.warm is not None:           # a cpu child reads and removes it too, and warms nothing
+                warm_file = self.scratch / "warm.json"
+                warm_file.write_text(spec.warm)
+            self.child = SandboxedChild(spec.argv(warm_file), self.scratch, child_env(self.scratch, dict(spec.env)),
                                         spec.sandbox, stdin_pipe=True)
             if spec.probe_env is not None:
                 self.probe_dir = Path(tempfile.mkdtemp(prefix="kgg-probe-", dir=spec.scratch_root))
