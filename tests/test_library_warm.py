@@ -348,3 +348,15 @@ def test_gpu_a_child_pre_started_with_the_switch_made_the_first_calls_while_it_w
     assert second.latency.get("child_preimport_library_warm", 0) > 0
     assert "child_preimport_library_warm_failed" not in second.latency
     assert second.latency["child_library_warm"] <= 0.5 * second.latency["child_preimport_library_warm"] + 0.05
+
+
+def test_the_pre_started_bound_takes_the_first_calls_out_of_every_lane_and_predicts_more():
+    j = Job(name="a", correctness=2.0, timing=6.0, timing_probe=5.0, library_first_call=4.0)
+    p = library_warm.library_warm_prestarted(j)
+    assert (p.timing, p.timing_probe, p.correctness, p.library_first_call) == (2.0, 1.0, 2.0, 0.0)
+    names = [r[0] for r in library_warm.ROWS]
+    assert [r[3] for r in library_warm.ROWS] == [library_warm.LIBRARY_WARM, None] and len(set(names)) == 2
+    jobs = workload.jobs_of_mode(workload.read_records(FULL16), "lanes")
+    shared = simulate([library_warm.library_warm_before_lane(j) for j in jobs], Setup()).evals_per_gpu_hour
+    bound = simulate([library_warm.library_warm_prestarted(j) for j in jobs], Setup()).evals_per_gpu_hour
+    assert bound > shared

@@ -33,5 +33,23 @@ def library_warm_before_lane(j: Job) -> Job:
                                correctness=j.correctness + moved, library_first_call=0.0)
 
 
+def library_warm_prestarted(j: Job) -> Job:
+    """The same first calls made by the child pre-started for the job's task while it waited (ChildSpec.warm),
+    off the evaluation's path: they leave the exclusive timing and join no lane of the job's. A BOUND: it takes
+    every child pre-started in time and for its own task (an RL group's completions of one task, an env's steps),
+    and the pre-start's own shared hold, made while other slots run, is not modelled."""
+    moved = min(j.library_first_call, j.timing)
+    if moved <= 0:
+        return j
+    return dataclasses.replace(j, timing=j.timing - moved, timing_probe=max(0.0, j.timing_probe - moved),
+                               library_first_call=0.0)
+
+
 BASIS = ("child_timing_probe_warm_library less child_timing_probe_warm_kernel (the library's first calls) moved "
          "from the exclusive timing to the shared correctness stretch (H100 full mix records, 2026-12-07)")
+# the simulator's rows (levers.scenarios): name, transform, basis, the throughput variant that runs it (None: a
+# bound no single variant runs)
+ROWS = (("library's first calls before the exclusive lane", library_warm_before_lane, BASIS, LIBRARY_WARM),
+        ("  ... made by the pre-started child while it waits (a bound)", library_warm_prestarted,
+         "the same first calls out of the job's lanes altogether: every child pre-started in time for its own "
+         "task (sim/library_warm.library_warm_prestarted)", None))
