@@ -270,6 +270,20 @@ def handover_memory(records) -> dict:
             "outputs_handed_mean": round(sum(handed) / len(handed), 1) if handed else 0.0}
 
 
+def library_warm_figures(records) -> dict:
+    """Where the library's first calls went (TimingConfig.library_warm_before_lane; sim/library_warm.py), seconds
+    summed over the row: the probe's library warm-up inside the exclusive timing, the warm-up under the shared
+    lane before it (child_library_warm), and the pre-started children's (child_preimport_library_warm, off the
+    evaluation's path); with how many evaluations each part had."""
+    def part(key):
+        vals = [r.latency[key] for r in records if key in r.latency]
+        return round(sum(vals), 2), len(vals)
+    (in_timing, n_t), (shared, n_s), (pre, n_p) = (part(k) for k in (
+        "child_timing_probe_warm_library", "child_library_warm", "child_preimport_library_warm"))
+    return {"library_warm_in_timing_s": in_timing, "library_warm_shared_s": shared, "library_warm_shared_n": n_s,
+            "library_warm_prestarted_s": pre, "library_warm_prestarted_n": n_p}
+
+
 def summarise(name, batch, records, seconds, n_gpus):
     walls = [r.latency.get("total", 0.0) for r in records]
     honest = [w for (_, kind, _), w in zip(batch, walls) if kind == "optimized"]
@@ -280,7 +294,7 @@ def summarise(name, batch, records, seconds, n_gpus):
             "solutions_max_s": round(max(solutions), 2) if solutions else None,
             "hostile_max_s": round(max(hostile), 2) if hostile else None,
             "early_exits": sum(any(p.get("early_exit") for p in per_shape(r)) for r in records),
-            **handover_flags(records), **handover_memory(records),
+            **handover_flags(records), **handover_memory(records), **library_warm_figures(records),
             "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r))}
 
 
@@ -553,6 +567,11 @@ def main(argv=None) -> int:
         if r.get("hold_reserved_max_mib") is not None:
             print(f"{r['mode']}: {r['outputs_handed_mean']} outputs handed over per evaluation; a held child reserved "
                   f"at most {r['hold_reserved_max_mib']} MiB")
+        if r.get("library_warm_shared_n") or r.get("library_warm_prestarted_n"):
+            print(f"{r['mode']}: the library's warm-up {r['library_warm_in_timing_s']} s inside the timings, "
+                  f"{r['library_warm_shared_s']} s before them under the shared lane ({r['library_warm_shared_n']} "
+                  f"evaluations), {r['library_warm_prestarted_s']} s in pre-started children "
+                  f"({r['library_warm_prestarted_n']})")
         if r.get("handover_rechecks") or r.get("handover_fallbacks"):
             print(f"{r['mode']}: the hand-over's verdict checked again by files {r['handover_rechecks']} times, "
                   f"fallen back to files {r['handover_fallbacks']} times (the records' flags say why)")

@@ -273,3 +273,17 @@ def test_a_rows_held_children_say_their_memory_and_how_many_outputs_went_by_hand
     assert mod.handover_memory([types.SimpleNamespace(latency={})]) == {"hold_reserved_max_mib": None,
                                                                         "outputs_handed_mean": 0.0}
 
+
+
+def test_a_row_says_where_the_librarys_first_calls_went():
+    import types
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    records = [types.SimpleNamespace(latency={"child_timing_probe_warm_library": 0.2, "child_library_warm": 2.5}),
+               types.SimpleNamespace(latency={"child_timing_probe_warm_library": 0.25, "child_library_warm": 0.1,
+                                              "child_preimport_library_warm": 3.0}),
+               types.SimpleNamespace(latency={"child_timing_probe_warm_library": 4.0})]
+    assert mod.library_warm_figures(records) == {
+        "library_warm_in_timing_s": 4.45, "library_warm_shared_s": 2.6, "library_warm_shared_n": 2,
+        "library_warm_prestarted_s": 3.0, "library_warm_prestarted_n": 1}
