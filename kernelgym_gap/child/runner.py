@@ -57,15 +57,17 @@ def wait_for_job(dsl: str, backend: str, warm_path: str | None = None) -> int:
     adapter_class(dsl).preimport()
     if backend == "cuda":
         from kernelgym_gap.child import timing
-        from kernelgym_gap.core.lane import hold_if_possible, inherited
+        from kernelgym_gap.core.lane import Hold, hold_if_possible, inherited
         from kernelgym_gap.device import identity  # noqa: F401
         # the CUDA context, made before the job instead of in it, under the GPU's lane held shared: made
         # during another child's timing it stalled that timing (core/lane.py)
         lane, budget = inherited()
-        with hold_if_possible(lane, "shared", budget):
+        with hold_if_possible(lane, "shared", budget) as got:
             torch.zeros(1, device="cuda")
             torch.cuda.synchronize()
-            if warm is not None:        # GPU work too: under the same shared hold
+            # GPU work too: only under the same shared hold, or with no lane to hold (seconds of kernels
+            # run beside another child's timing would skew it; the job warms again, under its own hold)
+            if warm is not None and (lane is None or isinstance(got, Hold)):
                 phases.update(timing.warm_prestarted(warm))
     phases["preimport"] = time.perf_counter() - t
     line = sys.stdin.readline().strip()
