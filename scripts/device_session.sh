@@ -71,9 +71,9 @@
 #   handover-gpu-tests  #35: the hand-over's gpu tests (engine, arena's wait and release, the child's hold), the
 #                     digest's device sums (tests/test_inputs.py) and the library's first calls before the lane
 #                     (tests/test_library_warm.py: Attention's with and without TimingConfig.library_warm_before_lane)
-#   library-warm      #35: the full mix's first MAX (16) with the defaults and with library_warm_before_lane=1 side by
-#                     side (SIMULATED beforehand on the 2026-12-07 H100 rows: +15% and +26%); statuses and E must
-#                     agree; the throughput rows in $OUT/library_warm/
+#   library-warm      #35: the full mix's first MAX (16) with the defaults (library_warm_before_lane on since the H100
+#                     run of 2026-12-07 13:00: +14.2%, SIMULATED +14.7%) and with library_warm_before_lane=0 side by
+#                     side; statuses and E must agree; the throughput rows in $OUT/library_warm/
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
 #                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
 #                     E against do_bench on four optimized Triton solutions (~540 s)
@@ -340,7 +340,7 @@ for step in "$@"; do
       # #35: the library's first calls before the exclusive lane on the full mix (the header)
       mkdir -p "$OUT/library_warm"
       timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 \
-        --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant library_warm_before_lane=1 \
+        --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant library_warm_before_lane=0 \
         --out "$OUT/library_warm" 2>&1 | tee "$OUT/library_warm/log.txt" | tail -${TAIL:-30} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac

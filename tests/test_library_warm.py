@@ -94,12 +94,16 @@ def test_a_kill_is_not_swallowed(monkeypatch):
         child_timing.warm_library(types.SimpleNamespace(reference=reference), _job(), {})
 
 
-def test_the_switch_is_a_throughput_variant_off_by_default():
-    assert TimingConfig().library_warm_before_lane is False
+def test_the_switch_is_on_by_default_and_a_throughput_variant_turns_it_off():
+    """On since the H100 run of 2026-12-07 13:00 (core/config.py's comment): `library_warm_before_lane=0` runs the
+    old order beside it."""
+    assert TimingConfig().library_warm_before_lane is True
     spec = importlib.util.spec_from_file_location("throughput_lw", ROOT / "scripts" / "throughput.py")
     tp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tp)
-    config, _ = tp.apply_variant(EvalConfig(), tp.parse_variant(library_warm.LIBRARY_WARM))
+    config, _ = tp.apply_variant(EvalConfig(), tp.parse_variant("library_warm_before_lane=0"))
+    assert config.timing.library_warm_before_lane is False
+    config, _ = tp.apply_variant(config, tp.parse_variant(library_warm.LIBRARY_WARM))
     assert config.timing.library_warm_before_lane is True
     assert library_warm.LIBRARY_WARM in tp.LEVERS
 
@@ -213,7 +217,8 @@ def test_warm_cases_are_the_timed_cases_with_the_switch_on_a_backend_that_times(
     from kernelgym_gap.engine.trials import timed_cases, warm_cases
     task = registry.get("Softmax")
     on = EvalConfig(timing=dataclasses.replace(EvalConfig().timing, library_warm_before_lane=True))
-    assert warm_cases(task, "cuda", EvalConfig()) == ()
+    off = EvalConfig(timing=dataclasses.replace(EvalConfig().timing, library_warm_before_lane=False))
+    assert warm_cases(task, "cuda", off) == ()
     assert warm_cases(task, "cpu", on) == ()
     assert warm_cases(task, "cuda", on) == tuple((tuple(s), d) for _, s, d in timed_cases(task, on))
     assert len(warm_cases(task, "cuda", on)) >= 2
@@ -230,7 +235,7 @@ def test_the_spec_carries_the_warm_up_without_it_deciding_which_child_serves(reg
     assert warm == {"task": task.id, "tasks_dir": task.tasks_dir, "distribution": task.timed_distribution,
                     "cases": [[[4, 8], "float32"], [[16, 8], "float16"]]}
     assert spec == child_spec(task, "triton", "cuda", EvalConfig())          # not compared
-    assert child_spec(task, "triton", "cuda", EvalConfig()).warm is None
+    assert child_spec(task, "triton", "cuda", EvalConfig()).warm is None      # no cases given: none
     assert child_spec(task, "triton", "cpu", EvalConfig(), warm_cases=cases).warm is None
     assert spec.argv()[-2:] == ["--backend", "cuda"]
     assert spec.argv(Path("/s/warm.json"))[-2:] == ["--warm", "/s/warm.json"]

@@ -112,7 +112,7 @@ class ChildRun:
             return compile_modes.compile_specs(self)
         with self.lane.stage("shared"):
             done = self.run_trials()
-            if done is None:            # TimingConfig.library_warm_before_lane (off: returns at once)
+            if done is None:            # TimingConfig.library_warm_before_lane (off, or no GPU: returns at once)
                 warm_library(self.task, self.job, self.phases)
         if done is None and self.job.timing is not None:
             done = ChildRun.checkpoint(self)    # outside both lanes: a kernel killed while timed was checked everywhere

@@ -154,14 +154,16 @@ class TimingConfig:
     # Not with graph_replay: graph readings are another procedure (no spin, no launch), which the loop's probe
     # readings would bias (docs/measurement.md, "The probe's readings counted").
     probe_readings_count: bool = False
-    # The library's first calls made before the exclusive lane (issue 35; off until a GPU run compares it): each
-    # timed shape's reference called once on its first timing input set at the end of the correctness stretch,
-    # under the shared lane (child/timing.warm_library). Without it the library's first call in this process is
-    # made inside the exclusive timing's warm-up, where the other slots wait for it: on the H100 full mix of
-    # 2026-12-07 the library's warm-up took 2.2-13.0 s of an attention task's exclusive stretch against 0.1-0.3 s
-    # for every other family and for the kernel's own warm-up (docs/measurement.md, "The library's first calls").
-    # Nothing timed moves: the timing still warms both callables before it measures them.
-    library_warm_before_lane: bool = False
+    # The library's first calls made before the exclusive lane (issue 35): each timed shape's reference called once
+    # on its first timing input set at the end of the correctness stretch, under the shared lane (child/timing.
+    # warm_library), and by a child pre-started for the task while it waits (ChildSpec.warm). Without it the
+    # library's first call in this process is made inside the exclusive timing's warm-up, where the other slots
+    # wait for it: on the H100 full mix of 2026-12-07 2.2-13.0 s of an attention task's exclusive stretch. Nothing
+    # timed moves: the timing still warms both callables before it measures them. On by default since the H100 run
+    # of 2026-12-07 13:00 (docs/measurement.md, "The library's first calls"): the full mix's first 16 +14.2% per
+    # GPU-hour (396.8 -> 453.1; SIMULATED beforehand +14.7%), the slowest evaluation 97.5 -> 58.4 s, the same 16
+    # statuses, E against do_bench no worse (median |r-1| 6.59% -> 5.43% on the three attention solutions).
+    library_warm_before_lane: bool = True
 
     def __post_init__(self):
         if self.stop_rule not in ("spread", "interval"):
