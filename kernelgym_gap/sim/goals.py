@@ -211,7 +211,7 @@ FAMILIES: tuple[Family, ...] = (
            "shared", _compiles, _correctness_part(_compiles, "calls", "compile")),
     Family("correctness: the calls' run", "child_correctness_calls less the compiles", "shared", _calls_run,
            _correctness_part(_calls_run, "calls")),
-    Family("correctness: inputs and the rest", "child_correctness less calls, copies and let-gos", "shared",
+    Family("correctness: inputs and the rest", "child_correctness + child_library_warm less calls, copies and let-gos", "shared",
            _correctness_rest, _correctness_part(_correctness_rest)),
     Family("correctness: host copies (device copies with the hand-over)", "child_correctness_save", "shared", _save,
            _correctness_part(_save, "save")),
