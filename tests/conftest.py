@@ -38,6 +38,15 @@ def fixture_source():
 
 
 @pytest.fixture(scope="module")
+def warm_cuda():
+    """A warm pool on GPU 0 (its checker and its pre-started children), one per test module: the gpu tests that
+    evaluate through the warm path (test_engine_handover, test_handover_hostile, test_library_warm)."""
+    from kernelgym_gap.api.warm import WarmPool
+    with WarmPool("cuda", gpu_index=0) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
 def one_torch_thread():
     """torch's thread pool at one thread for a module's tests (`pytestmark = pytest.mark.usefixtures(...)`): on a
     loaded 2-core host its pool made the import and input audits 30x slower."""

@@ -637,13 +637,6 @@ def test_the_real_warm_checker_judges_a_refused_record_after_the_child_is_killed
 FALSELY_FAILED = (("RowSum", "triton_tiled.py"), ("Attention", "triton_flash.py"))
 
 
-@pytest.fixture(scope="module")
-def warm_cuda():
-    from kernelgym_gap.api.warm import WarmPool
-    with WarmPool("cuda", gpu_index=0) as pool:
-        yield pool
-
-
 def _evaluate_with_the_flag(name, solution, warm_cuda):
     from kernelgym_gap.core.registry import default_registry
     from kernelgym_gap.engine.pipeline import evaluate

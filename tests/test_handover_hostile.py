@@ -270,28 +270,21 @@ def _config() -> EvalConfig:
                       sandbox=SandboxConfig(wall_s=60.0, pids_max=64, memory_bytes=1 << 30, fsize_bytes=64 << 20))
 
 
-@pytest.fixture(scope="module")
-def warm():
-    from kernelgym_gap.api.warm import WarmPool
-    with WarmPool("cuda", gpu_index=0) as pool:
-        yield pool
-
-
 @pytest.mark.gpu
 @pytest.mark.timeout(300)
 def test_gpu_each_twin_gets_its_verdict_and_the_next_honest_evaluation_on_the_same_warm_checker_is_ok(
-        small_task, warm):
+        small_task, warm_cuda):
     from kernelgym_gap.engine.pipeline import evaluate
     honest = (small_task.directory / "solutions" / "triton_rowwise.py").read_text()
     seen = {}
     for name, allowed in TWINS.items():
         record = evaluate(small_task, (HOSTILE / name).read_text(), "triton", "cuda", _config(),
-                          checker=warm.checker, children=warm.children)
+                          checker=warm_cuda.checker, children=warm_cuda.children)
         seen[name] = (record.status.value, record.message[:300])
         assert record.status.value in allowed, (name, record.status, record.message)
         assert record.reward == 0.0 and record.correct is not True, (name, record.reward)
-        after = evaluate(small_task, honest, "triton", "cuda", _config(), checker=warm.checker,
-                         children=warm.children)
+        after = evaluate(small_task, honest, "triton", "cuda", _config(), checker=warm_cuda.checker,
+                         children=warm_cuda.children)
         assert after.ok, (name, "the honest evaluation after it", after.status, after.message, seen)
         # the honest one went by handle (the hand-over was on and not fallen back): the checker served it
         assert "check_handover" in after.latency, (name, sorted(after.latency))

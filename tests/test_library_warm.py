@@ -177,13 +177,6 @@ def test_on_the_h100_full_mix_it_is_predicted_to_pay_and_on_the_light_batch_not(
 
 # ---- on a GPU (scripts/device_session.sh library-warm) ------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def warm_cuda():
-    from kernelgym_gap.api.warm import WarmPool
-    with WarmPool("cuda", gpu_index=0) as pool:
-        yield pool
-
-
 @pytest.mark.gpu
 @pytest.mark.timeout(600)
 def test_gpu_an_attention_solutions_library_first_calls_leave_the_exclusive_timing(warm_cuda):
