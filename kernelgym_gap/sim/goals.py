@@ -284,7 +284,7 @@ class Workload:
 
 
 def step_p50(steps: Sequence[Staged], factors: dict[str, float]) -> float:
-    """The warm env.step p50 (study.step_p50's rule: each step alone, its child pre-started)."""
+    """The warm env.step p50 (pipeline.step_p50's rule: each step alone, its child pre-started)."""
     return statistics.median(simulate([j], Setup(), warm_first=True).makespan for j in apply(steps, factors))
 
 

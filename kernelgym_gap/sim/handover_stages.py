@@ -21,7 +21,7 @@ import dataclasses
 import statistics
 
 from kernelgym_gap.sim import ipc_outputs, levers
-from kernelgym_gap.sim.pipeline import Job, Setup, simulate
+from kernelgym_gap.sim.pipeline import Job, Setup, simulate, step_p50
 
 FLAG = "hand_over_outputs=1"
 # the Job fields the hand-over changes or that moved beside it, in the pipeline's order
@@ -33,14 +33,16 @@ class StagesError(ValueError):
     """The two rows cannot be held side by side (no submission in common)."""
 
 
+def _first_by_name(jobs: list[Job]) -> dict[str, Job]:
+    out: dict[str, Job] = {}
+    for j in jobs:
+        out.setdefault(j.name, j)
+    return out
+
+
 def paired(defaults: list[Job], flag: list[Job]) -> tuple[list[Job], list[Job]]:
     """The submissions both rows ran, each row's jobs in the same order (a name run twice in a row: its first)."""
-    d = {}
-    for j in defaults:
-        d.setdefault(j.name, j)
-    f = {}
-    for j in flag:
-        f.setdefault(j.name, j)
+    d, f = _first_by_name(defaults), _first_by_name(flag)
     names = [n for n in d if n in f]
     if not names:
         raise StagesError(f"no submission in both rows ({len(d)} defaults, {len(f)} with the flag)")
@@ -113,13 +115,12 @@ def from_flag_row(flag: list[Job], measured: float, setup: Setup = Setup()) -> F
 
 def step_from_flag(steps: list[Job], measured_p50: float | None) -> dict | None:
     """The warm env.step run with the flag (throughput.py's --env-steps-variant): its steps replayed as they ran
-    and with their file outputs read before the lane, each alone (study.step_p50's way); None where there are
+    and with their file outputs read before the lane, each alone (pipeline.step_p50); None where there are
     none or they read before the lane already."""
     if not steps or read_before_lane(steps):
         return None
-    p50 = lambda js: statistics.median(simulate([j], Setup(), warm_first=True).makespan for j in js)  # noqa: E731
-    return {"measured_p50_s": measured_p50, "replayed_p50_s": round(p50(steps), 2),
-            "predicted_p50_s": round(p50([levers.read_outside(j) for j in steps]), 2)}
+    return {"measured_p50_s": measured_p50, "replayed_p50_s": round(step_p50(steps), 2),
+            "predicted_p50_s": round(step_p50([levers.read_outside(j) for j in steps]), 2)}
 
 
 def of_call(rows: dict[str, list[Job]], variants: dict[str, str], measured: dict[str, float],

@@ -354,3 +354,8 @@ def simulate(jobs: list[Job], setup: Setup = Setup(), warm_first: bool = False) 
     makespan = max((d.end for d in run.done), default=0.0)
     return RunResult(makespan, sorted(run.done, key=lambda d: d.job), run.sim.trace, n_gpus,
                      run.server.busy_s if run.server else 0.0, run.store.busy_s if run.store else 0.0)
+
+
+def step_p50(steps: list[Job], setup: Setup = Setup()) -> float:
+    """The warm env.step: each step alone, its child pre-started during the agent's turn; the median."""
+    return statistics.median(simulate([s], setup, warm_first=True).makespan for s in steps)

@@ -20,7 +20,7 @@ import statistics
 from pathlib import Path
 
 from kernelgym_gap.sim import checkpoints, handover_stages, ipc_outputs, levers, workload
-from kernelgym_gap.sim.pipeline import Job, Setup, simulate
+from kernelgym_gap.sim.pipeline import Job, Setup, simulate, step_p50
 
 CALIBRATION_RUNS = (   # (label, records file, mode, the summary's row: its reported rate; None: from the records)
     ("full mix", "throughput_full_records.jsonl", "lanes", None),
@@ -89,11 +89,6 @@ def load(records_dir: str | Path, corpus_json: str | Path) -> Inputs:
     except (OSError, KeyError, TypeError, json.JSONDecodeError, workload.RecordError):
         pass
     return Inputs(workloads, measured, walls, steps, step_p50, levers.fit_timing(corpus_json), gated)
-
-
-def step_p50(steps: list[Job], setup: Setup = Setup()) -> float:
-    """The warm env.step: each step alone, its child pre-started during the agent's turn."""
-    return statistics.median(simulate([s], setup, warm_first=True).makespan for s in steps)
 
 
 def calibration(inp: Inputs, seed: int = 1, gate_seeds: int = 10) -> list[dict]:
