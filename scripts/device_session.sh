@@ -74,6 +74,11 @@
 #   library-warm      #35: the full mix's first MAX (16) with the defaults (library_warm_before_lane on since the H100
 #                     run of 2026-12-07 13:00: +14.2%, SIMULATED +14.7%) and with library_warm_before_lane=0 side by
 #                     side; statuses and E must agree; the throughput rows in $OUT/library_warm/
+#   handover-full     #35: the full mix's first MAX (16) with the defaults and with hand_over_outputs=1 side by side:
+#                     the statuses must agree (CrossEntropyBackward's OOM of 2026-12-07), no check held past the
+#                     cover's bound, each held child's child_hold_reserved_mib; the rows in $OUT/handover_full/
+#   light-warm        #35: the light batch with the defaults (library_warm_before_lane on) and with it off, side by
+#                     side (SIMULATED: no change there), with ENV_STEPS the warm env.step of both; $OUT/light_warm/
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
 #                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
 #                     E against do_bench on four optimized Triton solutions (~540 s)
@@ -342,6 +347,20 @@ for step in "$@"; do
       timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 \
         --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant library_warm_before_lane=0 \
         --out "$OUT/library_warm" 2>&1 | tee "$OUT/library_warm/log.txt" | tail -${TAIL:-30} ;;
+    handover-full)
+      # #35: the hand-over's flag on the full mix's first MAX (16) beside the defaults (the header)
+      mkdir -p "$OUT/handover_full"
+      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 \
+        --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant hand_over_outputs=1 \
+        --out "$OUT/handover_full" 2>&1 | tee "$OUT/handover_full/log.txt" | tail -${TAIL:-30} ;;
+    light-warm)
+      # #35: the library's first calls before the lane on the light batch (the header), with the warm env.step
+      mkdir -p "$OUT/light_warm"
+      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda \
+        --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
+        --variant "" --variant library_warm_before_lane=0 \
+        ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant library_warm_before_lane=0} \
+        --out "$OUT/light_warm" 2>&1 | tee "$OUT/light_warm/log.txt" | tail -${TAIL:-24} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done
