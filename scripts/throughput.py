@@ -284,6 +284,16 @@ def library_warm_figures(records) -> dict:
             "library_warm_prestarted_s": pre, "library_warm_prestarted_n": n_p}
 
 
+def after_report_figures(records) -> dict:
+    """The children's ends after their reports (latency child_after_report, sandbox/launch.after_report_s: the
+    process's exit, on cuda its CUDA context's teardown, and the sandbox's end), median and largest over the row:
+    seconds inside `child` that no child stage accounts for (2026-12-07: child - child_total was 1.7-1.9 s on a
+    first warm env.step, 0.1 s on the second, and 3-5 s median in the batches)."""
+    vals = sorted(r.latency["child_after_report"] for r in records if "child_after_report" in r.latency)
+    return {"after_report_p50_s": round(statistics.median(vals), 3) if vals else None,
+            "after_report_max_s": round(vals[-1], 3) if vals else None, "after_report_n": len(vals)}
+
+
 def summarise(name, batch, records, seconds, n_gpus):
     walls = [r.latency.get("total", 0.0) for r in records]
     honest = [w for (_, kind, _), w in zip(batch, walls) if kind == "optimized"]
@@ -295,6 +305,7 @@ def summarise(name, batch, records, seconds, n_gpus):
             "hostile_max_s": round(max(hostile), 2) if hostile else None,
             "early_exits": sum(any(p.get("early_exit") for p in per_shape(r)) for r in records),
             **handover_flags(records), **handover_memory(records), **library_warm_figures(records),
+            **after_report_figures(records),
             "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r))}
 
 
@@ -572,6 +583,9 @@ def main(argv=None) -> int:
                   f"{r['library_warm_shared_s']} s before them under the shared lane ({r['library_warm_shared_n']} "
                   f"evaluations), {r['library_warm_prestarted_s']} s in pre-started children "
                   f"({r['library_warm_prestarted_n']})")
+        if r.get("after_report_n"):
+            print(f"{r['mode']}: the children ended {r['after_report_p50_s']} s (median; largest "
+                  f"{r['after_report_max_s']} s) after their reports ({r['after_report_n']} evaluations)")
         if r.get("handover_rechecks") or r.get("handover_fallbacks"):
             print(f"{r['mode']}: the hand-over's verdict checked again by files {r['handover_rechecks']} times, "
                   f"fallen back to files {r['handover_fallbacks']} times (the records' flags say why)")

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import stat
+import time
 import shutil
 import tempfile
 from pathlib import Path
@@ -80,6 +83,22 @@ class ChildResult:
     held: HeldChild | None = None
 
 
+def after_report_s(report: Path, ended: float, outcome: ChildOutcome) -> float | None:
+    """How long the child took from its report to its end as the parent saw it (its exit: the process's
+    teardown, on cuda its CUDA context's; the sandbox's end): `ended` (time.time() once the wait returned) less
+    the report's mtime, within [0, the child's wall]. A diagnostic only (the child sets the mtime it likes);
+    None for a held child (stopped, not ended) or without a regular report file."""
+    if outcome.held:
+        return None
+    try:
+        st = os.lstat(report)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return round(min(outcome.wall_s, max(0.0, ended - st.st_mtime)), 3)
+
+
 class Launcher:
     """One evaluation's child: pre-started (from `pool`, when one waits for exactly `spec`) or cold, with the
     compile probe beside it where `spec` has one. `scratch` is the child's directory: the job's files go
@@ -114,9 +133,13 @@ class Launcher:
                                                      job.call_bounds)
             else:
                 outcome = cold_child(job_path, self.scratch, dict(self.spec.env), sandbox, job.call_bounds)
+        ended = time.time()
         if self.pool is not None:
             self.pool.refill(self.spec)     # the next child's imports overlap this evaluation's check
         latency = {"child": outcome.wall_s}
+        after = after_report_s(Path(job.report_file), ended, outcome)
+        if after is not None:
+            latency["child_after_report"] = after
         probe_error = probe.compile_error() if probe is not None else None
         if probe is not None:
             latency["compile_probe"] = probe.wall_s
