@@ -79,6 +79,10 @@
 #                     cover's bound, each held child's child_hold_reserved_mib; the rows in $OUT/handover_full/
 #   light-warm        #35: the light batch with the defaults (library_warm_before_lane on) and with it off, side by
 #                     side (SIMULATED: no change there), with ENV_STEPS the warm env.step of both; $OUT/light_warm/
+#   prestart-next     #35: the full mix's first MAX (16) with the defaults and with prestart_for_next=1 side by side
+#                     (a slot takes its next job as its child ends and pre-starts the child for it; SIMULATED
+#                     +4.1% from the switch's row of 2026-12-07, +8.1% from its defaults row); statuses and E must
+#                     agree, the rows' library_warm_prestarted_s and _shared_s say where the warm-ups went
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
 #                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
 #                     E against do_bench on four optimized Triton solutions (~540 s)
@@ -361,6 +365,13 @@ for step in "$@"; do
         --variant "" --variant library_warm_before_lane=0 \
         ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant library_warm_before_lane=0} \
         --out "$OUT/light_warm" 2>&1 | tee "$OUT/light_warm/log.txt" | tail -${TAIL:-24} ;;
+    prestart-next)
+      # #35: the slot's next job taken ahead and its child pre-started for it (Placement.prestart_for_next; the
+      # header) on the full mix's first MAX (16), beside the defaults
+      mkdir -p "$OUT/prestart_next"
+      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 \
+        --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant prestart_for_next=1 \
+        --out "$OUT/prestart_next" 2>&1 | tee "$OUT/prestart_next/log.txt" | tail -${TAIL:-30} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done

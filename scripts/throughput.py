@@ -367,21 +367,22 @@ def table(rows) -> str:
 # probe_readings_count, library_warm_before_lane) and SandboxConfig's launch bound, each with how its value is read
 SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile",
             "read_outputs_outside_lane", "recheck_outside_exclusive", "warm_once", "read_outputs_while_timing",
-            "probe_readings_count", "hand_over_outputs", "library_warm_before_lane")
+            "probe_readings_count", "hand_over_outputs", "library_warm_before_lane", "prestart_for_next")
 TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive", "clock_warmup_rule", "warm_once",
                  "probe_hopeless_reps", "probe_readings_count", "library_warm_before_lane")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
-PLACEMENT_FIELDS = ("held_output_bytes", "held_device_bytes")       # scheduling: on the evaluations' Placement, not their config
+PLACEMENT_FIELDS = ("held_output_bytes", "held_device_bytes", "prestart_for_next")       # scheduling: on the evaluations' Placement, not their config
 CHOICES = {"stop_rule": ("spread", "interval"), "clock_warmup_rule": ("fixed", "steady")}
 VARIANT_FIELDS = ("held_output_bytes", "held_device_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
                   "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane",
                   "recheck_outside_exclusive", "clock_warmup_rule", "warm_once", "read_outputs_while_timing",
-                  "probe_hopeless_reps", "probe_readings_count", "hand_over_outputs", "library_warm_before_lane")
+                  "probe_hopeless_reps", "probe_readings_count", "hand_over_outputs", "library_warm_before_lane",
+                  "prestart_for_next")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
           "launch_bound_after_compile=1", "read_outputs_outside_lane=1", "recheck_outside_exclusive=1",
           "clock_warmup_rule=steady", "warm_once=1", "held_device_bytes=1024M",
-          "read_outputs_outside_lane=1,read_outputs_while_timing=1", "probe_hopeless_reps=3", "library_warm_before_lane=1",
+          "read_outputs_outside_lane=1,read_outputs_while_timing=1", "probe_hopeless_reps=3", "library_warm_before_lane=1", "prestart_for_next=1",
           "compile_outside_lane=1,graph_replay=1,stop_rule=interval,precompute_reference=1,launch_bound_after_compile=1")
 
 
@@ -439,7 +440,7 @@ def lever_gains(rows: list[dict]) -> list[dict]:
 
 def apply_variant(config, overrides: dict, placement=None):
     """(config, placement) with a variant's overrides: TimingConfig's fields on config.timing, SandboxConfig's
-    on config.sandbox, held_output_bytes and held_device_bytes on the placement (default Placement()), the rest on config."""
+    on config.sandbox, PLACEMENT_FIELDS on the placement (default Placement()), the rest on config."""
     import dataclasses
 
     from kernelgym_gap.core.placement import Placement

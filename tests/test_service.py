@@ -120,7 +120,7 @@ def test_a_harness_error_is_that_requests_record_and_misuse_stops_the_map():
 class FakePool:
     made: list = []
 
-    def __init__(self, device="cuda", gpu_index=0, scratch_root=None):
+    def __init__(self, device="cuda", gpu_index=0, scratch_root=None, plan=None):
         self.checker, self.children, self.closed = object(), None, False
         FakePool.made.append((device, gpu_index))
 
@@ -413,3 +413,148 @@ def test_gpu_service_two_slots_share_one_gpus_lane_and_keep_statuses():
     cold = [evaluate(task, s, "triton", "cuda", config) for s in sources]
     assert [r.status for r in recs] == [r.status for r in cold]
     assert all(r.device["gpu_index"] == 0 and r.latency["service_total"] > 0 for r in recs)
+
+
+# ---- the next request taken ahead (Placement.prestart_for_next) ------------------------------------------
+
+class PlanPool:
+    """A WarmPool without processes: its children are a namespace holding the service's plan, which the Ahead
+    stub calls as the engine's Launcher does when a child ends (ChildPool.refill_after)."""
+
+    def __init__(self, device="cuda", gpu_index=0, scratch_root=None, plan=None):
+        import types
+        self.checker, self.children = object(), types.SimpleNamespace(plan=plan, close=lambda: None)
+
+    def close(self):
+        pass
+
+
+class Ahead:
+    """An evaluator whose child 'ends' (the plan called) at once, then waits for the test's event of its
+    source (if any); records (source, thread, the spec the plan returned) per call."""
+
+    def __init__(self, gates=None, plan=True):
+        self.calls, self.lock, self.gates, self.plan = [], threading.Lock(), gates or {}, plan
+        self.planned, self.threads = {}, {}
+
+    def __call__(self, task, source, dsl, backend, config, placement=None, children=None, **kw):
+        spec = children.plan(None) if self.plan and children is not None and children.plan is not None else None
+        with self.lock:
+            self.planned[source] = spec
+            self.threads[source] = threading.get_ident()
+        gate = self.gates.get(source)
+        if gate is not None:
+            assert gate.wait(30)
+        with self.lock:
+            self.calls.append((source, threading.current_thread().name))
+        return _record(task, dsl, backend)
+
+
+def _thread_running(ev, source):
+    """The ident of the service thread evaluating `source` (the Ahead stub notes it as the call starts)."""
+    deadline = time.time() + 10
+    while source not in ev.threads and time.time() < deadline:
+        time.sleep(0.01)
+    return ev.threads[source]
+
+
+def _ahead_service(monkeypatch, ev, slots=1, on=True):
+    from kernelgym_gap.api import warm
+    monkeypatch.setattr(warm, "WarmPool", PlanPool)
+    return EvalService("cpu", slots=slots, warm=True, evaluator=ev,
+                       placement=Placement(prestart_for_next=on))
+
+
+def test_a_slot_takes_its_next_request_as_its_child_ends(monkeypatch):
+    from kernelgym_gap.sandbox.prestart import ChildSpec
+    ev = Ahead()
+    with _ahead_service(monkeypatch, ev) as svc:
+        recs = svc.map([EvalRequest("AddReLU", s, backend="cpu") for s in ("a", "b", "c")])
+    assert [c[0] for c in ev.calls] == ["a", "b", "c"] and all(r.status is Status.OK for r in recs)
+    # a's and b's child ends each took the next request and built the spec of its child; c's found none
+    assert isinstance(ev.planned["a"], ChildSpec) and isinstance(ev.planned["b"], ChildSpec)
+    assert ev.planned["c"] is None
+    with _ahead_service(monkeypatch, ev := Ahead(), on=False) as svc:     # off: no plan at all
+        svc.map([EvalRequest("AddReLU", s, backend="cpu") for s in ("a", "b")])
+    assert ev.planned == {"a": None, "b": None}
+
+
+def test_an_idle_slot_runs_the_request_a_busy_one_took_ahead(monkeypatch):
+    gates = {"a": threading.Event(), "x": threading.Event()}
+    ev = Ahead(gates, plan=False)                 # the test plays the child's end itself
+    with _ahead_service(monkeypatch, ev, slots=2) as svc:
+        fa = svc.submit(EvalRequest("AddReLU", "a", backend="cpu"))
+        fx = svc.submit(EvalRequest("AddReLU", "x", backend="cpu"))
+        deadline = time.time() + 10
+        while len(ev.planned) < 2 and time.time() < deadline:     # both slots busy
+            time.sleep(0.01)
+        a_slot = int(next(t for t in threading.enumerate() if t.name.startswith("kgg-service-cpu-")
+                          and t.ident == _thread_running(ev, "a")).name.rsplit("-", 1)[1])
+        # b queued while both slots are busy; a's child ends and its slot takes b ahead
+        fb = svc.submit(EvalRequest("AddReLU", "b", backend="cpu"))
+        assert svc._take_ahead(a_slot, None) is not None and not svc._jobs and a_slot in svc._ahead
+        gates["x"].set()                          # x's slot frees: it runs b, while a's slot is still busy
+        assert fb.result(10).status is Status.OK and not fa.done()
+        gates["a"].set()
+        fa.result(10), fx.result(10)
+    ran = dict(ev.calls)
+    assert ran["b"] == ran["x"] != ran["a"]       # the idle slot ran it, not the one that took it ahead
+
+
+def test_close_cancels_a_request_taken_ahead(monkeypatch):
+    gates = {"a": threading.Event()}
+    ev = Ahead(gates)
+    svc = _ahead_service(monkeypatch, ev)
+    fa = svc.submit(EvalRequest("AddReLU", "a", backend="cpu"))
+    deadline = time.time() + 10
+    while "a" not in ev.planned and time.time() < deadline:
+        time.sleep(0.01)
+    fb = svc.submit(EvalRequest("AddReLU", "b", backend="cpu"))
+    assert svc._take_ahead(0, None) is not None and 0 in svc._ahead
+    closer = threading.Thread(target=svc.close)
+    closer.start()
+    time.sleep(0.2)
+    gates["a"].set()                               # the running evaluation ends; what was taken ahead does not start
+    closer.join(10)
+    assert fa.result(10).status is Status.OK and fb.cancelled()
+    assert [c[0] for c in ev.calls] == ["a"]
+
+
+def test_a_cancelled_request_is_not_taken_ahead(monkeypatch):
+    gates = {"a": threading.Event()}
+    ev = Ahead(gates)
+    with _ahead_service(monkeypatch, ev) as svc:
+        svc.submit(EvalRequest("AddReLU", "a", backend="cpu"))
+        deadline = time.time() + 10
+        while "a" not in ev.planned and time.time() < deadline:
+            time.sleep(0.01)
+        fb = svc.submit(EvalRequest("AddReLU", "b", backend="cpu"))
+        fc = svc.submit(EvalRequest("AddReLU", "c", backend="cpu"))
+        assert fb.cancel()
+        assert svc._take_ahead(0, None) is not None and svc._ahead[0].source == "c"
+        gates["a"].set()
+        assert fc.result(10).status is Status.OK
+    assert [c[0] for c in ev.calls] == ["a", "c"]
+
+
+def test_the_next_requests_child_is_pre_started_for_its_spec(tmp_path):
+    """The real engine on cpu: two requests whose children differ (the second's sandbox wall deadline). Taken
+    ahead, the second runs in a child pre-started for it; without, in a cold one (the pool's child was
+    pre-started for the first's spec)."""
+    import dataclasses
+    reg = default_registry()
+    task = reg.get("AddReLU")
+    sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
+    source = task.solution_path(sol).read_text()
+    first = EvalConfig(trial_seed=0)
+    second = first.replace(sandbox=dataclasses.replace(first.sandbox, wall_s=first.sandbox.wall_s + 1))
+    pre = {}
+    for on in (True, False):
+        with EvalService("cpu", slots=1, warm=True, placement=Placement(scratch_root=str(tmp_path),
+                                                                        prestart_for_next=on)) as svc:
+            fa = svc.submit_task(task, source, "triton", first)
+            fb = svc.submit_task(task, source, "triton", second)
+            a, b = fa.result(300), fb.result(300)
+        assert a.status is b.status is Status.OK
+        pre[on] = "child_preimport" in b.latency
+    assert pre == {True: True, False: False}

@@ -21,6 +21,10 @@ It owns, and nothing else builds:
     the evaluations for the few cores).
   * the result cache and its store (result_cache.ResultCache: `cache` records in memory, `store` for the
     results database).
+  * the order: the slots take requests first come, first served. With placement.prestart_for_next a warm slot
+    takes its next request as its submission's child ends (the pool's plan), so that the child it pre-starts
+    is for that request (its DSL and its task's library warm-up) rather than for the one just evaluated; a slot
+    that finds the queue empty runs a request a busy slot took ahead, so no slot idles while one waits.
   * cancellation: a request whose future was cancelled before a slot took it is never started; `map`
     cancels what it queued when its caller stops waiting (an interrupt, an error). An evaluation already
     running finishes under its own deadlines (its child holds the sandbox's wall deadline).
@@ -32,12 +36,13 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import hashlib
+import functools
 import logging
-import queue
 import shutil
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -111,7 +116,12 @@ class EvalService:
                 raise ValueError("a warm pool of the caller's serves a one-slot service")
             self._external_warm = self.warm
         self.cache = ResultCache(cache, store, submitter, origin) if (cache or store is not None) else None
-        self._queue: queue.Queue = queue.Queue()
+        # the requests no slot has taken, and those a slot took ahead (placement.prestart_for_next), under one
+        # condition: a slot waits on it for either, or for close()
+        self._jobs: deque[_Job] = deque()
+        self._ahead: dict[int, _Job] = {}
+        self._cv = threading.Condition()
+        self._stopping = False
         self._pools: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -149,7 +159,9 @@ class EvalService:
                 gpu = self.slots[slot]
                 try:
                     pool = WarmPool(device=self.backend, gpu_index=gpu if gpu is not None else 0,
-                                    scratch_root=self.base_placement.scratch_root)
+                                    scratch_root=self.base_placement.scratch_root,
+                                    plan=functools.partial(self._take_ahead, slot)
+                                    if self.base_placement.prestart_for_next else None)
                 except Exception as e:
                     raise HarnessError(f"the warm pool of slot {slot} did not start: {e}") from e
                 self._pools[slot] = pool
@@ -200,7 +212,9 @@ class EvalService:
                 job.future.set_result(hit.record)
                 return job.future
         self._start()
-        self._queue.put(job)
+        with self._cv:
+            self._jobs.append(job)
+            self._cv.notify()
         return job.future
 
     def evaluate(self, task: TaskSpec, source: str | bytes, dsl: str = "triton", backend: str | None = None,
@@ -258,9 +272,50 @@ class EvalService:
             for t in self._threads:
                 t.start()
 
+    def _next_job(self, slot: int) -> _Job | None:
+        """The slot's next request: the one it took ahead, else the queue's first, else one a busy slot took
+        ahead (that slot's pre-started child then waits for whatever comes); None once the service closes."""
+        with self._cv:
+            while True:
+                job = self._ahead.pop(slot, None)
+                if job is None and self._jobs:
+                    job = self._jobs.popleft()
+                if job is None and self._ahead:
+                    job = self._ahead.pop(next(iter(self._ahead)))
+                if job is not None:
+                    return job
+                if self._stopping:
+                    return None
+                self._cv.wait()
+
+    def _take_ahead(self, slot: int, ended_spec) -> Any:
+        """The warm pool's plan (placement.prestart_for_next), called on the slot's own thread as its child ends:
+        the queue's first live request becomes the slot's next, and the spec of the child it needs is returned
+        for the pool to pre-start; None (the pool pre-starts for `ended_spec` again) when the queue is empty or
+        the service closes. A request whose spec cannot be built stays taken: it runs next with a cold child."""
+        with self._cv:
+            if self._stopping or slot in self._ahead:
+                return None
+            while self._jobs:
+                job = self._jobs.popleft()
+                if not job.future.cancelled():
+                    self._ahead[slot] = job
+                    break
+            else:
+                return None
+        from kernelgym_gap.engine.trials import output_cases, warm_cases
+        from kernelgym_gap.sandbox.launch import child_spec
+        try:
+            return child_spec(job.task, job.dsl, self.backend, job.config, self.placement(slot),
+                              output_cases(job.task, self.backend, job.config),
+                              warm_cases(job.task, self.backend, job.config))
+        except Exception:  # noqa: BLE001 - its own evaluation meets (and reports) whatever this met
+            log.exception("the next request's child spec could not be built; its child will start cold")
+            return None
+
     def _work(self, slot: int) -> None:
         while True:
-            job = self._queue.get()
+            job = self._next_job(slot)
             if job is None:
                 return
             if not job.future.set_running_or_notify_cancel():
@@ -309,15 +364,13 @@ class EvalService:
                 return
             self._closed = True
             threads = list(self._threads)
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
+        with self._cv:
+            for job in (*self._jobs, *self._ahead.values()):     # taken ahead is not started: cancelled too
                 job.future.cancel()
-        for _ in threads:
-            self._queue.put(None)
+            self._jobs.clear()
+            self._ahead.clear()
+            self._stopping = True
+            self._cv.notify_all()
         for t in threads:
             t.join()
         for pool in self._pools.values():

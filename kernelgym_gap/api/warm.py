@@ -401,10 +401,11 @@ class WarmPool:
                               children=warm.children)
     """
 
-    def __init__(self, device: str = "cuda", gpu_index: int = 0, scratch_root: str | None = None):
+    def __init__(self, device: str = "cuda", gpu_index: int = 0, scratch_root: str | None = None, plan=None):
+        """`plan`: the children's (prestart.ChildPool's): the spec of the owner's next evaluation."""
         from kernelgym_gap.sandbox.prestart import ChildPool
         self.checker = WarmChecker(gpu_index=gpu_index, device=device, scratch_root=scratch_root)
-        self.children = ChildPool()
+        self.children = ChildPool(plan=plan)
 
     def close(self) -> None:
         self.children.close()

@@ -55,6 +55,12 @@ class Placement:
     # how long an evaluation waits for its disk reservation (sandbox/disk_ledger.py: jobs on one scratch root
     # reserve what they may write) before ScratchSpaceError; long enough for a big cuda job ahead of it to end
     disk_wait_s: float = 900.0
+    # a service's slot takes its next request from the queue as its submission's child ends, and pre-starts its
+    # next child for that request (its DSL, its task's library warm-up: TimingConfig.library_warm_before_lane)
+    # instead of for the one just evaluated; a slot that finds the queue empty runs a request another, busy,
+    # slot took ahead (api/service.py). Off: the next child is for the evaluation that just ended. Issue 35
+    # (sim/prestart_warm.py): in a mixed batch 8 of 16 pre-started children warmed 35.4 s for the wrong task
+    prestart_for_next: bool = False
 
     def __post_init__(self):
         if isinstance(self.gpu_index, bool) or not isinstance(self.gpu_index, int) or self.gpu_index < 0:
@@ -65,6 +71,8 @@ class Placement:
         if isinstance(self.held_device_bytes, bool) or not isinstance(self.held_device_bytes, int) \
                 or self.held_device_bytes < 0:
             raise ValueError("held_device_bytes must be a non-negative int")
+        if not isinstance(self.prestart_for_next, bool):
+            raise ValueError(f"prestart_for_next must be a bool, not {self.prestart_for_next!r}")
         if isinstance(self.disk_wait_s, bool) or not isinstance(self.disk_wait_s, (int, float)) \
                 or not self.disk_wait_s >= 0:
             raise ValueError(f"disk_wait_s must be a non-negative number of seconds, not {self.disk_wait_s!r}")

@@ -135,7 +135,9 @@ class Launcher:
                 outcome = cold_child(job_path, self.scratch, dict(self.spec.env), sandbox, job.call_bounds)
         ended = time.time()
         if self.pool is not None:
-            self.pool.refill(self.spec)     # the next child's imports overlap this evaluation's check
+            # the next child's imports overlap this evaluation's check (for the owner's next evaluation where
+            # it names one: Placement.prestart_for_next)
+            self.pool.refill_after(self.spec)
         latency = {"child": outcome.wall_s}
         after = after_report_s(Path(job.report_file), ended, outcome)
         if after is not None:

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from kernelgym_gap.sandbox.disk import probe_sandbox
@@ -145,12 +146,15 @@ class ChildPool:
     """Keeps at most `max_idle` pre-started children, one per spec, the most recently wanted ones.
 
     take(spec) hands out a usable child for exactly that spec (or None: start a cold one); refill(spec)
-    starts the next one. Thread-safe; each child is handed out once."""
+    starts the next one. Thread-safe; each child is handed out once. `plan` (the owner's, e.g. a service slot's):
+    called with the spec of a child that just ended, it names the spec of the slot's next evaluation, or None
+    for the same (`refill_after`)."""
 
-    def __init__(self, max_idle: int = 2):
+    def __init__(self, max_idle: int = 2, plan: Callable[[ChildSpec], ChildSpec | None] | None = None):
         if max_idle < 1:
             raise ValueError("max_idle must be at least 1")
         self.max_idle = max_idle
+        self.plan = plan
         self.started = 0             # children started so far
         self.served = 0              # evaluations that ran in a pre-started child
         self._idle: dict[ChildSpec, PrestartedChild] = {}
@@ -196,6 +200,17 @@ class ChildPool:
                     evicted.append(self._idle.pop(next(iter(self._idle))))
         for c in evicted:
             c.discard()
+
+    def refill_after(self, spec: ChildSpec) -> None:
+        """The next child, as the child of an evaluation of `spec` ends: for the spec `plan` names (the owner's
+        next evaluation, taken ahead), else for `spec` again. A plan that raises is logged and `spec` used."""
+        nxt = None
+        if self.plan is not None:
+            try:
+                nxt = self.plan(spec)
+            except Exception:        # noqa: BLE001 - the next child is then the same as before the plan
+                log.exception("the pool's plan for the next child failed")
+        self.refill(nxt if nxt is not None else spec)
 
     def waiting(self, spec: ChildSpec) -> PrestartedChild | None:
         """The child waiting for `spec`, left in the pool (for inspection; `take` hands it out)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kernelgym_gap.sim.pipeline import Job, Setup
 # the probe's hopeless rule: its transform and estimate are a module of their own
-from kernelgym_gap.sim.library_warm import ROWS as LIBRARY_WARM_ROWS
+from kernelgym_gap.sim import library_warm, prestart_warm
 from kernelgym_gap.sim.probe_levers import PROBE_HOPELESS, PROBE_HOPELESS_REPS, PROBE_REPS, probe_hopeless_stop
 
 # Refit on the H100 light batch of 2026-12-06 (results/h100_2026-12-06_levers/call3/light/
@@ -413,7 +413,8 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
                  f"a job whose every shape exited early: its kernel's probe repetitions {PROBE_REPS} -> "
                  f"{PROBE_HOPELESS_REPS} per shape at child_timing_first_call / {TIMED_SHAPES} each (estimated)",
                  PROBE_HOPELESS),
-        *(Scenario(name, fn, _same, basis, variant) for name, fn, basis, variant in LIBRARY_WARM_ROWS),
+        *(Scenario(name, fn, _same, basis, variant) for name, fn, basis, variant in library_warm.ROWS),
+        *(Scenario(name, fn, setup, basis, variant) for name, fn, setup, basis, variant in prestart_warm.ROWS),
         Scenario("outputs held on the device", device_held_outputs, _same,
                  f"child_correctness_save leaves the shared hold (device copies at {DEVICE_COPY_FACTOR:g} of it, "
                  "assumed) and joins the checkpoints' let-go writes", DEVICE_HELD),

@@ -31,7 +31,8 @@ def library_warm_before_lane(j: Job) -> Job:
     if moved <= 0:
         return j
     return dataclasses.replace(j, timing=j.timing - moved, timing_probe=max(0.0, j.timing_probe - moved),
-                               correctness=j.correctness + moved, library_first_call=0.0)
+                               correctness=j.correctness + moved, library_first_call=0.0, library_warm=moved,
+                               warms_library=True)
 
 
 def library_warm_prestarted(j: Job) -> Job:

@@ -35,6 +35,11 @@ from collections import deque
 from kernelgym_gap.sim.engine import Acquire, Cores, Delay, Event, Lane, Server, Sim
 
 
+PRESTART_WARM = ("recorded", "previous", "next")
+WARMED_S = 0.02        # the library warm-up of a child that made the task's first calls already (H100: 0.01-0.014 s)
+ANY_TASK = object()    # the env's pre-started child (warm_first): started for the task it is handed
+
+
 @dataclasses.dataclass(frozen=True)
 class Job:
     name: str
@@ -79,6 +84,13 @@ class Job:
     # inside `timing` (and its probe): the library's first calls in the child's process, its warm-up less the
     # kernel's (sim/library_warm.py); 0 where the record has no such parts or made them before its lane
     library_first_call: float = 0.0
+    # the library's first calls made at the end of the correctness stretch (child_library_warm, inside
+    # `correctness`), and what they cost in a child that has not made them for this task (`library_warm_cold`:
+    # the task's largest, workload.with_cold_warm). With Setup.prestart_warm other than "recorded" the simulator
+    # decides which the job pays from the child it meets (sim/prestart_warm.py)
+    library_warm: float = 0.0
+    library_warm_cold: float = 0.0
+    warms_library: bool = False      # the job made them (its record has child_library_warm, or a transform moved them)
     write: float = 0.5
     misc: float = 0.1
     check_ref: float = 0.0
@@ -125,6 +137,12 @@ class Setup:
     # Off in the calibration (16 cores never bound 4 slots there, so the measured runs cannot tell); on, a
     # host with fewer cores than its slots' work shows it (study.scaling's core-bound rows)
     laned_cores: bool = False
+    # the pre-started child's library warm-up (TimingConfig.library_warm_before_lane, sim/prestart_warm.py):
+    # "recorded", each job's correctness as its record has it and no warm-up in the pre-start (the replay);
+    # "previous", the slot's next child warms the task of the evaluation that just ended (as built 2026-12-07);
+    # "next", the slot takes its next job from the queue as its child ends and the child warms that job's task
+    # (Placement.prestart_for_next); a slot that finds the queue empty takes a busy slot's taken job
+    prestart_warm: str = "recorded"
 
 
 @dataclasses.dataclass
@@ -165,6 +183,9 @@ class _Run:
         self.server = Server("reward server", setup.server_s) if setup.server_s > 0 else None
         self.store = Server("store", setup.store_s) if setup.store_s > 0 else None
         self.queue = deque(enumerate(jobs))      # one queue for the whole run, taken in order by free slots
+        self.reserved: dict[tuple[int, int], tuple[int, Job]] = {}   # (gpu, slot) -> the job it took ahead
+        if setup.prestart_warm not in PRESTART_WARM:
+            raise ValueError(f"prestart_warm must be one of {PRESTART_WARM}, not {setup.prestart_warm!r}")
         self.done: list[Done] = []
         self.warm_first = warm_first
 
@@ -213,11 +234,34 @@ class _Run:
         server.release(self.sim)
         self.stage(i, job, gpu, slot, name, t)
 
-    def prestart(self, job, gpu, slot, ready: Event):
-        """The slot's next child: its imports on a core, then its CUDA context under the shared lane."""
+    def prestart(self, job, gpu, slot, ready: Event, warm_s: float = 0.0):
+        """The slot's next child: its imports on a core, then its CUDA context under the shared lane, and in the
+        same hold its library warm-up for the task it was started for (`warm_s`: Setup.prestart_warm)."""
         yield from self.host(-1, job, gpu, slot, "preimport", job.pre_host, row="pre-start")
-        yield from self.laned(-1, job, gpu, slot, "cuda context", job.pre_context, "shared", row="pre-start")
+        yield from self.laned(-1, job, gpu, slot, "cuda context" + (" + library warm-up" if warm_s > 0 else ""),
+                              job.pre_context + warm_s, "shared", row="pre-start")
         ready.set(self.sim)
+
+    def take(self, gpu: int, slot: int):
+        """The slot's next (index, job): the one it took as its child ended (Setup.prestart_warm "next"), else
+        the queue's head, else one a busy slot took (its pre-started child is then warm for nobody); None: done."""
+        own = self.reserved.pop((gpu, slot), None)
+        if own is not None:
+            return own
+        if self.queue:
+            return self.queue.popleft()
+        for key in list(self.reserved):
+            return self.reserved.pop(key)
+        return None
+
+    def met_child(self, job: Job, warmed) -> Job:
+        """The job with the library warm-up it pays in the child it met: WARMED_S where the child warmed its task
+        already (`warmed` its task, or ANY_TASK: the env's pre-start for the task), else its task's cold one."""
+        if self.setup.prestart_warm == "recorded" or not job.warms_library:
+            return job
+        own = WARMED_S if warmed is ANY_TASK or warmed == job.task else job.library_warm_cold
+        return dataclasses.replace(job, correctness=max(0.0, job.correctness - job.library_warm + own),
+                                   library_warm=own)
 
     def reference(self, i, job, gpu, slot, ready: Event):
         yield from self.laned(i, job, gpu, slot, "check reference (early)", job.check_ref, "shared", row="checker")
@@ -225,11 +269,13 @@ class _Run:
 
     def slot(self, gpu: int, slot: int):
         child: Event | None = None
+        warmed = None                 # the task the slot's pre-started child warmed the library for
         if self.warm_first:
             child = Event()
             child.done = True
-        while self.queue:
-            i, job = self.queue.popleft()
+            warmed = ANY_TASK
+        while (taken := self.take(gpu, slot)) is not None:
+            i, job = taken
             if self.server is not None:
                 yield from self.served(self.server, i, job, gpu, slot, "reward server")
             t0 = self.sim.now
@@ -242,6 +288,7 @@ class _Run:
                 self.done.append(Done(i, job.name, t0, self.sim.now, self.sim.now - t0))
                 continue
             if child is None:
+                warmed = None
                 yield from self.host(i, job, gpu, slot, "cold child start", job.cold_start)
             else:
                 t = self.sim.now
@@ -250,6 +297,7 @@ class _Run:
                 t = self.sim.now
                 yield Delay(job.handoff)
                 self.stage(i, job, gpu, slot, "hand-off", t)
+            job = self.met_child(job, warmed)
             ref = None
             if self.setup.precompute_reference and job.check_ref > 0 and not job.hang_s:
                 ref = Event()
@@ -259,8 +307,15 @@ class _Run:
                 yield from self.hung(i, job, gpu, slot)
             else:
                 yield from self.child_body(i, job, gpu, slot)
-            child = Event()
-            self.sim.start(self.prestart(job, gpu, slot, child))
+            # the next child, started as this one ends (sandbox/launch.py refills the pool then); "next": for
+            # the job the slot takes from the queue now
+            target = job
+            if self.setup.prestart_warm == "next" and self.queue:
+                self.reserved[(gpu, slot)] = nxt = self.queue.popleft()
+                target = nxt[1]
+            warm_s = target.library_warm_cold if self.setup.prestart_warm in ("previous", "next") else 0.0
+            child, warmed = Event(), target.task
+            self.sim.start(self.prestart(job, gpu, slot, child, warm_s))
             if job.has_check:
                 yield from self.check(i, job, gpu, slot, ref)
             t = self.sim.now

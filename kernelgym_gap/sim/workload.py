@@ -216,6 +216,7 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
         timing_recheck=g("child_timing_recheck"), recheck=g("child_recheck"), write=g("child_outputs_write"),
         library_first_call=0.0 if "child_library_warm" in lat else max(
             0.0, g("child_timing_probe_warm_library") - g("child_timing_probe_warm_kernel")),
+        library_warm=g("child_library_warm"), warms_library="child_library_warm" in lat,
         misc=max(0.0, g("child_total") - sum(g(k) for k in stages)),
         check=max(0.0, g("check") - g("check_lane_wait") - g("check_prefetch")),
         check_prefetch=g("check_prefetch"), check_read=g("check_read"),
@@ -233,7 +234,18 @@ def jobs_of_mode(records: list[dict], mode: str) -> list[Job]:
     if not chosen:
         raise RecordError(f"no record of mode {mode!r} (modes: {sorted({r.get('mode') for r in records})})")
     ordered = dispatch_order(chosen)
-    return [job_from_record(r, h) for r, h in zip(ordered, handoffs(ordered))]
+    return with_cold_warm([job_from_record(r, h) for r, h in zip(ordered, handoffs(ordered))])
+
+
+def with_cold_warm(jobs: list[Job]) -> list[Job]:
+    """Every job with its task's cold library warm-up (Job.library_warm_cold): the largest of the task's jobs'
+    library warm-ups (child_library_warm) or first calls inside the timing (Job.library_first_call, a row without
+    TimingConfig.library_warm_before_lane). The largest, since a child that met the task warm made them in 0.01 s
+    (sim/prestart_warm.py); a task with neither in these jobs has none."""
+    cold: dict[str, float] = {}
+    for j in jobs:
+        cold[j.task] = max(cold.get(j.task, 0.0), j.library_warm, j.library_first_call)
+    return [dataclasses.replace(j, library_warm_cold=cold.get(j.task, 0.0)) for j in jobs]
 
 
 def measured_rate(records: list[dict], mode: str, n_gpus: int = 1) -> float:
