@@ -78,7 +78,9 @@
 #                     the statuses must agree (CrossEntropyBackward's OOM of 2026-12-07), no check held past the
 #                     cover's bound, each held child's child_hold_reserved_mib; the rows in $OUT/handover_full/
 #   light-warm        #35: the light batch with the defaults (library_warm_before_lane on) and with it off, side by
-#                     side (SIMULATED: no change there), with ENV_STEPS the warm env.step of both; $OUT/light_warm/
+#                     side (SIMULATED: no change there), with ENV_STEPS the warm env.step of both (ENV_VARIANT: the
+#                     steps' second variant instead, e.g. read_outputs_outside_lane=1,read_outputs_while_timing=1,
+#                     whose step gain alone is unmeasured); $OUT/light_warm/
 #   prestart-next     #35: the full mix's first MAX (16) with the defaults and with prestart_for_next=1 side by side
 #                     (a slot takes its next job as its child ends and pre-starts the child for it; SIMULATED
 #                     +4.1% from the switch's row of 2026-12-07, +8.1% from its defaults row); statuses and E must
@@ -363,7 +365,7 @@ for step in "$@"; do
       timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda \
         --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
         --variant "" --variant library_warm_before_lane=0 \
-        ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant library_warm_before_lane=0} \
+        ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant "${ENV_VARIANT:-library_warm_before_lane=0}"} \
         --out "$OUT/light_warm" 2>&1 | tee "$OUT/light_warm/log.txt" | tail -${TAIL:-24} ;;
     prestart-next)
       # #35: the slot's next job taken ahead and its child pre-started for it (Placement.prestart_for_next; the
