@@ -81,10 +81,11 @@
 #                     side (SIMULATED: no change there), with ENV_STEPS the warm env.step of both (ENV_VARIANT: the
 #                     steps' second variant instead, e.g. read_outputs_outside_lane=1,read_outputs_while_timing=1,
 #                     whose step gain alone is unmeasured); $OUT/light_warm/
-#   prestart-next     #35: the full mix's first MAX (16) with the defaults and with prestart_for_next=1 side by side
-#                     (a slot takes its next job as its child ends and pre-starts the child for it; SIMULATED
-#                     +4.1% from the switch's row of 2026-12-07, +8.1% from its defaults row); statuses and E must
-#                     agree, the rows' library_warm_prestarted_s and _shared_s say where the warm-ups went
+#   prestart-next     #35: the full mix's first MAX (16) with the defaults and with prestart_for_next=0 side by side
+#                     (a slot takes its next job as its child ends and pre-starts the child for it: ON by default
+#                     since the H100 runs of 2026-12-07 15:12-15:29, +5.8% and +16.1%; SIMULATED +4.1% and
+#                     +8.1%); statuses and E must agree, library_warm_prestarted_s and _shared_s say where the
+#                     warm-ups went
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
 #                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
 #                     E against do_bench on four optimized Triton solutions (~540 s)
@@ -369,10 +370,10 @@ for step in "$@"; do
         --out "$OUT/light_warm" 2>&1 | tee "$OUT/light_warm/log.txt" | tail -${TAIL:-24} ;;
     prestart-next)
       # #35: the slot's next job taken ahead and its child pre-started for it (Placement.prestart_for_next; the
-      # header) on the full mix's first MAX (16), beside the defaults
+      # header) on the full mix's first MAX (16): the defaults (on since 2026-12-07 15:30) beside the old order
       mkdir -p "$OUT/prestart_next"
       timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 \
-        --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant prestart_for_next=1 \
+        --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant prestart_for_next=0 \
         --out "$OUT/prestart_next" 2>&1 | tee "$OUT/prestart_next/log.txt" | tail -${TAIL:-30} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac

@@ -18,7 +18,8 @@ LEGACY = {"seeds_per_shape": 3, "trial_seed": 5, "gpu_index": 2, "scratch_root":
 
 def test_placement_lists_every_field_it_holds_and_none_is_on_the_config():
     assert FIELDS == ("gpu_index", "lane_dir", "scratch_root", "keep_scratch", "calibration_path", "baselines_path",
-                      "library_cache_path", "held_output_bytes", "held_device_bytes", "disk_wait_s")
+                      "library_cache_path", "held_output_bytes", "held_device_bytes", "disk_wait_s",
+                      "prestart_for_next")
     config_fields = {f.name for f in dataclasses.fields(EvalConfig)} | {f.name for f in dataclasses.fields(SandboxConfig)}
     assert not config_fields & set(FIELDS)
 
@@ -65,7 +66,8 @@ def test_an_unknown_key_or_a_non_mapping_is_a_type_error_naming_it():
 
 
 def test_a_placement_validates_what_it_holds():
-    for bad in ({"gpu_index": -1}, {"gpu_index": True}, {"gpu_index": "0"}, {"held_output_bytes": -1}):
+    for bad in ({"gpu_index": -1}, {"gpu_index": True}, {"gpu_index": "0"}, {"held_output_bytes": -1},
+                {"prestart_for_next": 1}, {"prestart_for_next": "yes"}):
         with pytest.raises(ValueError):
             Placement(**bad)
     assert Placement().replace(gpu_index=3).gpu_index == 3

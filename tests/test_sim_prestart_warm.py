@@ -89,7 +89,8 @@ def test_the_rows_are_levers_and_the_variant_sets_the_placement():
     tp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tp)
     config, where = tp.apply_variant(EvalConfig(), tp.parse_variant(prestart_warm.PRESTART_NEXT))
-    assert where == Placement(prestart_for_next=True) and config == EvalConfig()
+    assert where == Placement(prestart_for_next=True) == Placement() and config == EvalConfig()   # on by default
+    assert tp.apply_variant(EvalConfig(), tp.parse_variant("prestart_for_next=0"))[1].prestart_for_next is False
 
 
 def test_on_the_h100_full_mix_taking_ahead_is_predicted_to_pay():

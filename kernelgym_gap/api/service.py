@@ -21,10 +21,11 @@ It owns, and nothing else builds:
     the evaluations for the few cores).
   * the result cache and its store (result_cache.ResultCache: `cache` records in memory, `store` for the
     results database).
-  * the order: the slots take requests first come, first served. With placement.prestart_for_next a warm slot
-    takes its next request as its submission's child ends (the pool's plan), so that the child it pre-starts
-    is for that request (its DSL and its task's library warm-up) rather than for the one just evaluated; a slot
-    that finds the queue empty runs a request a busy slot took ahead, so no slot idles while one waits.
+  * the order: the slots take requests first come, first served. With placement.prestart_for_next (on by
+    default) a warm slot takes its next request as its submission's child ends (the pool's plan), so that the
+    child it pre-starts is for that request (its DSL and its task's library warm-up) rather than for the one
+    just evaluated; a slot that finds the queue empty runs a request a busy slot took ahead, so no slot idles
+    while one waits.
   * cancellation: a request whose future was cancelled before a slot took it is never started; `map`
     cancels what it queued when its caller stops waiting (an interrupt, an error). An evaluation already
     running finishes under its own deadlines (its child holds the sandbox's wall deadline).

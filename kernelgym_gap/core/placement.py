@@ -59,8 +59,10 @@ class Placement:
     # next child for that request (its DSL, its task's library warm-up: TimingConfig.library_warm_before_lane)
     # instead of for the one just evaluated; a slot that finds the queue empty runs a request another, busy,
     # slot took ahead (api/service.py). Off: the next child is for the evaluation that just ended. Issue 35
-    # (sim/prestart_warm.py): in a mixed batch 8 of 16 pre-started children warmed 35.4 s for the wrong task
-    prestart_for_next: bool = False
+    # (sim/prestart_warm.py): in a mixed batch 8 of 16 pre-started children warmed 35.4 s for the wrong task.
+    # On by default since the H100 runs of 2026-12-07 15:12-15:29 (the full mix's first 16, twice: +5.8% and
+    # +16.1% per GPU-hour, the same statuses, E within 0.94%; docs/measurement.md)
+    prestart_for_next: bool = True
 
     def __post_init__(self):
         if isinstance(self.gpu_index, bool) or not isinstance(self.gpu_index, int) or self.gpu_index < 0:
