@@ -431,7 +431,7 @@ def test_launcher_run_passes_the_jobs_hold_to_the_cold_child(tmp_path, monkeypat
     from kernelgym_gap.core.record import Job
     from kernelgym_gap.sandbox import launch
     calls = []
-    outcome = types.SimpleNamespace(wall_s=0.1, limits_hit=(), returncode=0)
+    outcome = types.SimpleNamespace(wall_s=0.1, limits_hit=(), returncode=0, held=False)
     fake_held = types.SimpleNamespace(kill=lambda: calls.append("kill"))
     monkeypatch.setattr(launch, "cold_child", lambda *a: calls.append("cold") or outcome)
     monkeypatch.setattr(launch, "cold_child_held", lambda *a: calls.append("cold_held") or (outcome, fake_held))
@@ -462,7 +462,7 @@ def test_a_prestarted_child_is_held_through_the_launcher_and_killed_by_its_close
     pre.scratch, pre.probe, pre.probe_dir = scratch, None, None
     pre.child = SandboxedChild([sys.executable, "-S", "-c", code], scratch, child_env(scratch, {}),
                                SandboxConfig(wall_s=30.0), stdin_pipe=True)
-    pool = types.SimpleNamespace(take=lambda spec: pre, refill=lambda spec: None)
+    pool = types.SimpleNamespace(take=lambda spec: pre, refill_after=lambda spec: None)
     monkeypatch.setattr(launch, "call_bounds", lambda job, sandbox: ())
     monkeypatch.setattr(launch, "read_report", lambda path, out: None)
     spec = types.SimpleNamespace(scratch_root=str(tmp_path), probe_env=None, sandbox=None, env=())
