@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import hashlib
 import functools
+import hashlib
 import logging
 import shutil
 import tempfile

@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import stat
-import time
 import shutil
+import stat
 import tempfile
+import time
 from pathlib import Path
 
 from kernelgym_gap.core.config import EvalConfig
