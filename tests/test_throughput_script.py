@@ -287,3 +287,16 @@ def test_a_row_says_where_the_librarys_first_calls_went():
     assert mod.library_warm_figures(records) == {
         "library_warm_in_timing_s": 4.45, "library_warm_shared_s": 2.6, "library_warm_shared_n": 2,
         "library_warm_prestarted_s": 3.0, "library_warm_prestarted_n": 1}
+
+
+def test_a_row_says_how_long_its_children_took_to_end_after_their_reports():
+    import types
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    records = [types.SimpleNamespace(latency={"child_after_report": s}) for s in (0.12, 0.2, 0.1)]
+    records.append(types.SimpleNamespace(latency={"total": 1.0}))          # refused at the gate: no child
+    assert mod.after_report_figures(records) == {"after_report_p50_s": 0.12, "after_report_max_s": 0.2,
+                                                 "after_report_n": 3}
+    assert mod.after_report_figures(records[3:]) == {"after_report_p50_s": None, "after_report_max_s": None,
+                                                     "after_report_n": 0}
