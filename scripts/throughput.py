@@ -294,6 +294,20 @@ def after_report_figures(records) -> dict:
             "after_report_max_s": round(vals[-1], 3) if vals else None, "after_report_n": len(vals)}
 
 
+def prestart_figures(records) -> dict:
+    """The pre-started children's own seconds, medians over the row's evaluations that had one: `child_preimport`
+    (the runner's start to ready: imports, context, warm-up), `child_preimport_startup` (the process's age when the
+    runner began: the interpreter and the package's imports, which child_preimport leaves out) and
+    `child_preimport_lane_wait` (the wait for the shared hold of its context and warm-up). A job handed to a child
+    that was not ready waits for what is left of these, inside its `child` (2026-12-07: `child - child_total`
+    3-5 s in the batches, with the children ending 0.1 s after their reports)."""
+    def med(key):
+        vals = [r.latency[key] for r in records if key in r.latency]
+        return round(statistics.median(vals), 3) if vals else None
+    return {"prestart_preimport_p50_s": med("child_preimport"), "prestart_startup_p50_s": med("child_preimport_startup"),
+            "prestart_lane_wait_p50_s": med("child_preimport_lane_wait")}
+
+
 def summarise(name, batch, records, seconds, n_gpus):
     walls = [r.latency.get("total", 0.0) for r in records]
     honest = [w for (_, kind, _), w in zip(batch, walls) if kind == "optimized"]
@@ -305,7 +319,7 @@ def summarise(name, batch, records, seconds, n_gpus):
             "hostile_max_s": round(max(hostile), 2) if hostile else None,
             "early_exits": sum(any(p.get("early_exit") for p in per_shape(r)) for r in records),
             **handover_flags(records), **handover_memory(records), **library_warm_figures(records),
-            **after_report_figures(records),
+            **after_report_figures(records), **prestart_figures(records),
             "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r))}
 
 
@@ -587,6 +601,10 @@ def main(argv=None) -> int:
         if r.get("after_report_n"):
             print(f"{r['mode']}: the children ended {r['after_report_p50_s']} s (median; largest "
                   f"{r['after_report_max_s']} s) after their reports ({r['after_report_n']} evaluations)")
+        if r.get("prestart_preimport_p50_s") is not None:
+            print(f"{r['mode']}: pre-started children (medians): {r['prestart_startup_p50_s']} s to the runner, "
+                  f"{r['prestart_preimport_p50_s']} s from it to ready, {r['prestart_lane_wait_p50_s']} s of that "
+                  f"waiting for the shared hold")
         if r.get("handover_rechecks") or r.get("handover_fallbacks"):
             print(f"{r['mode']}: the hand-over's verdict checked again by files {r['handover_rechecks']} times, "
                   f"fallen back to files {r['handover_fallbacks']} times (the records' flags say why)")

@@ -65,7 +65,19 @@ def test_a_prestarted_child_gives_the_cold_record_and_serves_once(task, source, 
     assert _ended(second.child) and not second.scratch.exists()    # close() ends the waiting child
     assert _strip(warm) == _strip(cold) and warm.status is Status.OK
     assert "child_preimport" in warm.latency and "child_preimport" not in cold.latency
+    # what child_preimport leaves out: the process's start and the package's imports before the runner began
+    assert 0.0 < warm.latency["child_preimport_startup"] < 300.0
+    assert "child_preimport_startup" not in cold.latency
     assert not list(tmp_path.iterdir())
+
+
+def test_a_process_knows_its_age():
+    from kernelgym_gap.child.runner import process_age_s
+    code = "import time; time.sleep(0.3); from kernelgym_gap.child.runner import process_age_s; print(process_age_s())"
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                               timeout=120).stdout)
+    assert age >= 0.3
+    assert 0.0 <= process_age_s() < float(Path("/proc/uptime").read_text().split()[0])
 
 
 def test_a_crash_in_a_prestarted_child_leaves_the_next_one_clean(registry, tmp_path):

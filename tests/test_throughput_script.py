@@ -300,3 +300,18 @@ def test_a_row_says_how_long_its_children_took_to_end_after_their_reports():
                                                  "after_report_n": 3}
     assert mod.after_report_figures(records[3:]) == {"after_report_p50_s": None, "after_report_max_s": None,
                                                      "after_report_n": 0}
+
+
+def test_a_row_says_what_its_pre_started_children_took():
+    import types
+    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    records = [types.SimpleNamespace(latency={"child_preimport": 4.0, "child_preimport_startup": 2.0,
+                                              "child_preimport_lane_wait": 1.5}),
+               types.SimpleNamespace(latency={"child_preimport": 0.5, "child_preimport_startup": 2.2,
+                                              "child_preimport_lane_wait": 0.1}),
+               types.SimpleNamespace(latency={"child": 5.0})]                        # a cold child
+    assert mod.prestart_figures(records) == {"prestart_preimport_p50_s": 2.25, "prestart_startup_p50_s": 2.1,
+                                             "prestart_lane_wait_p50_s": 0.8}
+    assert set(mod.prestart_figures(records[2:]).values()) == {None}

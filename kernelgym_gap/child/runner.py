@@ -43,13 +43,30 @@ def read_warm(path: str | None) -> dict | None:
     return warm if isinstance(warm, dict) else None
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (/proc/uptime less /proc/self/stat's start time, 10 ms steps): before
+    `wait_for_job` begins, the interpreter's start and the package's imports. None where /proc does not say."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        stat = Path("/proc/self/stat").read_text()
+        start_ticks = int(stat[stat.rindex(")") + 2:].split()[19])     # field 22, after the command's parentheses
+        return round(max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK")), 3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def wait_for_job(dsl: str, backend: str, warm_path: str | None = None) -> int:
     """The pre-started child: the imports a job needs (on cuda with a warm-up file, the task's library's first
     calls too: child/timing.warm_prestarted), then one job path on stdin (an empty line or a closed pipe: the
-    pool let it go unused, exit)."""
+    pool let it go unused, exit). Its phases: `preimport` (from here to ready), `preimport_startup` (the process's
+    age here: what `preimport` does not count) and on cuda `preimport_lane_wait` (the wait for the shared hold its
+    context and warm-up are made under)."""
     t = time.perf_counter()
-    warm = read_warm(warm_path)
     phases: dict[str, float] = {}
+    age = process_age_s()
+    if age is not None:
+        phases["preimport_startup"] = age
+    warm = read_warm(warm_path)
     import torch
     from kernelgym_gap.child import integrity, run  # noqa: F401
     from kernelgym_gap.core import inputs, record  # noqa: F401
@@ -62,7 +79,9 @@ def wait_for_job(dsl: str, backend: str, warm_path: str | None = None) -> int:
         # the CUDA context, made before the job instead of in it, under the GPU's lane held shared: made
         # during another child's timing it stalled that timing (core/lane.py)
         lane, budget = inherited()
+        asked = time.perf_counter()
         with hold_if_possible(lane, "shared", budget) as got:
+            phases["preimport_lane_wait"] = time.perf_counter() - asked
             torch.zeros(1, device="cuda")
             torch.cuda.synchronize()
             # GPU work too: only under the same shared hold, or with no lane to hold (seconds of kernels
