@@ -441,7 +441,7 @@ class Ahead:
         spec = children.plan(None) if self.plan and children is not None and children.plan is not None else None
         with self.lock:
             self.planned[source] = spec
-            self.threads[source] = threading.get_ident()
+            self.threads[source] = threading.current_thread().name
         gate = self.gates.get(source)
         if gate is not None:
             assert gate.wait(30)
@@ -451,7 +451,7 @@ class Ahead:
 
 
 def _thread_running(ev, source):
-    """The ident of the service thread evaluating `source` (the Ahead stub notes it as the call starts)."""
+    """The name of the service thread evaluating `source` (the Ahead stub notes it as the call starts)."""
     deadline = time.time() + 10
     while source not in ev.threads and time.time() < deadline:
         time.sleep(0.01)
@@ -488,8 +488,7 @@ def test_an_idle_slot_runs_the_request_a_busy_one_took_ahead(monkeypatch):
         deadline = time.time() + 10
         while len(ev.planned) < 2 and time.time() < deadline:     # both slots busy
             time.sleep(0.01)
-        a_slot = int(next(t for t in threading.enumerate() if t.name.startswith("kgg-service-cpu-")
-                          and t.ident == _thread_running(ev, "a")).name.rsplit("-", 1)[1])
+        a_slot = int(_thread_running(ev, "a").rsplit("-", 1)[1])      # kgg-service-cpu-<slot>
         # b queued while both slots are busy; a's child ends and its slot takes b ahead
         fb = svc.submit(EvalRequest("AddReLU", "b", backend="cpu"))
         assert svc._take_ahead(a_slot, None) is not None and not svc._jobs and a_slot in svc._ahead
