@@ -118,6 +118,13 @@ install_wheels() {   # $1: the carried folder
 torch.cuda.get_device_name(0))"
 }
 
+full_beside() {   # $1 the folder under $OUT, $2 the variant: the full mix's first MAX (16) with the defaults beside it
+  mkdir -p "$OUT/$1"
+  timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 \
+    --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant "$2" \
+    --out "$OUT/$1" 2>&1 | tee "$OUT/$1/log.txt" | tail -${TAIL:-30}
+}
+
 copy_store() {
   python3 - "$DB" "$OUT/bench_store.sqlite3" <<'EOF'
 import sqlite3, sys
@@ -350,16 +357,10 @@ for step in "$@"; do
         | tee "$OUT/handover_diag/gpu_tests.txt" | tail -16 ;;
     library-warm)
       # #35: the library's first calls before the exclusive lane on the full mix (the header)
-      mkdir -p "$OUT/library_warm"
-      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 \
-        --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant library_warm_before_lane=0 \
-        --out "$OUT/library_warm" 2>&1 | tee "$OUT/library_warm/log.txt" | tail -${TAIL:-30} ;;
+      full_beside library_warm library_warm_before_lane=0 ;;
     handover-full)
       # #35: the hand-over's flag on the full mix's first MAX (16) beside the defaults (the header)
-      mkdir -p "$OUT/handover_full"
-      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 \
-        --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant hand_over_outputs=1 \
-        --out "$OUT/handover_full" 2>&1 | tee "$OUT/handover_full/log.txt" | tail -${TAIL:-30} ;;
+      full_beside handover_full hand_over_outputs=1 ;;
     light-warm)
       # #35: the library's first calls before the lane on the light batch (the header), with the warm env.step
       mkdir -p "$OUT/light_warm"
@@ -371,10 +372,7 @@ for step in "$@"; do
     prestart-next)
       # #35: the slot's next job taken ahead and its child pre-started for it (Placement.prestart_for_next; the
       # header) on the full mix's first MAX (16): the defaults (on since 2026-12-07 15:30) beside the old order
-      mkdir -p "$OUT/prestart_next"
-      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --max ${MAX:-16} --serial 0 \
-        --per-gpu ${PER_GPU:-4} --fixtures ${FIXTURES:-all} --variant "" --variant prestart_for_next=0 \
-        --out "$OUT/prestart_next" 2>&1 | tee "$OUT/prestart_next/log.txt" | tail -${TAIL:-30} ;;
+      full_beside prestart_next prestart_for_next=0 ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done

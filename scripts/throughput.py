@@ -284,14 +284,23 @@ def library_warm_figures(records) -> dict:
             "library_warm_prestarted_s": pre, "library_warm_prestarted_n": n_p}
 
 
+def _latencies(records, key) -> list[float]:
+    """`key` of each record's latency that has it, sorted."""
+    return sorted(r.latency[key] for r in records if key in r.latency)
+
+
+def _p50(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
 def after_report_figures(records) -> dict:
     """The children's ends after their reports (latency child_after_report, sandbox/launch.after_report_s: the
     process's exit, on cuda its CUDA context's teardown, and the sandbox's end), median and largest over the row:
     seconds inside `child` that no child stage accounts for (2026-12-07: child - child_total was 1.7-1.9 s on a
     first warm env.step, 0.1 s on the second, and 3-5 s median in the batches)."""
-    vals = sorted(r.latency["child_after_report"] for r in records if "child_after_report" in r.latency)
-    return {"after_report_p50_s": round(statistics.median(vals), 3) if vals else None,
-            "after_report_max_s": round(vals[-1], 3) if vals else None, "after_report_n": len(vals)}
+    vals = _latencies(records, "child_after_report")
+    return {"after_report_p50_s": _p50(vals), "after_report_max_s": round(vals[-1], 3) if vals else None,
+            "after_report_n": len(vals)}
 
 
 def prestart_figures(records) -> dict:
@@ -301,11 +310,9 @@ def prestart_figures(records) -> dict:
     `child_preimport_lane_wait` (the wait for the shared hold of its context and warm-up). A job handed to a child
     that was not ready waits for what is left of these, inside its `child` (2026-12-07: `child - child_total`
     3-5 s in the batches, with the children ending 0.1 s after their reports)."""
-    def med(key):
-        vals = [r.latency[key] for r in records if key in r.latency]
-        return round(statistics.median(vals), 3) if vals else None
-    return {"prestart_preimport_p50_s": med("child_preimport"), "prestart_startup_p50_s": med("child_preimport_startup"),
-            "prestart_lane_wait_p50_s": med("child_preimport_lane_wait")}
+    return {f"prestart_{name}_p50_s": _p50(_latencies(records, key)) for name, key in (
+        ("preimport", "child_preimport"), ("startup", "child_preimport_startup"),
+        ("lane_wait", "child_preimport_lane_wait"))}
 
 
 def summarise(name, batch, records, seconds, n_gpus):

@@ -291,9 +291,7 @@ def test_a_row_says_where_the_librarys_first_calls_went():
 
 def test_a_row_says_how_long_its_children_took_to_end_after_their_reports():
     import types
-    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
-    mod = __import__("importlib.util").util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script()
     records = [types.SimpleNamespace(latency={"child_after_report": s}) for s in (0.12, 0.2, 0.1)]
     records.append(types.SimpleNamespace(latency={"total": 1.0}))          # refused at the gate: no child
     assert mod.after_report_figures(records) == {"after_report_p50_s": 0.12, "after_report_max_s": 0.2,
@@ -304,9 +302,7 @@ def test_a_row_says_how_long_its_children_took_to_end_after_their_reports():
 
 def test_a_row_says_what_its_pre_started_children_took():
     import types
-    spec = __import__("importlib.util").util.spec_from_file_location("throughput", SCRIPT)
-    mod = __import__("importlib.util").util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script()
     records = [types.SimpleNamespace(latency={"child_preimport": 4.0, "child_preimport_startup": 2.0,
                                               "child_preimport_lane_wait": 1.5}),
                types.SimpleNamespace(latency={"child_preimport": 0.5, "child_preimport_startup": 2.2,

@@ -168,17 +168,21 @@ class EvalService:
                 self._pools[slot] = pool
         return {"checker": pool.checker, "children": pool.children}
 
+    def child_spec(self, task: TaskSpec, dsl: str, config: EvalConfig, slot: int):
+        """The spec of the child an evaluation of (task, dsl, config) needs on slot `slot` (sandbox/prestart.py's
+        ChildSpec): its outputs' disk limits (disk.py) and its task's library warm-up included."""
+        from kernelgym_gap.engine.trials import output_cases, warm_cases
+        from kernelgym_gap.sandbox.launch import child_spec
+        return child_spec(task, dsl, self.backend, config, self.placement(slot),
+                          output_cases(task, self.backend, config), warm_cases(task, self.backend, config))
+
     def prestart(self, task: TaskSpec, dsl: str) -> None:
         """Lets each warm slot start a child for (task, dsl) now, so that its imports overlap the caller's
         own work (an agent writing its kernel)."""
-        from kernelgym_gap.engine.trials import output_cases, warm_cases
-        from kernelgym_gap.sandbox.launch import child_spec
         for slot in range(len(self.slots)):
             children = self.warm_parts(slot).get("children")
             if children is not None:
-                children.refill(child_spec(task, dsl, self.backend, self.config, self.placement(slot),
-                                           output_cases(task, self.backend, self.config),     # disk.py
-                                           warm_cases(task, self.backend, self.config)))
+                children.refill(self.child_spec(task, dsl, self.config, slot))
 
     # ---- submitting ----------------------------------------------------------------------------------
 
@@ -304,12 +308,8 @@ class EvalService:
                     break
             else:
                 return None
-        from kernelgym_gap.engine.trials import output_cases, warm_cases
-        from kernelgym_gap.sandbox.launch import child_spec
         try:
-            return child_spec(job.task, job.dsl, self.backend, job.config, self.placement(slot),
-                              output_cases(job.task, self.backend, job.config),
-                              warm_cases(job.task, self.backend, job.config))
+            return self.child_spec(job.task, job.dsl, job.config, slot)
         except Exception:  # noqa: BLE001 - its own evaluation meets (and reports) whatever this met
             log.exception("the next request's child spec could not be built; its child will start cold")
             return None
