@@ -86,6 +86,11 @@
 #                     since the H100 runs of 2026-12-07 15:12-15:29, +5.8% and +16.1%; SIMULATED +4.1% and
 #                     +8.1%); statuses and E must agree, library_warm_prestarted_s and _shared_s say where the
 #                     warm-ups went
+#   staging           #35: the outputs' writes through a pinned host buffer (Placement.output_staging_bytes, OFF;
+#                     core/tensor_file._write_staged): first its gpu test (the same file byte for byte), then the
+#                     light batch with the defaults and with output_staging_bytes=64M side by side, and the warm
+#                     env.step of ENV_STEPS (default Softmax,LayerNorm) with both; statuses and E must agree, the
+#                     rows print the outputs' write and read medians; $OUT/staging/
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
 #                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
 #                     E against do_bench on four optimized Triton solutions (~540 s)
@@ -373,6 +378,16 @@ for step in "$@"; do
       # #35: the slot's next job taken ahead and its child pre-started for it (Placement.prestart_for_next; the
       # header) on the full mix's first MAX (16): the defaults (on since 2026-12-07 15:30) beside the old order
       full_beside prestart_next prestart_for_next=0 ;;
+    staging)
+      # #35: the device copies written through a pinned buffer (the header), its gpu test first (60 s at most)
+      mkdir -p "$OUT/staging"
+      timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short tests/test_tensor_file.py \
+        > "$OUT/staging/gpu_test.txt" 2>&1; tail -3 "$OUT/staging/gpu_test.txt"
+      timeout $(( STEP_S - 80 )) python3 scripts/throughput.py --backend cuda \
+        --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
+        --variant "" --variant output_staging_bytes=64M \
+        --env-steps "${ENV_STEPS:-Softmax,LayerNorm}" --env-steps-variant output_staging_bytes=64M \
+        --out "$OUT/staging" 2>&1 | tee "$OUT/staging/log.txt" | tail -${TAIL:-28} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done

@@ -91,3 +91,89 @@ def test_through_the_engine_a_full_budget_writes_at_once_and_times_it():
     assert held.trials_checked == at_once.trials_checked > 0
     assert "child_outputs_write_in_lane" in at_once.latency and "child_outputs_write_in_lane" not in held.latency
     assert "child_outputs_write" in held.latency
+
+
+def test_the_staging_buffer_is_made_once_for_device_copies_only(tmp_path, monkeypatch):
+    """Placement.output_staging_bytes (issue 35): a child writes its device copies through one pinned host buffer,
+    made at its first device write and reused; a host tensor, or staging off, gets none. The GPU and the pinned
+    allocation are pretended here (a cpu tensor taken for a device one, a plain buffer for the pinned one); the
+    gpu test in tests/test_tensor_file.py writes through a real one."""
+    from kernelgym_gap.child import outputs
+    made = []
+
+    def fake_empty(n, dtype=None, pin_memory=False):
+        made.append((n, dtype, pin_memory))
+        return torch.zeros(n, dtype=dtype)
+
+    monkeypatch.setattr(outputs, "_empty", fake_empty)
+    off = HeldOutputs(tmp_path, budget_bytes=1 << 20, device_budget_bytes=1 << 20)
+    monkeypatch.setattr(outputs, "_on_gpu", lambda t: False)
+    on = HeldOutputs(tmp_path, budget_bytes=1 << 20, device_budget_bytes=1 << 20, staging_bytes=4096)
+    assert on.staging_for(torch.zeros(4)) is None and made == []          # a host tensor: no buffer
+    monkeypatch.setattr(outputs, "_on_gpu", lambda t: True)
+    assert off.staging_for(torch.zeros(4)) is None and made == []         # staging off
+    first = on.staging_for(torch.zeros(4))
+    assert first is on.staging_for(torch.zeros(4)) is on.staging
+    assert made == [(4096, torch.uint8, True)] and on.staging_s >= 0 and on.staging_refused == ""
+
+
+def test_a_refused_pinned_buffer_leaves_the_pageable_writes_and_says_why(tmp_path, monkeypatch):
+    """Pinned memory refused (the host's locked-memory limit, or exhausted): the outputs are still written, by
+    the pageable copy as with staging off, the refusal is kept and not asked again."""
+    from kernelgym_gap.child import outputs
+    calls = []
+
+    def refuse(n, dtype=None, pin_memory=False):
+        calls.append(n)
+        raise RuntimeError("CUDA error: out of memory (pinned)")
+
+    monkeypatch.setattr(outputs, "_empty", refuse)
+    monkeypatch.setattr(outputs, "_on_gpu", lambda t: True)
+    held = HeldOutputs(tmp_path, budget_bytes=1 << 20, device_budget_bytes=1 << 20, staging_bytes=4096)
+    held.add("a.tensor", torch.arange(8.0))
+    held.add("b.tensor", torch.arange(4.0))
+    held.write()
+    assert calls == [4096] and "out of memory" in held.staging_refused and held.staging is None
+    assert torch.equal(read_tensor(tmp_path / "a.tensor", 1 << 20), torch.arange(8.0))
+    assert torch.equal(read_tensor(tmp_path / "b.tensor", 1 << 20), torch.arange(4.0))
+
+
+def test_the_staging_buffer_is_placement_and_reaches_the_job_on_cuda_only(tmp_path):
+    """Placement.output_staging_bytes is bounded and typed, and only a cuda job is given it; on the cpu backend
+    the real child writes as before, whatever the placement says."""
+    import pytest
+    from kernelgym_gap.core.config import EvalConfig
+    from kernelgym_gap.core.placement import MAX_OUTPUT_STAGING_BYTES, Placement
+    from kernelgym_gap.core.registry import default_registry
+    from kernelgym_gap.core.status import Status
+    from kernelgym_gap.engine.pipeline import evaluate
+    p = Placement(output_staging_bytes=64 << 20)
+    assert p.output_staging_bytes_for("cuda") == 64 << 20 and p.output_staging_bytes_for("cpu") == 0
+    assert Placement().output_staging_bytes == 0
+    for bad in (-1, True, 1.5, MAX_OUTPUT_STAGING_BYTES + 1):
+        with pytest.raises(ValueError, match="output_staging_bytes"):
+            Placement(output_staging_bytes=bad)
+    task = default_registry().get("AddReLU")
+    sol = next(s for s in task.solutions if s.kind == "optimized" and s.dsl == "triton")
+    record = evaluate(task, task.solution_path(sol).read_text(), "triton", "cpu", EvalConfig(trial_seed=1),
+                      placement=p)
+    assert record.status is Status.OK, record.message
+    assert not any(k.startswith("child_outputs_staging") for k in record.latency)
+
+
+def test_the_write_phases_say_how_the_outputs_went(tmp_path, monkeypatch):
+    from kernelgym_gap.child import outputs
+    monkeypatch.setattr(outputs, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(outputs, "_empty", lambda n, dtype=None, pin_memory=False: torch.zeros(n, dtype=dtype))
+    held = HeldOutputs(tmp_path, budget_bytes=0, device_budget_bytes=1 << 20, staging_bytes=64)
+    assert held.write_phases() == {}
+    held.add("a.tensor", torch.arange(8.0))
+    held.write()
+    assert set(held.write_phases()) == {"outputs_staging_alloc"}
+    monkeypatch.setattr(outputs, "_on_gpu", lambda t: False)
+    full = HeldOutputs(tmp_path / "x", budget_bytes=0)
+    (tmp_path / "x").mkdir()
+    full.add("b.tensor", torch.zeros(2))                  # no host budget: written at once, in the lane
+    full.staging_refused = "RuntimeError: refused"
+    assert set(full.write_phases()) == {"outputs_write_in_lane", "outputs_staging_refused"}
+    assert full.write_phases()["outputs_staging_refused"] == 1.0

@@ -105,3 +105,56 @@ def test_a_float8_output_reaches_the_checker_and_is_named_a_wrong_dtype(tmp_path
     with pytest.raises(CheckFailure) as e:
         checker._judge(task, trial, tmp_path / "o", ins, "trial 0", "cpu")
     assert e.value.status is Status.WRONG_DTYPE and "float8_e4m3fn" in e.value.message
+
+
+@pytest.mark.parametrize("size,chunk", [(1, 1), (1000, 64), (1024, 64), (1000, 4096), (7, 3)])
+def test_a_write_through_a_staging_buffer_writes_the_same_bytes(tmp_path, size, chunk):
+    """Placement.output_staging_bytes: a device tensor goes to its file a staging-buffer chunk at a time
+    (tensor_file._write_staged). Here the source is a host tensor, so that every chunk boundary (a last partial
+    chunk, a buffer larger than the data) is checked on the cpu; tests/test_tensor_file's gpu test runs the
+    same with a cuda tensor and a pinned buffer."""
+    data = torch.randint(0, 256, (size,), dtype=torch.uint8)
+    staging = torch.full((chunk,), 0xAB, dtype=torch.uint8)
+    fd = os.open(tmp_path / "staged", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        assert tf._write_staged(fd, data, staging) == size
+    finally:
+        os.close(fd)
+    assert (tmp_path / "staged").read_bytes() == bytes(data.tolist())
+
+
+def test_a_staging_buffer_that_is_not_a_flat_host_byte_buffer_is_refused(tmp_path):
+    data = torch.zeros(8, dtype=torch.uint8)
+    fd = os.open(tmp_path / "x", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        for bad in (torch.zeros(8), torch.zeros(0, dtype=torch.uint8), torch.zeros(2, 4, dtype=torch.uint8),
+                    torch.zeros(16, dtype=torch.uint8)[::2]):
+            with pytest.raises(ValueError, match="staging buffer"):
+                tf._write_staged(fd, data, bad)
+    finally:
+        os.close(fd)
+
+
+def test_a_host_tensor_is_written_directly_whatever_the_staging_buffer(tmp_path):
+    """The buffer is for device tensors only: a cpu tensor's file is the plain one, and the buffer is untouched."""
+    t = torch.randn(5, 7)
+    staging = torch.zeros(16, dtype=torch.uint8)
+    tf.write_tensor(tmp_path / "plain.tensor", t)
+    tf.write_tensor(tmp_path / "staged.tensor", t, staging=staging)
+    assert (tmp_path / "plain.tensor").read_bytes() == (tmp_path / "staged.tensor").read_bytes()
+    assert int(staging.sum()) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "bfloat16"])
+def test_gpu_a_device_tensor_written_through_a_pinned_buffer_is_the_same_file(tmp_path, dtype):
+    """On cuda: a device tensor (strided, and larger than the pinned buffer: several chunks and a partial last
+    one) written through a pinned staging buffer gives the file that the pageable path gives, byte for byte."""
+    t = (torch.randn(1000, 1537, device="cuda") * 100).to(getattr(torch, dtype)).t()
+    staging = torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True)
+    n = tf.write_tensor(tmp_path / "staged.tensor", t, staging=staging)
+    tf.write_tensor(tmp_path / "plain.tensor", t)
+    assert n == t.numel() * t.element_size() > staging.numel()
+    assert (tmp_path / "plain.tensor").read_bytes() == (tmp_path / "staged.tensor").read_bytes()
+    back = tf.read_tensor(tmp_path / "staged.tensor", max_bytes=n)
+    assert torch.equal(back.view(torch.uint8), t.cpu().contiguous().view(torch.uint8))     # bit for bit

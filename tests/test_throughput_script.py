@@ -311,3 +311,22 @@ def test_a_row_says_what_its_pre_started_children_took():
     assert mod.prestart_figures(records) == {"prestart_preimport_p50_s": 2.25, "prestart_startup_p50_s": 2.1,
                                              "prestart_lane_wait_p50_s": 0.8}
     assert set(mod.prestart_figures(records[2:]).values()) == {None}
+
+
+def test_a_row_says_how_long_its_outputs_took_to_write_and_read_and_how_they_were_staged():
+    import types
+    mod = _script()
+    records = [types.SimpleNamespace(latency={"child_checkpoint_write": 1.5, "child_outputs_write": 0.5,
+                                              "check_prefetch": 1.0, "check_read": 0.25,
+                                              "child_outputs_staging_alloc": 0.02}),
+               types.SimpleNamespace(latency={"child_outputs_write": 1.0, "check_read": 0.5,
+                                              "child_outputs_staging_refused": 1.0}),
+               types.SimpleNamespace(latency={"child_checkpoint_write": 0.5, "check_prefetch": 0.5}),
+               types.SimpleNamespace(latency={"total": 1.0})]          # refused at the gate: nothing written
+    assert mod.output_write_figures(records) == {
+        "outputs_write_p50_s": 1.0, "outputs_read_p50_s": 0.5, "staging_n": 1, "staging_alloc_p50_s": 0.02,
+        "staging_refused_n": 1}
+    assert mod.output_write_figures(records[3:]) == {
+        "outputs_write_p50_s": None, "outputs_read_p50_s": None, "staging_n": 0, "staging_alloc_p50_s": None,
+        "staging_refused_n": 0}
+    assert mod.parse_variant("output_staging_bytes=64M") == {"output_staging_bytes": 64 << 20}

@@ -41,6 +41,7 @@ from kernelgym_gap.core.tensor_file import device_copy, host_copy, write_tensor
 _clock = time.perf_counter
 _export = export_handle         # one name, so that the cpu tests can stand in for the GPU's export
 _empty_cache, _reserved = torch.cuda.empty_cache, torch.cuda.memory_reserved
+_empty = torch.empty
 
 
 def _on_gpu(t: torch.Tensor) -> bool:
@@ -53,8 +54,16 @@ class HeldOutputs:
     with the lanes let go (a checkpoint, or after the timing): a copy on the device takes about a millisecond
     where the host copy took 1.10 s of an evaluation's shared lane on the H100 light batch (2026-12-06)."""
 
-    def __init__(self, directory: Path, budget_bytes: int, device_budget_bytes: int = 0, by_handle: bool = False):
+    def __init__(self, directory: Path, budget_bytes: int, device_budget_bytes: int = 0, by_handle: bool = False,
+                 staging_bytes: int = 0):
         self.directory = Path(directory)
+        # Placement.output_staging_bytes: a device copy reaches the host through one pinned buffer of this size,
+        # made at the first such write (`staging_for`), a chunk at a time (core/tensor_file._write_staged),
+        # instead of a pageable copy of the whole output (0.79 s/GiB on the H100 host, 2026-12-06). 0: off.
+        self.staging_bytes = max(int(staging_bytes), 0)
+        self.staging: torch.Tensor | None = None
+        self.staging_refused = ""           # why the pinned buffer could not be made (then: pageable, as off)
+        self.staging_s = 0.0                # the seconds making it took
         self.by_handle = bool(by_handle)    # Job.outputs_by_handle: device copies exported, not written
         self.handles: dict[str, OutputHandle] = {}      # name -> its record, for the device copies exported
         self.not_exported: dict[str, str] = {}         # name -> why its export failed (it is written instead)
@@ -142,6 +151,37 @@ class HeldOutputs:
         self.handles.clear()
         return self.write()
 
+    def staging_for(self, copy: torch.Tensor) -> torch.Tensor | None:
+        """The pinned host buffer `copy` is written through: None for a host tensor, with staging off, or once
+        making the buffer failed (pinned memory refused or exhausted: the output is then copied as without it,
+        and `staging_refused` says why). Made once per child, at its first device write, outside the lanes."""
+        if not self.staging_bytes or not _on_gpu(copy) or self.staging_refused:
+            return None
+        if self.staging is None:
+            t = _clock()
+            try:
+                self.staging = _empty(self.staging_bytes, dtype=torch.uint8, pin_memory=True)
+            except (RuntimeError, MemoryError) as e:
+                self.staging_refused = f"{type(e).__name__}: {e}"[:300]
+            self.staging_s += _clock() - t
+        return self.staging
+
+    def write_phases(self) -> dict[str, float]:
+        """The report's phases of how the outputs went: `outputs_write_in_lane` (over the host budget: written as
+        they came, inside the lane), `outputs_export` (handle mode: exported, not written), and with a staging
+        size `outputs_staging_alloc` (the pinned buffer's making) or `outputs_staging_refused` (1.0: written by
+        pageable copies, as with it off)."""
+        phases = {}
+        if self.written_at_once:
+            phases["outputs_write_in_lane"] = self.at_once_s
+        if self.by_handle:
+            phases["outputs_export"] = self.export_s
+        if self.staging is not None:
+            phases["outputs_staging_alloc"] = self.staging_s
+        elif self.staging_refused:
+            phases["outputs_staging_refused"] = 1.0
+        return phases
+
     def write(self) -> float:
         """Writes every held output, but in handle mode exports the device copies first and keeps those
         exported held instead of writing them (`export`); the seconds it took, the exports' included."""
@@ -159,7 +199,8 @@ class HeldOutputs:
                 self.device_bytes -= size
             else:
                 self.held_bytes -= size
-            write_tensor(self.directory / name, copy)      # a device copy reaches the host here
+            # a device copy reaches the host here (through the pinned buffer where there is one)
+            write_tensor(self.directory / name, copy, staging=HeldOutputs.staging_for(self, copy))
             del copy
         self.held = kept
         return _clock() - t

@@ -50,6 +50,7 @@ from kernelgym_gap.core.tensor_file import output_name
 _VIOLATIONS = integ.Integrity.violations
 _HELD_ADD = HeldOutputs.add
 _HELD_WRITE = HeldOutputs.write
+_HELD_WRITE_PHASES = HeldOutputs.write_phases
 _HELD_HANDED_OVER = HeldOutputs.handed_over
 _HELD_BEFORE_HOLD = HeldOutputs.before_hold
 _MARKS_BEGIN = CallMarks.begin
@@ -87,7 +88,8 @@ class ChildRun:
         self.common: dict = {}           # fields every report carries: versions, device
         self.marks = CallMarks(self.report_path.parent, job.call_bounds)   # the parent's call deadlines
         self.held = HeldOutputs(self.outputs, job.held_output_bytes,       # written once the lanes are let go
-                                device_budget_bytes=job.held_device_bytes, by_handle=job.outputs_by_handle)
+                                device_budget_bytes=job.held_device_bytes, by_handle=job.outputs_by_handle,
+                                staging_bytes=job.output_staging_bytes)
         self.compiling_trials = first_of_their_shape(job.trials)   # the calls that compile (lanes.py)
         self.checkpointed = 0            # outcomes covered by the last checkpoint (`checkpoint`)
         self.checkpoint_report = None    # that checkpoint, naming every output by its file (the hold's fallback)
@@ -424,10 +426,7 @@ class ChildRun:
         except BaseException as e:  # noqa: BLE001 - a file over the size limit, a full scratch
             return self.fail(self.classify(e, "while writing the outputs for the checker"),
                              trials=tuple(self.outcomes), timings=self.timings)
-        if self.held.written_at_once:       # over held_output_bytes: written as they came, inside the lane
-            self.phases["outputs_write_in_lane"] = self.held.at_once_s
-        if self.held.by_handle:             # Job.outputs_by_handle: the device copies exported, not written
-            self.phases["outputs_export"] = self.held.export_s
+        self.phases.update(_HELD_WRITE_PHASES(self.held))
         return None
 
     def wrap_up(self) -> int:

@@ -21,6 +21,9 @@ from kernelgym_gap.core.errors import KernelGymError
 
 # on the cpu backend a child holds at most this much (its memory limit is SandboxConfig.memory_bytes)
 CPU_HELD_OUTPUT_BYTES = 512 << 20
+# the largest pinned staging buffer a child may ask for (output_staging_bytes): pinned memory is taken from the
+# host's unswappable pages, one buffer per child, four or more children per GPU
+MAX_OUTPUT_STAGING_BYTES = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +55,13 @@ class Placement:
     # The budget is taken from the submission's own later calls of a shape: a kernel that needs nearly all of
     # the GPU's memory can meet out_of_memory 1 GiB sooner (0 turns it off).
     held_device_bytes: int = 1 << 30
+    # the pinned host buffer a child on cuda writes its device-held outputs through (core/tensor_file.py,
+    # child/outputs.py): each output is copied to the host a chunk of this size at a time by DMA and written from
+    # there, instead of being copied whole into fresh pageable memory (0.79 s/GiB on the H100 host,
+    # 2026-12-06: most of the 1.5-2.2 s of writes in an env.step, 2026-12-07). The files' bytes are the same.
+    # Where the pinned buffer is refused, the child writes as with 0 and says so (outputs_staging_refused).
+    # 0: off (the default until a GPU row measures it beside the defaults; issue 35).
+    output_staging_bytes: int = 0
     # how long an evaluation waits for its disk reservation (sandbox/disk_ledger.py: jobs on one scratch root
     # reserve what they may write) before ScratchSpaceError; long enough for a big cuda job ahead of it to end
     disk_wait_s: float = 900.0
@@ -73,6 +83,10 @@ class Placement:
         if isinstance(self.held_device_bytes, bool) or not isinstance(self.held_device_bytes, int) \
                 or self.held_device_bytes < 0:
             raise ValueError("held_device_bytes must be a non-negative int")
+        if isinstance(self.output_staging_bytes, bool) or not isinstance(self.output_staging_bytes, int) \
+                or not 0 <= self.output_staging_bytes <= MAX_OUTPUT_STAGING_BYTES:
+            raise ValueError(f"output_staging_bytes must be an int in [0, {MAX_OUTPUT_STAGING_BYTES}], not "
+                             f"{self.output_staging_bytes!r}")
         if not isinstance(self.prestart_for_next, bool):
             raise ValueError(f"prestart_for_next must be a bool, not {self.prestart_for_next!r}")
         if isinstance(self.disk_wait_s, bool) or not isinstance(self.disk_wait_s, (int, float)) \
@@ -89,6 +103,11 @@ class Placement:
     def held_device_bytes_for(self, backend: str) -> int:
         """The GPU memory a child on `backend` may keep outputs in (see held_device_bytes): none off cuda."""
         return self.held_device_bytes if backend == "cuda" else 0
+
+    def output_staging_bytes_for(self, backend: str) -> int:
+        """The pinned staging buffer of a child on `backend` (see output_staging_bytes): none off cuda, where
+        no output is on a device."""
+        return self.output_staging_bytes if backend == "cuda" else 0
 
     def lanes_for(self, backend: str) -> str | None:
         """The lane directory the trusted side (checker, calibration, baselines) takes on `backend`: the GPU's

@@ -226,6 +226,9 @@ class Job(_Record):
     # GPU memory the child may keep correctness outputs in until its next checkpoint (Placement.held_device_bytes);
     # 0: each is copied to the host right after its call
     held_device_bytes: int = 0
+    # a device copy is written through a pinned host buffer of this many bytes, a chunk at a time
+    # (Placement.output_staging_bytes, child/outputs.py); 0: copied whole to pageable host memory first
+    output_staging_bytes: int = 0
     # the DSL's compiles in a shape's first correctness call run with the shared lane let go
     # (EvalConfig.compile_outside_lane, child/lanes.py)
     compile_outside_lane: bool = False

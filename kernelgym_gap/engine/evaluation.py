@@ -93,6 +93,7 @@ class Evaluation:
                        timing_trials=timing_trials, library_hint=self._library_hint(timing_trials),
                        held_output_bytes=self.placement.held_output_bytes_for(self.backend.name),
                        held_device_bytes=self.placement.held_device_bytes_for(self.backend.name),
+                       output_staging_bytes=self.placement.output_staging_bytes_for(self.backend.name),
                        compile_outside_lane=self.config.compile_outside_lane,
                        outputs_by_handle=handover.applies(self.config, self.backend.name, self.checker,
                                                           self.placement))
