@@ -87,10 +87,14 @@
 #                     +8.1%); statuses and E must agree, library_warm_prestarted_s and _shared_s say where the
 #                     warm-ups went
 #   staging           #35: the outputs' writes through a pinned host buffer (Placement.output_staging_bytes, OFF;
-#                     core/tensor_file._write_staged): first its gpu test (the same file byte for byte), then the
-#                     light batch with the defaults and with output_staging_bytes=64M side by side, and the warm
-#                     env.step of ENV_STEPS (default Softmax,LayerNorm) with both; statuses and E must agree, the
-#                     rows print the outputs' write and read medians; $OUT/staging/
+#                     core/tensor_file._write_staged): first its gpu tests (the same file byte for byte) and
+#                     scripts/staging_bench.py (the mechanism alone: pageable and pinned writes and reads), then the
+#                     light batch with the defaults and with output_staging_bytes=64M side by side (with ENV_STEPS
+#                     the warm env.step of both too); statuses and E must agree, the rows print the outputs' write
+#                     and read medians; $OUT/staging/
+#   staging-steps     #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with
+#                     output_staging_bytes=64M (the 4 s goal: the outputs' writes and reads were 3.7-4.3 s of the
+#                     8.6-10.4 s steps of 2026-12-07); $OUT/staging_steps/
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
 #                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
 #                     E against do_bench on four optimized Triton solutions (~540 s)
@@ -382,12 +386,23 @@ for step in "$@"; do
       # #35: the device copies written through a pinned buffer (the header), its gpu test first (60 s at most)
       mkdir -p "$OUT/staging"
       timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short tests/test_tensor_file.py \
-        > "$OUT/staging/gpu_test.txt" 2>&1; tail -3 "$OUT/staging/gpu_test.txt"
-      timeout $(( STEP_S - 80 )) python3 scripts/throughput.py --backend cuda \
+        tests/test_staging_bench.py > "$OUT/staging/gpu_test.txt" 2>&1; tail -3 "$OUT/staging/gpu_test.txt"
+      # the mechanism alone: pageable against pinned, writes and reads (scripts/staging_bench.py, ~30 s)
+      timeout 90 python3 scripts/staging_bench.py --json "$OUT/staging/staging_bench.json" 2>&1 \
+        | tee "$OUT/staging/staging_bench.txt" | tail -5
+      timeout $(( STEP_S - 110 )) python3 scripts/throughput.py --backend cuda \
         --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
         --variant "" --variant output_staging_bytes=64M \
-        --env-steps "${ENV_STEPS:-Softmax,LayerNorm}" --env-steps-variant output_staging_bytes=64M \
+        ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant output_staging_bytes=64M} \
         --out "$OUT/staging" 2>&1 | tee "$OUT/staging/log.txt" | tail -${TAIL:-28} ;;
+    staging-steps)
+      # #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with the pinned
+      # staging buffer (the header's staging), after a two-evaluation batch of each (the batch is not the point)
+      mkdir -p "$OUT/staging_steps"
+      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --tasks "${ENV_STEPS:-Softmax,LayerNorm}" \
+        --max 2 --fixtures none --serial 0 --per-gpu 4 --variant "" --variant output_staging_bytes=64M \
+        --env-steps "${ENV_STEPS:-Softmax,LayerNorm}" --env-steps-variant output_staging_bytes=64M \
+        --out "$OUT/staging_steps" 2>&1 | tee "$OUT/staging_steps/log.txt" | tail -${TAIL:-20} ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done

@@ -158,3 +158,22 @@ def test_gpu_a_device_tensor_written_through_a_pinned_buffer_is_the_same_file(tm
     assert (tmp_path / "plain.tensor").read_bytes() == (tmp_path / "staged.tensor").read_bytes()
     back = tf.read_tensor(tmp_path / "staged.tensor", max_bytes=n)
     assert torch.equal(back.view(torch.uint8), t.cpu().contiguous().view(torch.uint8))     # bit for bit
+
+
+def test_a_read_into_a_given_buffer_gives_the_same_tensor_and_checks_the_buffer(tmp_path):
+    """read_tensor(into=): the data read into a buffer the caller gives (pinned memory in a benchmark or a
+    checker: resident pages, not zeroed first); a buffer of the wrong size, type or place is refused."""
+    t = torch.randn(33, 17)
+    n = tf.write_tensor(tmp_path / "a.tensor", t)
+    given = []
+
+    def into(nbytes):
+        given.append(nbytes)
+        return torch.full((nbytes,), 0x5A, dtype=torch.uint8)
+
+    back = tf.read_tensor(tmp_path / "a.tensor", max_bytes=n, into=into)
+    assert given == [n] and torch.equal(back, t)
+    for bad in (lambda k: torch.zeros(k + 1, dtype=torch.uint8), lambda k: torch.zeros(k), lambda k: b"x" * k,
+                lambda k: torch.zeros(2 * k, dtype=torch.uint8)[::2]):
+        with pytest.raises(ValueError, match="`into`"):
+            tf.read_tensor(tmp_path / "a.tensor", max_bytes=n, into=bad)

@@ -20,6 +20,7 @@ import math
 import os
 import stat
 import struct
+from collections.abc import Callable
 
 import torch
 
@@ -140,10 +141,14 @@ def _parse_header(raw: bytes) -> tuple[torch.dtype, tuple[int, ...]]:
     return DTYPES[dtype], tuple(shape)
 
 
-def read_tensor(path: str | os.PathLike, max_bytes: int) -> torch.Tensor:
+def read_tensor(path: str | os.PathLike, max_bytes: int,
+                into: Callable[[int], torch.Tensor] | None = None) -> torch.Tensor:
     """The tensor in `path`: a regular file (a link is not followed, a FIFO cannot block), a valid header, a
     data size of at most `max_bytes` and exactly the header's numel x itemsize. Raises TensorFileError
-    (or OSError when the file cannot be opened)."""
+    (or OSError when the file cannot be opened).
+
+    `into(nbytes)`: the host buffer the data is read into (a contiguous 1-D uint8 cpu tensor of exactly that
+    size whose pages are resident, such as pinned memory: it is not zeroed first); by default a new one."""
     fd = _open(os.fspath(path), _R_FLAGS)
     try:
         st = _fstat(fd)
@@ -164,11 +169,12 @@ def read_tensor(path: str | os.PathLike, max_bytes: int) -> torch.Tensor:
         if st.st_size != data_at + nbytes:
             raise TensorFileError(f"the file holds {st.st_size - data_at} bytes of data, the header declares "
                                   f"{nbytes}")
-        flat = torch.empty(nbytes, dtype=torch.uint8)
+        flat = torch.empty(nbytes, dtype=torch.uint8) if into is None else _given(into, nbytes)
         if nbytes:
-            # pages faulted in by a memset first, not one by one inside the read: 0.15 s against 0.19 s for
-            # 256 MiB on the 2-core CI host (scripts/handoff_bench.py)
-            flat.zero_()
+            if into is None:
+                # pages faulted in by a memset first, not one by one inside the read: 0.15 s against 0.19 s for
+                # 256 MiB on the 2-core CI host (scripts/handoff_bench.py)
+                flat.zero_()
             view, done = memoryview(flat.numpy()), 0
             while done < nbytes:
                 n = os.readv(fd, [view[done:done + _CHUNK]])
@@ -178,6 +184,14 @@ def read_tensor(path: str | os.PathLike, max_bytes: int) -> torch.Tensor:
     finally:
         _close(fd)
     return flat.view(dtype).reshape(shape)
+
+
+def _given(into: Callable[[int], torch.Tensor], nbytes: int) -> torch.Tensor:
+    flat = into(nbytes)
+    if not isinstance(flat, torch.Tensor) or flat.dtype != torch.uint8 or flat.device.type != "cpu" \
+            or flat.dim() != 1 or flat.numel() != nbytes or not flat.is_contiguous():
+        raise ValueError(f"`into` must give a contiguous 1-D uint8 host tensor of {nbytes} bytes")
+    return flat
 
 
 def output_name(kind: str, index: int) -> str:
