@@ -32,7 +32,8 @@ from kernelgym_gap.sim.pipeline import Job, Setup, simulate
 
 # the Job fields of each stage family (kernelgym_gap/sim/workload.job_of maps the records' latency keys to them)
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "start (child start, setup)": ("cold_start", "handoff", "pre_host", "pre_context", "setup", "gate"),
+    "start (child start, setup)": ("cold_start", "handoff", "pre_startup", "pre_host", "pre_context", "pre_warm",
+                                   "setup", "gate"),
     "correctness (calls, host copies, checkpoint writes)": ("compile", "calls", "correctness", "unlaned", "save",
                                                              "checkpoints", "checkpoint_shares", "kept_checkpoints"),
     "timing (warm-up, probe, measure, rechecks)": ("timing", "timing_measure", "timing_probe", "timing_first_call",

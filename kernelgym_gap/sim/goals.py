@@ -176,7 +176,7 @@ class Family:
         return self.seconds(s) if self.lane else 0.0
 
 
-_handoff = _field("handoff", "pre_host", "pre_context")
+_handoff = _field("handoff", "pre_startup", "pre_host", "pre_context", "pre_warm")
 _setup = _field("setup")
 # a checkpoint's let-go with nothing left to write still lets the lane go: the simulator drops the let-gos of a job
 # whose `unlaned` is 0 (pipeline.correctness_stretch), which is the opposite design (the correctness stretch held in
@@ -224,8 +224,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("checkpoints' let-gos (messages)", "child_checkpoint_unlaned", "", *_unlaned),
     Family("outputs' export", "child_outputs_write", "", *_write),
     Family("child set-up and import", "child_setup + child_import", "", *_setup),
-    Family("child start and hand-off", "hand-off, pre-start imports and CUDA context", "host; context shared",
-           *_handoff, laned=lambda s: s.job.pre_context),
+    Family("child start and hand-off", "hand-off, pre-start startup, imports, CUDA context and library warm-up",
+           "host; context and warm-up shared", *_handoff, laned=lambda s: s.job.pre_context + s.job.pre_warm),
     Family("killed calls (to their deadline)", "the hung call's seconds (hang_s)", "shared (a call); host (import)",
            *_hang, laned=_hung_laned),
     Family("gate and the record's rest", "gate, the child's unaccounted rest, the record's assembly", "", *_rest),

@@ -3,8 +3,11 @@
 The stages, in the order engine/pipeline.py runs them (durations in a Job, seconds):
   gate                       the static gate (no lane)
   child start                a cold child's start (`cold_start`, host), or the hand-off to the slot's
-                             pre-started child, waiting until it is ready (its imports on a host core, then its
-                             CUDA context under the lane held shared: `pre_host`, `pre_context`)
+                             pre-started child, waiting until it is ready (its process's start and the package's
+                             imports, then its own imports, on a host core: `pre_startup`, `pre_host`; then its
+                             CUDA context and library warm-up under the lane held shared: `pre_context`,
+                             `pre_warm`). These pre_ fields are the child pre-started as the job's child ends (the
+                             slot's next child), read from the record of the evaluation that met it
   setup                      the child's set-up and the submission's import (host)
   correctness                the correctness stretch under the lane held shared (`correctness`, the first
                              calls' compiles `compile` inside it; with compile_outside_lane these run first,
@@ -48,8 +51,15 @@ class Job:
     gate: float = 0.0
     cold_start: float = 3.8
     handoff: float = 0.1
+    # the child pre-started as this job's child ends (the slot's next child; workload.prestarts reads them from the
+    # record of the evaluation that met it): its process's start before its runner (the interpreter and the
+    # package's imports: child_preimport_startup), its own imports (host), its CUDA context and, in the same shared
+    # hold, its library warm-up (child_preimport_library_warm; replayed with Setup.prestart_warm "recorded", the
+    # other settings model their own)
+    pre_startup: float = 0.0
     pre_host: float = 0.3
     pre_context: float = 0.1
+    pre_warm: float = 0.0
     setup: float = 0.4
     compile: float = 0.0
     calls: float = 0.0         # the correctness calls (child_correctness_calls), first-call compiles included
@@ -235,8 +245,12 @@ class _Run:
         self.stage(i, job, gpu, slot, name, t)
 
     def prestart(self, job, gpu, slot, ready: Event, warm_s: float = 0.0):
-        """The slot's next child: its imports on a core, then its CUDA context under the shared lane, and in the
-        same hold its library warm-up for the task it was started for (`warm_s`: Setup.prestart_warm)."""
+        """The slot's next child, started as `job`'s child ended: its process's start (`pre_startup`) and its
+        imports on a core, then its CUDA context under the shared lane, and in the same hold its library warm-up
+        for the task it was started for (`warm_s`: Setup.prestart_warm; `job.pre_warm`, the recorded one, with
+        "recorded")."""
+        if job.pre_startup > 0:
+            yield from self.host(-1, job, gpu, slot, "child startup", job.pre_startup, row="pre-start")
         yield from self.host(-1, job, gpu, slot, "preimport", job.pre_host, row="pre-start")
         yield from self.laned(-1, job, gpu, slot, "cuda context" + (" + library warm-up" if warm_s > 0 else ""),
                               job.pre_context + warm_s, "shared", row="pre-start")
@@ -313,7 +327,7 @@ class _Run:
             if self.setup.prestart_warm == "next" and self.queue:
                 self.reserved[(gpu, slot)] = nxt = self.queue.popleft()
                 target = nxt[1]
-            warm_s = target.library_warm_cold if self.setup.prestart_warm in ("previous", "next") else 0.0
+            warm_s = target.library_warm_cold if self.setup.prestart_warm in ("previous", "next") else job.pre_warm
             child, warmed = Event(), target.task
             self.sim.start(self.prestart(job, gpu, slot, child, warm_s))
             if job.has_check:

@@ -15,15 +15,32 @@ durations *with* the waits it met; the simulator needs them *without*, since it 
   setup         child_setup + child_import; write: child_outputs_write; misc: child_total less its stages
   cold start    child - child_total, for a record without child_preimport (a cold child: its start and imports)
   rest          total - gate - child - check
-A pre-started child's own start is not in a record apart from its waits (child_preimport is its imports plus
-its CUDA context's wait for the lane), so every warm child gets PRE_HOST_S + PRE_CONTEXT_S, the smallest
-pre-import seen without contention (0.33-0.59 s on the warm env.step, 0.4 s in the full mix).
+The slot's pre-started child (started as the slot's previous child ended) is in the record of the evaluation that
+met it: child_preimport (from its runner's start to ready: its imports, its wait for the lane, its CUDA context
+and, in the same shared hold, its library warm-up child_preimport_library_warm), child_preimport_lane_wait and
+child_preimport_startup (its process's age at the runner's start: the interpreter and the package's imports; both
+recorded from 2026-12-07 15:55 on). `prestarts` gives each record's Job the figures of the child pre-started as
+its child ended (the Job's pre_ fields, pipeline.prestart), from the record that met that child:
+  startup       child_preimport_startup; without it, the seconds the record shows the child was not ready for
+                (`_unready_s`: child - child_total - child_after_report, less the wait child_preimport explains,
+                measured from the previous child's end): within a row the records that waited spread by 1-2
+                s, as long as a cold child's start (row medians 1.9-3.8 s on the H200s, 2.9 s on the H100 of
+                2026-12-06, 4.5-5.6 s on the H100s from 2026-12-07 13:00); for a record that did not wait, the
+                row's median of the waited records' (`startup_estimate`), or its child's slack where less
+  imports       child_preimport less its lane wait, its warm-up and PRE_CONTEXT_S; without
+                child_preimport_lane_wait, PRE_HOST_S (the smallest pre-import seen without contention, 0.33-0.59 s
+                on the warm env.step, 0.4 s in the full mix, 0.43-0.55 s in the H100 rows of 2026-12-07 15:12):
+                the rest of child_preimport is taken as its lane wait, which the simulator makes itself
+  warm-up       child_preimport_library_warm, in the context's shared hold (0 where not recorded)
+A slot's last pre-started child (or one whose evaluation recorded no stages) gets the row's median startup,
+PRE_HOST_S and no warm-up.
   hand-off      child - child_total of a warm record, less the time it waited for its pre-started child. That
                 wait is rebuilt from the record that ended as this one started (the same slot's previous
-                evaluation: its child ended `check + rest` before, and the next child's pre-import began then).
-                What is left is bimodal in the 2026-12-05 records: 0.1-0.3 s, or 2.5-4.9 s (as long as a cold
-                child's start, in 28 of 58 warm records; where those seconds go is not recorded: the child's exit
-                or a pre-started child the evaluation could not use). Each record keeps its own.
+                evaluation: its child ended `check + rest` before, and the next child's start began then): its
+                startup (above) and child_preimport. What is left is the child's exit after its report
+                (child_after_report, 0.12-0.18 s) and the hand-off itself. Before the startup was counted the rest
+                was bimodal in the 2026-12-05 records: 0.1-0.3 s, or 2.5-4.9 s (the startup of a child that was
+                not ready, in 28 of 58 warm records). Each record keeps its own.
 How far each record went (the H100 full mix of 2026-12-06 has every case; a stage a record lacks takes no lane):
   gate only     no `child` (a syntax error): the gate and the rest; no child used, no lane
   stopped       child_total but no child_timing (a runtime error in a call, reported by the child): its correctness
@@ -41,6 +58,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import statistics
 from pathlib import Path
 
 from kernelgym_gap.sim.pipeline import Job
@@ -48,6 +66,11 @@ from kernelgym_gap.sim.pipeline import Job
 PRE_HOST_S = 0.3
 PRE_CONTEXT_S = 0.1
 HANDOFF_S = 0.1
+# the seconds from a child's report to its parent's wait returning (child_after_report: its exit), where a record
+# predates that field: the median of the H100 rows of 2026-12-07 15:12 (0.115-0.134 s)
+AFTER_REPORT_S = 0.13
+# how close the slot's previous evaluation's end is to a record's start (the two are one event, the slot's refill)
+SAME_SLOT_S = 0.15
 COLD_START_S = 3.8        # child - child_total of the cold children of the 2026-12-05 runs: 3.0-4.8 s
 # The checkpoints' let-gos per evaluation (child/outputs.checkpoint_due over the correctness order): 8 for each
 # of the light batch's six tasks (16 trials of 8 shapes: before the second call and before each new group
@@ -132,27 +155,104 @@ def child_own_s(r: dict) -> float | None:
     return None
 
 
+def _previous(records: list[dict]) -> list[int | None]:
+    """Per record of one mode (dispatch order), the index of the same slot's previous evaluation: the record with a
+    child that ended within SAME_SLOT_S of this one's start; None for a cold child (no child_preimport), a record
+    without stages, or where none is found. A record refused at the gate used no child: the slot's pre-started
+    child was made when the evaluation before it ended, so it is never the previous evaluation (it ends as it
+    starts, beside the one that is)."""
+    with_child = [k for k, p in enumerate(records) if "child" in p["latency"]]
+    out: list[int | None] = []
+    for k, r in enumerate(records):
+        lat = r["latency"]
+        if "child_preimport" not in lat or child_own_s(r) is None or not with_child:
+            out.append(None)
+            continue
+        start = r["at_s"] - lat.get("total", 0.0)
+        prev = min(with_child, key=lambda i: abs(records[i]["at_s"] - start))
+        out.append(None if prev == k or abs(records[prev]["at_s"] - start) > SAME_SLOT_S else prev)
+    return out
+
+
+def _child_end(p: dict) -> float:
+    """When a record's child ended on the run's clock (its check and its rest came after)."""
+    return p["at_s"] - p["latency"].get("check", 0.0) - _rest(p["latency"])
+
+
+def _unready_s(r: dict, prev: dict) -> tuple[float, float]:
+    """A warm record's (waited, slack): the seconds its evaluation waited for its pre-started child beyond its own
+    hand-off (child - child_total - child_after_report, less HANDOFF_S), and how far child_preimport, counted from
+    the previous child's end, left the child ready before the evaluation began (negative: that many seconds late)."""
+    lat = r["latency"]
+    start = r["at_s"] - lat.get("total", 0.0)
+    after = lat.get("child_after_report", AFTER_REPORT_S)
+    waited = lat.get("child", 0.0) - (child_own_s(r) or 0.0) - after - HANDOFF_S
+    return waited, start - _child_end(prev) - lat["child_preimport"]
+
+
+def _startup_s(r: dict, prev: dict, row_startup: float) -> float:
+    """The seconds before the runner's start of the child `r` met (see the module's docstring)."""
+    lat = r["latency"]
+    if "child_preimport_startup" in lat:
+        return max(0.0, _g(lat, "child_preimport_startup"))
+    waited, slack = _unready_s(r, prev)
+    if waited > 0:
+        return max(0.0, waited + HANDOFF_S + slack)
+    return max(0.0, min(row_startup, slack))
+
+
+def startup_estimate(records: list[dict]) -> float:
+    """A row's pre-started children's startup where no record says it: the median over its warm records without
+    child_preimport_startup that waited for their child of the seconds that wait leaves after child_preimport
+    (`_unready_s`); 0 where none waited."""
+    prev = _previous(records)
+    xs = []
+    for r, p in zip(records, prev):
+        if p is None or "child_preimport_startup" in r["latency"]:
+            continue
+        waited, slack = _unready_s(r, records[p])
+        if waited > 0:
+            xs.append(max(0.0, waited + HANDOFF_S + slack))
+    return statistics.median(xs) if xs else 0.0
+
+
 def handoffs(records: list[dict]) -> list[float | None]:
     """Per record of one mode, the hand-off of a warm child less its wait for that child (see above); None
     for a cold child or where no previous evaluation of the slot is found."""
     out: list[float | None] = []
-    # a record refused at the gate used no child: the slot's pre-started child was made when the evaluation before
-    # it ended, so it is never the previous evaluation (it ends as it starts, beside the one that is)
-    with_child = [p for p in records if "child" in p["latency"]]
-    for r in records:
+    row_startup = startup_estimate(records)
+    for r, p in zip(records, _previous(records)):
+        if p is None:
+            out.append(None)
+            continue
         lat = r["latency"]
-        own = child_own_s(r)
-        if "child_preimport" not in lat or own is None:
-            out.append(None)
-            continue
+        prev = records[p]
         start = r["at_s"] - lat.get("total", 0.0)
-        prev = min(with_child, key=lambda p: abs(p["at_s"] - start))
-        if prev is r or abs(prev["at_s"] - start) > 0.15:
-            out.append(None)
+        ready = _child_end(prev) + _startup_s(r, prev, row_startup) + lat["child_preimport"]
+        waited = max(0.0, ready - start)
+        out.append(max(HANDOFF_S, lat.get("child", 0.0) - child_own_s(r) - waited))
+    return out
+
+
+def prestarts(records: list[dict]) -> list[dict]:
+    """Per record of one mode, the Job fields of the child pre-started as its child ended (pre_startup, pre_host,
+    pre_context, pre_warm), from the record of the evaluation that met it (see the module's docstring); a record
+    none met (the slot's last, or one whose evaluation recorded no stages) gets the row's median startup and no
+    warm-up."""
+    row_startup = startup_estimate(records)
+    out = [dict(pre_startup=row_startup, pre_host=PRE_HOST_S, pre_context=PRE_CONTEXT_S, pre_warm=0.0)
+           for _ in records]
+    for r, p in zip(records, _previous(records)):
+        if p is None:
             continue
-        child_end = prev["at_s"] - prev["latency"].get("check", 0.0) - _rest(prev["latency"])
-        waited = max(0.0, child_end + lat["child_preimport"] - start)
-        out.append(max(HANDOFF_S, lat.get("child", 0.0) - own - waited))
+        lat = r["latency"]
+        warm = max(0.0, _g(lat, "child_preimport_library_warm"))
+        imports = PRE_HOST_S
+        if "child_preimport_lane_wait" in lat:
+            imports = max(0.0, _g(lat, "child_preimport") - _g(lat, "child_preimport_lane_wait") - warm
+                          - PRE_CONTEXT_S)
+        out[p] = dict(pre_startup=_startup_s(r, records[p], row_startup), pre_host=imports,
+                      pre_context=PRE_CONTEXT_S, pre_warm=warm)
     return out
 
 
@@ -234,7 +334,8 @@ def jobs_of_mode(records: list[dict], mode: str) -> list[Job]:
     if not chosen:
         raise RecordError(f"no record of mode {mode!r} (modes: {sorted({r.get('mode') for r in records})})")
     ordered = dispatch_order(chosen)
-    return with_cold_warm([job_from_record(r, h) for r, h in zip(ordered, handoffs(ordered))])
+    return with_cold_warm([dataclasses.replace(job_from_record(r, h), **pre)
+                           for r, h, pre in zip(ordered, handoffs(ordered), prestarts(ordered))])
 
 
 def with_cold_warm(jobs: list[Job]) -> list[Job]:
