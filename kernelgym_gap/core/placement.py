@@ -60,7 +60,9 @@ class Placement:
     # there, instead of being copied whole into fresh pageable memory (0.79 s/GiB on the H100 host,
     # 2026-12-06: most of the 1.5-2.2 s of writes in an env.step, 2026-12-07). The files' bytes are the same.
     # Where the pinned buffer is refused, the child writes as with 0 and says so (outputs_staging_refused).
-    # 0: off (the default until a GPU row measures it beside the defaults; issue 35).
+    # 0: off. Measured on an H200 (2026-12-07 18:36, docs/measurement.md): the writes 3.03 -> 0.90 s per
+    # evaluation, the light batch +9.8% and +2.8%, the warm step -1.6 and -1.8 s, the same statuses; off until two
+    # submissions' E moves of 7% and 12% beside it are explained (issue 35).
     output_staging_bytes: int = 0
     # how long an evaluation waits for its disk reservation (sandbox/disk_ledger.py: jobs on one scratch root
     # reserve what they may write) before ScratchSpaceError; long enough for a big cuda job ahead of it to end
