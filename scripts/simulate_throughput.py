@@ -168,9 +168,23 @@ def print_handover_stages(stages: dict, device: str) -> None:
               f"predicted {step['predicted_p50_s']} s")
 
 
+def print_prestart_at(rows: list[dict]) -> None:
+    """prestart_start_table.prestart_at_rows: when the slot's next child is pre-started (sim/prestart_start.py,
+    not built)."""
+    print("\n== when the slot's next child is pre-started (SIMULATED; candidates, not built: sim/prestart_start.py): "
+          "end, as the child ends (as built: the replay); start, as the child starts (the next job taken ahead then, "
+          "in the modelled row); bind, started then and given its task as the child ends; per GPU-hour, the slowest "
+          "evaluation and the seconds per evaluation a job waited for its child; steady: the row x4 in 5 seeded "
+          "orders, the mean gain and its range; cores_N: start's gain with the laned stages on N host cores too")
+    print(table(rows, ("row", "measured", "end", "start", "start_gain", "bind", "bind_gain", "slowest_end_s",
+                       "slowest_start_s", "slowest_bind_s", "wait_child_end_s", "wait_child_start_s",
+                       "wait_child_bind_s", "steady_start_gain", "steady_start_range", "steady_bind_gain",
+                       "steady_bind_range", "start_cores_16_gain", "start_cores_8_gain", "start_cores_4_gain")))
+
+
 def light_only(args) -> int:
     """The tables of a light-batch-only folder (see study.load_light)."""
-    from kernelgym_gap.sim import study
+    from kernelgym_gap.sim import prestart_start_table, study
     try:
         inp = study.load_light(args.records, args.corpus)
     except (study.StudyError, OSError, ValueError) as e:
@@ -200,6 +214,7 @@ def light_only(args) -> int:
           "shared stretches scaled)")
     print(table(sens, ("timing_x", "shared_x", "slots_4", "slots_6")))
     steady = study.light_steady(inp)
+    prestart_at = prestart_start_table.prestart_at_rows(inp)
     ipc_steps = study.ipc_steps(inp, plans)
     from kernelgym_gap.sim import handover_stages
     flag_steps = list(inp.variant_steps) if inp.step_variant == handover_stages.FLAG else []
@@ -219,6 +234,7 @@ def light_only(args) -> int:
                                                "refit": inp.refit.__dict__, "calibration": calib,
                                                "predictions": preds, "sensitivity": sens, "checkpoints": ckpt,
                                                "steady_lane_time_levers": steady, "ipc_steps": ipc_steps,
+                                               "prestart_at": prestart_at,
                                                "handover_stages": stages,
                                                **({"goals": goals_result} if goals_result else {}),
                                                "note": "simulated figures are predictions; measured ones are the "
@@ -237,6 +253,7 @@ def light_only(args) -> int:
                                 "variant")))
     if stages:
         print_handover_stages(stages, inp.device)
+    print_prestart_at(prestart_at)
     print("\n== the lane-time levers in the steady state (SIMULATED): the defaults row x4 in 3 seeded orders, mean and "
           "range; the 6-slot rows add no GPU-sharing slowdown (an upper bound)")
     print(table(steady, ("scenario", "slots", "steady", "range")))

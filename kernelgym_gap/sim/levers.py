@@ -3,7 +3,8 @@ on. Every figure these produce is a prediction; the GPU run that would confirm i
 
 The shares the lever transforms use (COMPILE_SHARE, REFERENCE_SHARE, MEASURE_SHARE,
 GRAPH_INTERVAL_MEASURE_FACTOR) are refit from the H100 light batch of 2026-12-06, whose records carry the
-stages' parts (child_compile_unlaned, child_timing_*, check_*); `refit` computes them from any such records.
+stages' parts (child_compile_unlaned, child_timing_*, check_*); `refit` (sim/lever_refit.py) computes them from any
+such records.
 Graph replay and the interval stop were only ever run together, so each alone still rests on the H200 fit of the
 gap-study corpus (results/h200_2026-12-04_corpus/gap_study_cuda.json: 60 evaluations with each timed shape's
 repetitions): child_timing = a + b x shapes + c x repetitions + d x GPU seconds of the repetitions (`fit_timing`);
@@ -17,8 +18,10 @@ from pathlib import Path
 
 from kernelgym_gap.sim.pipeline import Job, Setup
 # the probe's hopeless rule: its transform and estimate are a module of their own
-from kernelgym_gap.sim import library_warm, prestart_warm
+from kernelgym_gap.sim import library_warm, prestart_start, prestart_warm
 from kernelgym_gap.sim.probe_levers import PROBE_HOPELESS, PROBE_HOPELESS_REPS, PROBE_REPS, probe_hopeless_stop
+# the shares refit from a call's records: a module of its own, its names kept here for their callers
+from kernelgym_gap.sim.lever_refit import Refit, RefitError, refit  # noqa: F401
 
 # Refit on the H100 light batch of 2026-12-06 (results/h100_2026-12-06_levers/call3/light/
 # throughput_records.jsonl, the call after the library warm-up: defaults and all five levers, 12 evaluations
@@ -163,6 +166,13 @@ RULE_SLOTS = 6     # core/slots.slots_per_gpu(16 cores, 1 GPU): the H200 host's 
                   # package imports nothing of kernelgym_gap's; tests/test_slots.py checks the two agree)
 
 
+def setup_for(variant: str) -> Setup:
+    """The simulator's setup for a row that ran `variant`: the levers that are the setup's, not the jobs'
+    (the records already carry the jobs' own: shorter timings, compiles let go)."""
+    fields = set(variant.split(",")) if variant else set()
+    return Setup(compile_outside_lane=COMPILE in fields, precompute_reference=PRECOMPUTE in fields)
+
+
 def _same(x):
     return x
 
@@ -295,63 +305,6 @@ def all_levers_h200(fit: TimingFit) -> Callable[[Job], Job]:
     return lambda j: reference_share(compile_share(ci(graph(j)), H200_COMPILE_SHARE), H200_REFERENCE_SHARE)
 
 
-@dataclasses.dataclass(frozen=True)
-class Refit:
-    """The shares the lever transforms use, computed from records of scripts/throughput.py that carry the
-    stages' parts (2026-12-06 on): see the constants above for what each divides."""
-    compile_share: float | None      # None: no row of these records let its compiles go (COMPILE_SHARE stands)
-    compile_records: int
-    reference_share: float
-    reference_records: int
-    early_wait_records: int          # records with check_early_wait: 0 where the early reference never ran
-    measure_share: float
-    timing_fixed_s: float            # mean child_timing less child_timing_measure in the defaults row
-    graph_interval_measure_factor: float | None   # None without a row that ran both
-    paired_submissions: int
-    recheck_share: float = 0.0       # Σ child_timing_recheck / Σ child_timing, defaults row
-
-
-class RefitError(ValueError):
-    """Records that cannot give a share (named, with what is missing)."""
-
-
-def _lat(r: dict, k: str) -> float:
-    return float(r["latency"].get(k, 0.0) or 0.0)
-
-
-def refit(records: list[dict], defaults_mode: str = "lanes") -> Refit:
-    """The shares from one call's records: its defaults row (`defaults_mode`) and its levers rows."""
-    let_go = [r for r in records if _lat(r, "child_compile_unlaned") > 0]
-    checked = [r for r in records if "check_reference" in r["latency"]]
-    defaults = [r for r in records if r.get("mode") == defaults_mode and _lat(r, "child_timing") > 0]
-    if not checked or not defaults:
-        raise RefitError(f"the refit needs records with the check's parts ({len(checked)}) and a {defaults_mode!r} "
-                         f"row with a timing ({len(defaults)})")
-    compile_s = sum(_lat(r, "child_compile_unlaned") for r in let_go)
-    calls_s = sum(_lat(r, "child_correctness_calls") - _lat(r, "child_lane_wait_after_compile") for r in let_go)
-    ref_s = sum(_lat(r, "check_inputs") + _lat(r, "check_reference") for r in checked)
-    check_s = sum(_lat(r, "check") - _lat(r, "check_lane_wait") for r in checked)
-    timing_s = sum(_lat(r, "child_timing") for r in defaults)
-    measure_s = sum(_lat(r, "child_timing_measure") for r in defaults)
-    both = [m for m in {r.get("mode", "") for r in records} if "graph_replay=1" in m and "stop_rule=interval" in m]
-    factor, paired = None, 0
-    if both:
-        levers_row = {r.get("submission"): r for r in records if r.get("mode") == sorted(both)[0]
-                      and r.get("status") == "ok"}
-        pairs = [(d, levers_row[d.get("submission")]) for d in defaults
-                 if d.get("status") == "ok" and d.get("submission") in levers_row]
-        if pairs:
-            factor = (sum(_lat(lv, "child_timing_measure") for _, lv in pairs)
-                      / sum(_lat(d, "child_timing_measure") for d, _ in pairs))
-            paired = len(pairs)
-    return Refit(compile_share=compile_s / calls_s if let_go else None, compile_records=len(let_go), reference_share=ref_s / check_s,
-                 reference_records=len(checked),
-                 early_wait_records=sum("check_early_wait" in r["latency"] for r in records),
-                 measure_share=measure_s / timing_s, timing_fixed_s=(timing_s - measure_s) / len(defaults),
-                 graph_interval_measure_factor=factor, paired_submissions=paired,
-                 recheck_share=sum(_lat(r, "child_timing_recheck") for r in defaults) / timing_s)
-
-
 def setup_before_lane(fit: TimingFit) -> Callable[[Job], Job]:
     """The timing's fixed part (the flush buffer, the synchronize and spin calibration: the fit's intercept less
     the clock warm-up) done under the shared lane before the exclusive one is taken."""
@@ -415,6 +368,7 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
                  PROBE_HOPELESS),
         *(Scenario(name, fn, _same, basis, variant) for name, fn, basis, variant in library_warm.ROWS),
         *(Scenario(name, fn, setup, basis, variant) for name, fn, setup, basis, variant in prestart_warm.ROWS),
+        *(Scenario(name, fn, setup, basis, variant) for name, fn, setup, basis, variant in prestart_start.ROWS),
         Scenario("outputs held on the device", device_held_outputs, _same,
                  f"child_correctness_save leaves the shared hold (device copies at {DEVICE_COPY_FACTOR:g} of it, "
                  "assumed) and joins the checkpoints' let-go writes", DEVICE_HELD),

@@ -7,7 +7,8 @@ The stages, in the order engine/pipeline.py runs them (durations in a Job, secon
                              imports, then its own imports, on a host core: `pre_startup`, `pre_host`; then its
                              CUDA context and library warm-up under the lane held shared: `pre_context`,
                              `pre_warm`). These pre_ fields are the child pre-started as the job's child ends (the
-                             slot's next child), read from the record of the evaluation that met it
+                             slot's next child), read from the record of the evaluation that met it (with
+                             Setup.prestart_at "child_start" the same child, started as the job's child starts)
   setup                      the child's set-up and the submission's import (host)
   correctness                the correctness stretch under the lane held shared (`correctness`, the first
                              calls' compiles `compile` inside it; with compile_outside_lane these run first,
@@ -22,12 +23,15 @@ The stages, in the order engine/pipeline.py runs them (durations in a Job, secon
                              reference its `check_ref` part runs from the child's start instead
   rest                       the record's assembly (no lane)
 The slot's next child is pre-started when its child ends (sandbox/launch.py refills the pool then), so its
-imports overlap this evaluation's check. A hung submission (`hang_s`) runs its correctness stretch up to the
-hung call (`correctness`, `unlaned`: the record's parts before it; none where the record has no stages), then
-holds `hang_lane` (or nothing) until its stage deadline kills it; it has no check unless `checked` says so
-(a too_slow verdict checks the trials it finished). An evaluation stopped at the static gate (`child` False)
-has no child and takes no lane: the slot's pre-started child waits for the next one. One stopped inside its
-child before the timing (`timed` False: a runtime error in a call) takes no exclusive lane."""
+imports overlap this evaluation's check; with Setup.prestart_at "child_start" (a candidate, not built) it is
+pre-started as this evaluation's child starts (handed its pre-started child, or a cold child launched), so its
+start, imports and warm-up overlap the whole evaluation, on the host's cores and the lane beside it
+("child_start_bind_at_end": started then, given its task as the child ends). A hung submission (`hang_s`) runs
+its correctness stretch up to the hung call (`correctness`, `unlaned`: the record's parts before it; none where the
+record has no stages), then holds `hang_lane` (or nothing) until its stage deadline kills it; it has no check unless
+`checked` says so (a too_slow verdict checks the trials it finished). An evaluation stopped at the static gate
+(`child` False) has no child and takes no lane: the slot's pre-started child waits for the next one. One stopped
+inside its child before the timing (`timed` False: a runtime error in a call) takes no exclusive lane."""
 from __future__ import annotations
 
 import dataclasses
@@ -36,9 +40,12 @@ import statistics
 from collections import deque
 
 from kernelgym_gap.sim.engine import Acquire, Cores, Delay, Event, Lane, Server, Sim
+# the slot's next child (its pre-start, its task, when it starts): a module of its own
+from kernelgym_gap.sim.next_child import NextChild
 
 
 PRESTART_WARM = ("recorded", "previous", "next")
+PRESTART_AT = ("child_end", "child_start", "child_start_bind_at_end")
 WARMED_S = 0.02        # the library warm-up of a child that made the task's first calls already (H100: 0.01-0.014 s)
 ANY_TASK = object()    # the env's pre-started child (warm_first): started for the task it is handed
 
@@ -153,6 +160,15 @@ class Setup:
     # "next", the slot takes its next job from the queue as its child ends and the child warms that job's task
     # (Placement.prestart_for_next); a slot that finds the queue empty takes a busy slot's taken job
     prestart_warm: str = "recorded"
+    # when the slot's next child is pre-started (sim/prestart_start.py): "child_end", as the slot's child ends
+    # (sandbox/launch.py's refill, as built); "child_start", as the slot's job is handed its pre-started child or
+    # its cold child is launched (a candidate, not built), so the next child has the whole evaluation to get
+    # ready, beside the running child: its start and imports on the host's cores, its context and warm-up under
+    # the shared lane. With prestart_warm "next" the slot takes its next job from the queue at that moment.
+    # "child_start_bind_at_end" (a candidate, not built): the process starts and imports as the child starts,
+    # and is given its task as the child ends (the next job taken ahead then, as built), when its context and
+    # warm-up begin: the start hidden without holding a job for a whole evaluation
+    prestart_at: str = "child_end"
 
 
 @dataclasses.dataclass
@@ -196,6 +212,8 @@ class _Run:
         self.reserved: dict[tuple[int, int], tuple[int, Job]] = {}   # (gpu, slot) -> the job it took ahead
         if setup.prestart_warm not in PRESTART_WARM:
             raise ValueError(f"prestart_warm must be one of {PRESTART_WARM}, not {setup.prestart_warm!r}")
+        if setup.prestart_at not in PRESTART_AT:
+            raise ValueError(f"prestart_at must be one of {PRESTART_AT}, not {setup.prestart_at!r}")
         self.done: list[Done] = []
         self.warm_first = warm_first
 
@@ -244,21 +262,10 @@ class _Run:
         server.release(self.sim)
         self.stage(i, job, gpu, slot, name, t)
 
-    def prestart(self, job, gpu, slot, ready: Event, warm_s: float = 0.0):
-        """The slot's next child, started as `job`'s child ended: its process's start (`pre_startup`) and its
-        imports on a core, then its CUDA context under the shared lane, and in the same hold its library warm-up
-        for the task it was started for (`warm_s`: Setup.prestart_warm; `job.pre_warm`, the recorded one, with
-        "recorded")."""
-        if job.pre_startup > 0:
-            yield from self.host(-1, job, gpu, slot, "child startup", job.pre_startup, row="pre-start")
-        yield from self.host(-1, job, gpu, slot, "preimport", job.pre_host, row="pre-start")
-        yield from self.laned(-1, job, gpu, slot, "cuda context" + (" + library warm-up" if warm_s > 0 else ""),
-                              job.pre_context + warm_s, "shared", row="pre-start")
-        ready.set(self.sim)
-
     def take(self, gpu: int, slot: int):
-        """The slot's next (index, job): the one it took as its child ended (Setup.prestart_warm "next"), else
-        the queue's head, else one a busy slot took (its pre-started child is then warm for nobody); None: done."""
+        """The slot's next (index, job): the one it took as its child ended or started (Setup.prestart_warm "next",
+        Setup.prestart_at), else the queue's head, else one a busy slot took (its pre-started child is then warm
+        for nobody); None: done."""
         own = self.reserved.pop((gpu, slot), None)
         if own is not None:
             return own
@@ -284,6 +291,7 @@ class _Run:
     def slot(self, gpu: int, slot: int):
         child: Event | None = None
         warmed = None                 # the task the slot's pre-started child warmed the library for
+        next_child = NextChild(self, gpu, slot)
         if self.warm_first:
             child = Event()
             child.done = True
@@ -303,11 +311,13 @@ class _Run:
                 continue
             if child is None:
                 warmed = None
+                next_child.at_child_start(job)      # launched beside the cold child (which asks for its core first)
                 yield from self.host(i, job, gpu, slot, "cold child start", job.cold_start)
             else:
                 t = self.sim.now
                 yield Acquire(child)
                 self.stage(i, job, gpu, slot, "wait child", t, wait=True)
+                next_child.at_child_start(job)      # as the job is handed its pre-started child
                 t = self.sim.now
                 yield Delay(job.handoff)
                 self.stage(i, job, gpu, slot, "hand-off", t)
@@ -321,15 +331,9 @@ class _Run:
                 yield from self.hung(i, job, gpu, slot)
             else:
                 yield from self.child_body(i, job, gpu, slot)
-            # the next child, started as this one ends (sandbox/launch.py refills the pool then); "next": for
-            # the job the slot takes from the queue now
-            target = job
-            if self.setup.prestart_warm == "next" and self.queue:
-                self.reserved[(gpu, slot)] = nxt = self.queue.popleft()
-                target = nxt[1]
-            warm_s = target.library_warm_cold if self.setup.prestart_warm in ("previous", "next") else job.pre_warm
-            child, warmed = Event(), target.task
-            self.sim.start(self.prestart(job, gpu, slot, child, warm_s))
+            # the next child: started as this one ends (sandbox/launch.py refills the pool then), or, started as
+            # this one started, given its task now with "child_start_bind_at_end" (NextChild.at_child_end)
+            child, warmed = next_child.at_child_end(job)
             if job.has_check:
                 yield from self.check(i, job, gpu, slot, ref)
             t = self.sim.now

@@ -19,7 +19,7 @@ import random
 import statistics
 from pathlib import Path
 
-from kernelgym_gap.sim import checkpoints, handover_stages, ipc_outputs, levers, workload
+from kernelgym_gap.sim import checkpoints, handover_stages, ipc_outputs, levers, prestart_start, workload
 from kernelgym_gap.sim.pipeline import Job, Setup, simulate, step_p50
 
 CALIBRATION_RUNS = (   # (label, records file, mode, the summary's row: its reported rate; None: from the records)
@@ -266,10 +266,11 @@ def load_light(records_dir: str | Path, corpus_json: str | Path) -> LightInputs:
             variants[mode], measured[mode] = v, float(reported[row])
             walls[mode] = statistics.median(r["latency"].get("total", 0.0) for r in records if r.get("mode") == mode)
         step = summary.get("env_step") or {}
-        steps = [workload.step_job(s) for s in step.get("steps", [])]
+        startup = workload.startup_of_mode(records, DEFAULTS_MODE)   # a step's pre-started child's, if unrecorded
+        steps = [workload.step_job(s, startup) for s in step.get("steps", [])]
         step_p50 = float(step["p50_s"]) if steps else None
         other = step.get("variant") or {}
-        variant_steps = tuple(workload.step_job(s) for s in other.get("steps", []))
+        variant_steps = tuple(workload.step_job(s, startup) for s in other.get("steps", []))
         variant_step_p50 = float(other["p50_s"]) if variant_steps else None
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, StudyError):
@@ -280,18 +281,11 @@ def load_light(records_dir: str | Path, corpus_json: str | Path) -> LightInputs:
                        str(other.get("fields", "")) if variant_steps else "")
 
 
-def _setup_for(variant: str) -> Setup:
-    """The simulator's setup for a row that ran `variant`: the levers that are the setup's, not the jobs'
-    (the records already carry the jobs' own: shorter timings, compiles let go)."""
-    fields = set(variant.split(",")) if variant else set()
-    return Setup(compile_outside_lane=levers.COMPILE in fields, precompute_reference=levers.PRECOMPUTE in fields)
-
-
 def light_calibration(inp: LightInputs) -> list[dict]:
     """Each row of the call replayed from its own records, against the summary's rate; and the warm step."""
     out = []
     for mode, jobs in inp.rows.items():
-        r = simulate(jobs, _setup_for(inp.variants[mode]))
+        r = simulate(jobs, levers.setup_for(inp.variants[mode]))
         m = inp.measured[mode]
         out.append({"row": mode, "evaluations": len(jobs), "measured": m, "simulated": round(r.evals_per_gpu_hour, 1),
                     "error": round(r.evals_per_gpu_hour / m - 1, 4),
@@ -313,8 +307,9 @@ def light_predictions(inp: LightInputs, plans: dict | None = None) -> list[dict]
     h200 = levers.all_levers_h200(inp.fit)
     cases = [("all levers, 4 slots, H200 transforms (2026-12-05)", h200,
               lambda s: dataclasses.replace(s, compile_outside_lane=True, precompute_reference=True), levers.ALL)]
+    # (and the pre-start at the child's start, not built: beside the rows it is read against)
     cases += [(sc.name, sc.job, sc.setup, sc.variant) for sc in levers.scenarios(inp.fit)
-              if sc.variant is not None and "--per-gpu" not in sc.variant]
+              if (sc.variant is not None and "--per-gpu" not in sc.variant) or sc.name in prestart_start.NAMES]
     # the levers as they ran in the throughput script's lanes rows: a warm checker, so no early reference
     # (judge/early_check.start returns None beside one; no record of those rows has check_early_wait)
     cases.append(("all levers as run: no early reference (warm checker)",

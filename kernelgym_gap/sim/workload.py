@@ -338,6 +338,11 @@ def jobs_of_mode(records: list[dict], mode: str) -> list[Job]:
                            for r, h, pre in zip(ordered, handoffs(ordered), prestarts(ordered))])
 
 
+def startup_of_mode(records: list[dict], mode: str) -> float:
+    """startup_estimate of the row of `records` with records mode `mode`, taken in the order it dispatched."""
+    return startup_estimate(dispatch_order([r for r in records if r.get("mode") == mode]))
+
+
 def with_cold_warm(jobs: list[Job]) -> list[Job]:
     """Every job with its task's cold library warm-up (Job.library_warm_cold): the largest of the task's jobs'
     library warm-ups (child_library_warm) or first calls inside the timing (Job.library_first_call, a row without
@@ -355,11 +360,18 @@ def measured_rate(records: list[dict], mode: str, n_gpus: int = 1) -> float:
     return 3600.0 * len(chosen) / max(r["at_s"] for r in chosen) / n_gpus
 
 
-def step_job(step: dict) -> Job:
+def step_job(step: dict, startup: float = 0.0) -> Job:
     """A warm env.step (throughput.py's env_step rows): one evaluation alone, its child pre-started during the
-    agent's turn; its wall is the evaluation's own stages, with no lane to wait for."""
+    agent's turn; its wall is the evaluation's own stages, with no lane to wait for. `startup`: the startup of
+    the child pre-started for the next step where the step's record has none (study.load_light: the defaults
+    row's, startup_estimate)."""
     lat = step["latency"]
     job = job_from_record({"task": step.get("task", ""), "status": step.get("status", ""), "at_s": 0.0,
                            "latency": {**lat, "child_preimport": lat.get("child_preimport", 0.0)}})
-    # alone on the machine, the whole of child - child_total is its own (nothing to wait for)
-    return dataclasses.replace(job, handoff=max(0.0, lat.get("child", 0.0) - lat.get("child_total", 0.0)))
+    # alone on the machine, the whole of child - child_total is its own (nothing to wait for). The child pre-started
+    # for the next step is taken as the one this step met (its warm-up, its startup where recorded): the replay
+    # starts it after the step's child, where it delays nothing; Setup.prestart_at "child_start" starts it beside it
+    recorded = max(0.0, _g(lat, "child_preimport_startup"))
+    return dataclasses.replace(job, handoff=max(0.0, lat.get("child", 0.0) - lat.get("child_total", 0.0)),
+                               pre_warm=max(0.0, _g(lat, "child_preimport_library_warm")),
+                               pre_startup=recorded if recorded > 0 else startup)
