@@ -64,7 +64,8 @@ def next_bind_at_end(s: Setup) -> Setup:
     return dataclasses.replace(s, prestart_warm="next", prestart_at="child_start_bind_at_end")
 
 
-def _same(j):
+def as_recorded(j):
+    """A row's jobs as its records have them (its own variant's changes are in them already)."""
     return j
 
 
@@ -80,7 +81,7 @@ BASIS_BIND = ("the slot's next child's process started and imported as its child
 # the simulator's rows (levers.scenarios): name, job transform, setup change, basis, the throughput variant (None:
 # not built). The first is beside "as measured (4 slots)", the others beside prestart_warm's "pre-start for the
 # slot's next job (takes it ahead)", today's defaults
-ROWS = (("pre-start at the child's start (the records' pre-starts)", _same, at_child_start, BASIS_RECORDED, None),
+ROWS = (("pre-start at the child's start (the records' pre-starts)", as_recorded, at_child_start, BASIS_RECORDED, None),
         ("pre-start at the child's start, for the slot's next job (takes it ahead)", library_warm_before_lane,
          next_at_child_start, BASIS_NEXT, None),
         ("pre-start at the child's start, its task at the child's end (takes it ahead then)",

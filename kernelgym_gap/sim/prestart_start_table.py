@@ -20,11 +20,6 @@ PRESTART_CORES = (16, 8, 4)      # host cores the candidate is also run with (th
 PRESTART_WHEN = (("start", prestart_start.at_child_start), ("bind", prestart_start.bind_at_end))
 
 
-def _as_recorded(j):
-    """A row's jobs as its records have them (its own variant's changes are in them already)."""
-    return j
-
-
 def _child_waits(r, n: int) -> float:
     """Seconds per evaluation its own stages waited for the slot's pre-started child in a simulated run."""
     return sum(iv.end - iv.start for iv in r.trace if iv.row == "slot" and iv.stage == "wait child") / max(n, 1)
@@ -41,7 +36,7 @@ def prestart_at_rows(inp: LightInputs, copies: int = 4, seeds: tuple[int, ...] =
     seeds' gains and their range; a 16-evaluation row's rate moves with its tail); and `start`'s gain with the
     running children's laned stages on the host's cores too (Setup.laned_cores) at PRESTART_CORES cores.
     SIMULATED."""
-    cases = [(mode, mode, _as_recorded, levers.setup_for(v)) for mode, v in inp.variants.items()]
+    cases = [(mode, mode, prestart_start.as_recorded, levers.setup_for(v)) for mode, v in inp.variants.items()]
     cases.append((f"{DEFAULTS_MODE}, modelled: takes its next job ahead", DEFAULTS_MODE,
                   prestart_start.ROWS[1][1], Setup(prestart_warm="next")))
     out = []

@@ -190,29 +190,34 @@ def _unready_s(r: dict, prev: dict) -> tuple[float, float]:
     return waited, start - _child_end(prev) - lat["child_preimport"]
 
 
+def _shown_startup(r: dict, prev: dict) -> tuple[float | None, float]:
+    """(the startup a record that waited for its child shows: the seconds that wait leaves after child_preimport,
+    else None; its slack, `_unready_s`)."""
+    waited, slack = _unready_s(r, prev)
+    return (max(0.0, waited + HANDOFF_S + slack) if waited > 0 else None), slack
+
+
 def _startup_s(r: dict, prev: dict, row_startup: float) -> float:
     """The seconds before the runner's start of the child `r` met (see the module's docstring)."""
     lat = r["latency"]
     if "child_preimport_startup" in lat:
         return max(0.0, _g(lat, "child_preimport_startup"))
-    waited, slack = _unready_s(r, prev)
-    if waited > 0:
-        return max(0.0, waited + HANDOFF_S + slack)
-    return max(0.0, min(row_startup, slack))
+    shown, slack = _shown_startup(r, prev)
+    return shown if shown is not None else max(0.0, min(row_startup, slack))
 
 
-def startup_estimate(records: list[dict]) -> float:
+def startup_estimate(records: list[dict], previous: list[int | None] | None = None) -> float:
     """A row's pre-started children's startup where no record says it: the median over its warm records without
     child_preimport_startup that waited for their child of the seconds that wait leaves after child_preimport
-    (`_unready_s`); 0 where none waited."""
-    prev = _previous(records)
+    (`_shown_startup`); 0 where none waited. `previous`: `_previous(records)`, where the caller has it."""
+    prev = _previous(records) if previous is None else previous
     xs = []
     for r, p in zip(records, prev):
         if p is None or "child_preimport_startup" in r["latency"]:
             continue
-        waited, slack = _unready_s(r, records[p])
-        if waited > 0:
-            xs.append(max(0.0, waited + HANDOFF_S + slack))
+        shown, _ = _shown_startup(r, records[p])
+        if shown is not None:
+            xs.append(shown)
     return statistics.median(xs) if xs else 0.0
 
 
@@ -220,8 +225,9 @@ def handoffs(records: list[dict]) -> list[float | None]:
     """Per record of one mode, the hand-off of a warm child less its wait for that child (see above); None
     for a cold child or where no previous evaluation of the slot is found."""
     out: list[float | None] = []
-    row_startup = startup_estimate(records)
-    for r, p in zip(records, _previous(records)):
+    previous = _previous(records)
+    row_startup = startup_estimate(records, previous)
+    for r, p in zip(records, previous):
         if p is None:
             out.append(None)
             continue
@@ -239,10 +245,11 @@ def prestarts(records: list[dict]) -> list[dict]:
     pre_context, pre_warm), from the record of the evaluation that met it (see the module's docstring); a record
     none met (the slot's last, or one whose evaluation recorded no stages) gets the row's median startup and no
     warm-up."""
-    row_startup = startup_estimate(records)
+    previous = _previous(records)
+    row_startup = startup_estimate(records, previous)
     out = [dict(pre_startup=row_startup, pre_host=PRE_HOST_S, pre_context=PRE_CONTEXT_S, pre_warm=0.0)
            for _ in records]
-    for r, p in zip(records, _previous(records)):
+    for r, p in zip(records, previous):
         if p is None:
             continue
         lat = r["latency"]
