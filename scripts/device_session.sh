@@ -134,6 +134,15 @@ full_beside() {   # $1 the folder under $OUT, $2 the variant: the full mix's fir
     --out "$OUT/$1" 2>&1 | tee "$OUT/$1/log.txt" | tail -${TAIL:-30}
 }
 
+light_beside() {   # $1 the folder under $OUT, $2 the variant, $3 the warm env.step's variant (with ENV_STEPS), $4 the
+                  # seconds kept from STEP_S, $5 the log's lines shown: the light batch with the defaults beside it
+  mkdir -p "$OUT/$1"
+  timeout $(( STEP_S - $4 )) python3 scripts/throughput.py --backend cuda \
+    --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
+    --variant "" --variant "$2" ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant "$3"} \
+    --out "$OUT/$1" 2>&1 | tee "$OUT/$1/log.txt" | tail -${TAIL:-$5}
+}
+
 copy_store() {
   python3 - "$DB" "$OUT/bench_store.sqlite3" <<'EOF'
 import sqlite3, sys
@@ -325,12 +334,7 @@ for step in "$@"; do
         --out "$OUT/probe_fold" 2>&1 | tee "$OUT/probe_fold/log.txt" | tail -${TAIL:-24} ;;
     handover)
       # #35: the hand-over's wiring on the light batch, the defaults beside the flag (the header)
-      mkdir -p "$OUT/handover"
-      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda \
-        --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
-        --variant "" --variant hand_over_outputs=1 \
-        ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant hand_over_outputs=1} \
-        --out "$OUT/handover" 2>&1 | tee "$OUT/handover/log.txt" | tail -${TAIL:-24} ;;
+      light_beside handover hand_over_outputs=1 hand_over_outputs=1 20 24 ;;
     timing-release)
       # docs/security.md (2026-12-07): the timed outputs let go under watch and the timing bench guarded
       # (child/release.py). The two cuda fixtures and an honest kernel scored from the parent's summary (~3 min),
@@ -372,12 +376,7 @@ for step in "$@"; do
       full_beside handover_full hand_over_outputs=1 ;;
     light-warm)
       # #35: the library's first calls before the lane on the light batch (the header), with the warm env.step
-      mkdir -p "$OUT/light_warm"
-      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda \
-        --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
-        --variant "" --variant library_warm_before_lane=0 \
-        ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant "${ENV_VARIANT:-library_warm_before_lane=0}"} \
-        --out "$OUT/light_warm" 2>&1 | tee "$OUT/light_warm/log.txt" | tail -${TAIL:-24} ;;
+      light_beside light_warm library_warm_before_lane=0 "${ENV_VARIANT:-library_warm_before_lane=0}" 20 24 ;;
     prestart-next)
       # #35: the slot's next job taken ahead and its child pre-started for it (Placement.prestart_for_next; the
       # header) on the full mix's first MAX (16): the defaults (on since 2026-12-07 15:30) beside the old order
@@ -390,11 +389,7 @@ for step in "$@"; do
       # the mechanism alone: pageable against pinned, writes and reads (scripts/staging_bench.py, ~30 s)
       timeout 90 python3 scripts/staging_bench.py --json "$OUT/staging/staging_bench.json" 2>&1 \
         | tee "$OUT/staging/staging_bench.txt" | tail -5
-      timeout $(( STEP_S - 110 )) python3 scripts/throughput.py --backend cuda \
-        --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
-        --variant "" --variant output_staging_bytes=64M \
-        ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant output_staging_bytes=64M} \
-        --out "$OUT/staging" 2>&1 | tee "$OUT/staging/log.txt" | tail -${TAIL:-28} ;;
+      light_beside staging output_staging_bytes=64M output_staging_bytes=64M 110 28 ;;
     staging-steps)
       # #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with the pinned
       # staging buffer (the header's staging), after a two-evaluation batch of each (the batch is not the point)
