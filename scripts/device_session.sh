@@ -92,6 +92,12 @@
 #                     light batch with the defaults and with output_staging_bytes=64M side by side (with ENV_STEPS
 #                     the warm env.step of both too); statuses and E must agree, the rows print the outputs' write
 #                     and read medians; $OUT/staging/
+#   staging-serial    #35: the staging buffer's E against the one-at-a-time path: the light batch with --serial
+#                     SERIAL (13, all of it; ~25 s each, first) and then the defaults and output_staging_bytes=64M
+#                     beside each other; each variant's E agreement with the serial rows is the verdict (<= 2%);
+#                     $OUT/staging_serial/ (~560 s: give STEP_S=575)
+#   staging-bench     #35: scripts/staging_bench.py alone (the checker's side: reads into a kept pinned block
+#                     against pageable, with fresh pinning timed apart); $OUT/staging/ (~40 s)
 #   staging-steps     #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with
 #                     output_staging_bytes=64M (the 4 s goal: the outputs' writes and reads were 3.7-4.3 s of the
 #                     8.6-10.4 s steps of 2026-12-07); $OUT/staging_steps/
@@ -138,7 +144,7 @@ light_beside() {   # $1 the folder under $OUT, $2 the variant, $3 the warm env.s
                   # seconds kept from STEP_S, $5 the log's lines shown: the light batch with the defaults beside it
   mkdir -p "$OUT/$1"
   timeout $(( STEP_S - $4 )) python3 scripts/throughput.py --backend cuda \
-    --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial 0 --per-gpu 4 \
+    --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial ${SERIAL:-0} --per-gpu 4 \
     --variant "" --variant "$2" ${ENV_STEPS:+--env-steps "$ENV_STEPS" --env-steps-variant "$3"} \
     --out "$OUT/$1" 2>&1 | tee "$OUT/$1/log.txt" | tail -${TAIL:-$5}
 }
@@ -390,6 +396,15 @@ for step in "$@"; do
       timeout 90 python3 scripts/staging_bench.py --json "$OUT/staging/staging_bench.json" 2>&1 \
         | tee "$OUT/staging/staging_bench.txt" | tail -5
       light_beside staging output_staging_bytes=64M output_staging_bytes=64M 110 28 ;;
+    staging-bench)
+      mkdir -p "$OUT/staging"
+      timeout 90 python3 scripts/staging_bench.py --json "$OUT/staging/staging_bench.json" 2>&1 \
+        | tee "$OUT/staging/staging_bench.txt" | tail -12 ;;
+    staging-serial)
+      # #35: the pinned staging buffer's E against the one-at-a-time path (--serial 13: the whole light batch, run
+      # first, then the defaults and the buffer beside each other); 2026-12-07 saw E move 7% and 12% between the
+      # two lane variants, past the day's 0.86-1.8%, and the goal is E within 2% of the serial path
+      SERIAL=${SERIAL:-13} light_beside staging_serial output_staging_bytes=64M "" 20 34 ;;
     staging-steps)
       # #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with the pinned
       # staging buffer (the header's staging), after a two-evaluation batch of each (the batch is not the point)
