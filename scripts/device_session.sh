@@ -96,6 +96,11 @@
 #                     SERIAL (13, all of it; ~25 s each, first) and then the defaults and output_staging_bytes=64M
 #                     beside each other; each variant's E agreement with the serial rows is the verdict (<= 2%);
 #                     $OUT/staging_serial/ (~560 s: give STEP_S=575)
+#   prestart-early    #35: Placement.prestart_early (sandbox/prestart.ChildPool.start_early, OFF): each slot's next
+#                     child's process started beside its running child, its task given as that child ends, on
+#                     the full mix's first MAX (16) beside the defaults (SIMULATED +3.5..6.4% per run on the
+#                     15:12 rows, sim/prestart_start_table.py); statuses and E must agree, the row prints how long
+#                     the early children waited for their task; $OUT/prestart_early/ (~400 s: STEP_S=560)
 #   staging-bench     #35: scripts/staging_bench.py alone (the checker's side: reads into a kept pinned block
 #                     against pageable, with fresh pinning timed apart); $OUT/staging/ (~40 s)
 #   staging-steps     #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with
@@ -396,6 +401,10 @@ for step in "$@"; do
       timeout 90 python3 scripts/staging_bench.py --json "$OUT/staging/staging_bench.json" 2>&1 \
         | tee "$OUT/staging/staging_bench.txt" | tail -5
       light_beside staging output_staging_bytes=64M output_staging_bytes=64M 110 28 ;;
+    prestart-early)
+      # #35: the slot's next child's process started as its child starts and given its task as that child ends
+      # (Placement.prestart_early, OFF; the header) on the full mix's first MAX (16), beside the defaults
+      full_beside prestart_early prestart_early=1 ;;
     staging-bench)
       mkdir -p "$OUT/staging"
       timeout 90 python3 scripts/staging_bench.py --json "$OUT/staging/staging_bench.json" 2>&1 \

@@ -309,10 +309,14 @@ def prestart_figures(records) -> dict:
     runner began: the interpreter and the package's imports, which child_preimport leaves out) and
     `child_preimport_lane_wait` (the wait for the shared hold of its context and warm-up). A job handed to a child
     that was not ready waits for what is left of these, inside its `child` (2026-12-07: `child - child_total`
-    3-5 s in the batches, with the children ending 0.1 s after their reports)."""
-    return {f"prestart_{name}_p50_s": _p50(_latencies(records, key)) for name, key in (
+    3-5 s in the batches, with the children ending 0.1 s after their reports). With Placement.prestart_early,
+    `child_preimport_bind_wait`: how long a child started early waited for its task after its imports (the
+    margin its early start left), and `prestart_bound_n`, how many evaluations ran in one."""
+    out = {f"prestart_{name}_p50_s": _p50(_latencies(records, key)) for name, key in (
         ("preimport", "child_preimport"), ("startup", "child_preimport_startup"),
-        ("lane_wait", "child_preimport_lane_wait"))}
+        ("lane_wait", "child_preimport_lane_wait"), ("bind_wait", "child_preimport_bind_wait"))}
+    out["prestart_bound_n"] = len(_latencies(records, "child_preimport_bind_wait"))
+    return out
 
 
 def output_write_figures(records) -> dict:
@@ -405,17 +409,19 @@ def table(rows) -> str:
 # probe_readings_count, library_warm_before_lane) and SandboxConfig's launch bound, each with how its value is read
 SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile",
             "read_outputs_outside_lane", "recheck_outside_exclusive", "warm_once", "read_outputs_while_timing",
-            "probe_readings_count", "hand_over_outputs", "library_warm_before_lane", "prestart_for_next")
+            "probe_readings_count", "hand_over_outputs", "library_warm_before_lane", "prestart_for_next",
+            "prestart_early")
 TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive", "clock_warmup_rule", "warm_once",
                  "probe_hopeless_reps", "probe_readings_count", "library_warm_before_lane")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
-PLACEMENT_FIELDS = ("held_output_bytes", "held_device_bytes", "prestart_for_next", "output_staging_bytes")       # scheduling: on the evaluations' Placement, not their config
+PLACEMENT_FIELDS = ("held_output_bytes", "held_device_bytes", "prestart_for_next", "output_staging_bytes",
+                    "prestart_early")       # scheduling: on the evaluations' Placement, not their config
 CHOICES = {"stop_rule": ("spread", "interval"), "clock_warmup_rule": ("fixed", "steady")}
 VARIANT_FIELDS = ("held_output_bytes", "held_device_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
                   "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane",
                   "recheck_outside_exclusive", "clock_warmup_rule", "warm_once", "read_outputs_while_timing",
                   "probe_hopeless_reps", "probe_readings_count", "hand_over_outputs", "library_warm_before_lane",
-                  "prestart_for_next", "output_staging_bytes")
+                  "prestart_for_next", "output_staging_bytes", "prestart_early")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
           "launch_bound_after_compile=1", "read_outputs_outside_lane=1", "recheck_outside_exclusive=1",
@@ -628,7 +634,9 @@ def main(argv=None) -> int:
         if r.get("prestart_preimport_p50_s") is not None:
             print(f"{r['mode']}: pre-started children (medians): {r['prestart_startup_p50_s']} s to the runner, "
                   f"{r['prestart_preimport_p50_s']} s from it to ready, {r['prestart_lane_wait_p50_s']} s of that "
-                  f"waiting for the shared hold")
+                  f"waiting for the shared hold"
+                  + (f"; {r['prestart_bound_n']} started early waited {r['prestart_bind_wait_p50_s']} s for their "
+                     "task" if r.get("prestart_bound_n") else ""))
         if r.get("outputs_write_p50_s") is not None:
             staged = (f"; {r['staging_n']} children wrote through a pinned buffer (made in {r['staging_alloc_p50_s']} s), "
                       f"{r['staging_refused_n']} had it refused" if r["staging_n"] or r["staging_refused_n"] else "")

@@ -462,7 +462,7 @@ def test_a_prestarted_child_is_held_through_the_launcher_and_killed_by_its_close
     pre.scratch, pre.probe, pre.probe_dir = scratch, None, None
     pre.child = SandboxedChild([sys.executable, "-S", "-c", code], scratch, child_env(scratch, {}),
                                SandboxConfig(wall_s=30.0), stdin_pipe=True)
-    pool = types.SimpleNamespace(take=lambda spec: pre, refill_after=lambda spec: None)
+    pool = types.SimpleNamespace(take=lambda spec: pre, early=lambda spec: None, refill_after=lambda spec: None)
     monkeypatch.setattr(launch, "call_bounds", lambda job, sandbox: ())
     monkeypatch.setattr(launch, "read_report", lambda path, out: None)
     spec = types.SimpleNamespace(scratch_root=str(tmp_path), probe_env=None, sandbox=None, env=())

@@ -120,7 +120,7 @@ def test_a_harness_error_is_that_requests_record_and_misuse_stops_the_map():
 class FakePool:
     made: list = []
 
-    def __init__(self, device="cuda", gpu_index=0, scratch_root=None, plan=None):
+    def __init__(self, device="cuda", gpu_index=0, scratch_root=None, plan=None, start_early=False):
         self.checker, self.children, self.closed = object(), None, False
         FakePool.made.append((device, gpu_index))
 
@@ -421,7 +421,7 @@ class PlanPool:
     """A WarmPool without processes: its children are a namespace holding the service's plan, which the Ahead
     stub calls as the engine's Launcher does when a child ends (ChildPool.refill_after)."""
 
-    def __init__(self, device="cuda", gpu_index=0, scratch_root=None, plan=None):
+    def __init__(self, device="cuda", gpu_index=0, scratch_root=None, plan=None, start_early=False):
         import types
         self.checker, self.children = object(), types.SimpleNamespace(plan=plan, close=lambda: None)
 

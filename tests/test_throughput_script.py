@@ -309,8 +309,17 @@ def test_a_row_says_what_its_pre_started_children_took():
                                               "child_preimport_lane_wait": 0.1}),
                types.SimpleNamespace(latency={"child": 5.0})]                        # a cold child
     assert mod.prestart_figures(records) == {"prestart_preimport_p50_s": 2.25, "prestart_startup_p50_s": 2.1,
-                                             "prestart_lane_wait_p50_s": 0.8}
-    assert set(mod.prestart_figures(records[2:]).values()) == {None}
+                                             "prestart_lane_wait_p50_s": 0.8, "prestart_bind_wait_p50_s": None,
+                                             "prestart_bound_n": 0}
+    assert set(mod.prestart_figures(records[2:]).values()) == {None, 0}
+    # started early (Placement.prestart_early): the wait for its task after its imports
+    early = [types.SimpleNamespace(latency={"child_preimport": 0.4, "child_preimport_bind_wait": w}) for w in (1.0, 3.0)]
+    figures = mod.prestart_figures(early)
+    assert figures["prestart_bind_wait_p50_s"] == 2.0 and figures["prestart_bound_n"] == 2
+    assert mod.parse_variant("prestart_early=1") == {"prestart_early": True}
+    from kernelgym_gap.core.config import EvalConfig
+    _, where = mod.apply_variant(EvalConfig(), {"prestart_early": True})
+    assert where.prestart_early is True
 
 
 def test_a_row_says_how_long_its_outputs_took_to_write_and_read_and_how_they_were_staged():

@@ -162,7 +162,8 @@ class EvalService:
                     pool = WarmPool(device=self.backend, gpu_index=gpu if gpu is not None else 0,
                                     scratch_root=self.base_placement.scratch_root,
                                     plan=functools.partial(self._take_ahead, slot)
-                                    if self.base_placement.prestart_for_next else None)
+                                    if self.base_placement.prestart_for_next else None,
+                                    start_early=self.base_placement.prestart_early)
                 except Exception as e:
                     raise HarnessError(f"the warm pool of slot {slot} did not start: {e}") from e
                 self._pools[slot] = pool

@@ -401,11 +401,13 @@ class WarmPool:
                               children=warm.children)
     """
 
-    def __init__(self, device: str = "cuda", gpu_index: int = 0, scratch_root: str | None = None, plan=None):
-        """`plan`: the children's (prestart.ChildPool's): the spec of the owner's next evaluation."""
+    def __init__(self, device: str = "cuda", gpu_index: int = 0, scratch_root: str | None = None, plan=None,
+                 start_early: bool = False):
+        """`plan` and `start_early`: the children's (prestart.ChildPool's): the spec of the owner's next
+        evaluation, and whether the next child's process starts as a child starts (Placement.prestart_early)."""
         from kernelgym_gap.sandbox.prestart import ChildPool
         self.checker = WarmChecker(gpu_index=gpu_index, device=device, scratch_root=scratch_root)
-        self.children = ChildPool(plan=plan)
+        self.children = ChildPool(plan=plan, start_early=start_early)
 
     def close(self) -> None:
         self.children.close()

@@ -75,6 +75,15 @@ class Placement:
     # On by default since the H100 runs of 2026-12-07 15:12-15:29 (the full mix's first 16, twice: +5.8% and
     # +16.1% per GPU-hour, the same statuses, E within 0.94%; docs/measurement.md)
     prestart_for_next: bool = True
+    # a warm slot starts its next child's process as its submission's child starts, without a task, and gives it
+    # its task (the library's warm-up: TimingConfig.library_warm_before_lane) as that child ends
+    # (sandbox/prestart.ChildPool.start_early), instead of starting it then: its imports (5.1-5.9 s from spawn to
+    # the runner on the H100 and H200 hosts, 2026-12-07) overlap the running child rather than the check. A child
+    # whose settings turn out not to be the next evaluation's (another DSL, a task with larger outputs: its disk
+    # limits) is let go and the next one started as without it. Issue 35: SIMULATED +3.5..6.4% per run on the
+    # 16-job rows of 2026-12-07 15:12 (sim/prestart_start_table.py, "child_start_bind_at_end"); OFF until measured
+    # (E beside a second process importing during a child's timing; docs/measurement.md).
+    prestart_early: bool = False
 
     def __post_init__(self):
         if isinstance(self.gpu_index, bool) or not isinstance(self.gpu_index, int) or self.gpu_index < 0:
@@ -89,8 +98,9 @@ class Placement:
                 or not 0 <= self.output_staging_bytes <= MAX_OUTPUT_STAGING_BYTES:
             raise ValueError(f"output_staging_bytes must be an int in [0, {MAX_OUTPUT_STAGING_BYTES}], not "
                              f"{self.output_staging_bytes!r}")
-        if not isinstance(self.prestart_for_next, bool):
-            raise ValueError(f"prestart_for_next must be a bool, not {self.prestart_for_next!r}")
+        for name in ("prestart_for_next", "prestart_early"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, not {getattr(self, name)!r}")
         if isinstance(self.disk_wait_s, bool) or not isinstance(self.disk_wait_s, (int, float)) \
                 or not self.disk_wait_s >= 0:
             raise ValueError(f"disk_wait_s must be a non-negative number of seconds, not {self.disk_wait_s!r}")

@@ -120,6 +120,10 @@ class Launcher:
         job_path = self.scratch / "job.json"
         job_path.write_text(job.to_json())
         hold = job.outputs_by_handle
+        if self.pool is not None:
+            # the next child's process started beside this one, given its task as this one ends (the pool's
+            # start_early: Placement.prestart_early; else nothing)
+            self.pool.early(self.spec)
         outcome = self.pre.run(job_path, job.call_bounds, hold=hold) if self.pre is not None else None
         if outcome is not None:
             self.held = self.pre.child.held

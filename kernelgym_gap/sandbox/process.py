@@ -52,6 +52,9 @@ from kernelgym_gap.core.record import CALL_MARKER, IMPORT_MARKER, IMPORT_START_F
 from kernelgym_gap.core.slowness import HOLD_MARKER
 from kernelgym_gap.sandbox import held as _held
 
+# SandboxedChild.send_before's bound: less than Linux's 64 KiB pipe buffer, so the write never waits for the child
+MAX_LINE_BEFORE = 60 * 1024
+
 
 @dataclasses.dataclass(frozen=True)
 class ChildSandbox(SandboxConfig):
@@ -222,6 +225,21 @@ class SandboxedChild:
         except (BrokenPipeError, OSError, ValueError):
             return False
         self.begun = time.monotonic()
+        return True
+
+    def send_before(self, text: str) -> bool:
+        """One line on stdin ahead of the job's (a late-bound child's warm-up: prestart.PrestartedChild.bind): the
+        pipe stays open and the deadline does not start. Refused (False) past MAX_LINE_BEFORE bytes, which the
+        pipe's buffer holds while the child still imports (a longer write would block the caller), and when the
+        child is gone."""
+        data = text.encode() + b"\n"
+        if len(data) > MAX_LINE_BEFORE or b"\n" in data[:-1] or self.proc.stdin is None or not self.alive():
+            return False
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            return False
         return True
 
     def _import_started(self) -> bool:
