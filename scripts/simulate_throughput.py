@@ -169,9 +169,10 @@ def print_handover_stages(stages: dict, device: str) -> None:
 
 
 def print_prestart_at(rows: list[dict]) -> None:
-    """prestart_start_table.prestart_at_rows: when the slot's next child is pre-started (sim/prestart_start.py,
-    not built)."""
-    print("\n== when the slot's next child is pre-started (SIMULATED; candidates, not built: sim/prestart_start.py): "
+    """prestart_start_table.prestart_at_rows: when the slot's next child is pre-started (sim/prestart_start.py;
+    bind is built as Placement.prestart_early, off)."""
+    print("\n== when the slot's next child is pre-started (SIMULATED; candidates: sim/prestart_start.py; bind is "
+          "built as Placement.prestart_early, off): "
           "end, as the child ends (as built: the replay); start, as the child starts (the next job taken ahead then, "
           "in the modelled row); bind, started then and given its task as the child ends; per GPU-hour, the slowest "
           "evaluation and the seconds per evaluation a job waited for its child; steady: the row x4 in 5 seeded "

@@ -248,11 +248,13 @@ def test_read_warm_removes_the_file_before_anything_and_takes_only_a_json_object
 def test_the_runner_takes_the_warm_file_after_its_backend(monkeypatch):
     from kernelgym_gap.child import runner
     seen = []
-    monkeypatch.setattr(runner, "wait_for_job", lambda *a: seen.append(a) or 0)
+    monkeypatch.setattr(runner, "wait_for_job", lambda *a, bind=False: seen.append((*a, bind)) or 0)
     monkeypatch.setattr(runner, "keep_import_start_to_itself", lambda: None)
     assert runner.main(["--wait", "--dsl", "triton", "--backend", "cuda", "--warm", "/s/w.json"]) == 0
     assert runner.main(["--wait", "--dsl", "triton", "--backend", "cpu"]) == 0
-    assert seen == [("triton", "cuda", "/s/w.json"), ("triton", "cpu", None)]
+    assert runner.main(["--wait", "--dsl", "triton", "--backend", "cuda", "--bind"]) == 0     # prestart_early's
+    assert seen == [("triton", "cuda", "/s/w.json", False), ("triton", "cpu", None, False),
+                    ("triton", "cuda", None, True)]
     assert runner.main(["--wait", "--dsl", "triton", "--backend", "cuda", "--other", "x"]) == 2
 
 

@@ -162,17 +162,39 @@ def test_child_start_takes_the_next_job_ahead_then_and_an_idle_slot_takes_it_war
 
 
 def test_bind_at_end_starts_the_process_early_and_gives_it_its_task_as_the_child_ends():
-    """The process's start runs from the child's start; the context and warm-up (for the job taken ahead as the
-    child ends) wait for that end: a's child ends at 7, its 1 s of warm-up then (the job ready at 8.1, after the
-    check, 0.1 s of wait) and no job is taken ahead before it."""
+    """As Placement.prestart_early builds it: the process's start, imports and CUDA context run from the child's
+    start; the warm-up (for the job taken ahead as the child ends) waits for that end: a's child ends at 7, its
+    1 s of warm-up then, in a shared hold of its own (the child ready at 8.0, as a's check ends: b waits nothing),
+    and no job is taken ahead before it."""
     jobs = [dataclasses.replace(j, library_warm_cold=1.0) for j in _pair()]
     run = simulate(jobs, Setup(slots_per_gpu=1, prestart_warm="next", prestart_at="child_start_bind_at_end"))
     first = {iv.stage: (round(iv.start, 6), round(iv.end, 6)) for iv in run.trace
              if iv.row == "pre-start" and iv.name == "a"}
     assert first["child startup"] == (0.0, 4.0)
-    assert first["wait for its task"] == (4.3, 7.0)
-    assert first["cuda context + library warm-up"] == (7.0, 8.1)
-    assert _waits(run)[1] == pytest.approx(0.1)
+    assert first["cuda context"] == (4.3, 4.4)
+    assert first["wait for its task"] == (4.4, 7.0)
+    assert first["library warm-up"] == (7.0, 8.0)
+    assert "cuda context + library warm-up" not in first
+    assert 1 not in _waits(run)
+
+
+def test_bind_at_end_makes_the_context_before_the_bind_and_the_warm_up_after_it():
+    """The CUDA context is made under the shared lane right after the imports, before the child waits for its
+    task (child/runner.wait_for_job with bind); the warm-up comes after the bind in a second hold, none without one.
+    A 0.5 s context (4.3-4.8) now falls inside a's child: a's timing, asked at 4.5, waits 0.3 s for it, and the
+    child, bound as a's child ends at 7.3, warms 7.3-8.3."""
+    jobs = [dataclasses.replace(j, library_warm_cold=1.0, pre_context=0.5) for j in _pair()]
+    run = simulate(jobs, Setup(slots_per_gpu=1, prestart_warm="next", prestart_at="child_start_bind_at_end"))
+    pre = [(iv.stage, round(iv.start, 6), round(iv.end, 6), iv.lane) for iv in run.trace
+           if iv.row == "pre-start" and iv.name == "a" and iv.stage not in ("wait shared", "wait core")]
+    assert pre == [("child startup", 0.0, 4.0, ""), ("preimport", 4.0, 4.3, ""),
+                   ("cuda context", 4.3, 4.8, "shared"), ("wait for its task", 4.8, 7.3, ""),
+                   ("library warm-up", 7.3, 8.3, "shared")]
+    assert _waits(run, "wait exclusive")[0] == pytest.approx(0.3)
+    # no warm-up for the task ("recorded", none recorded): no second hold, the child ready as it is bound
+    bare = simulate(_pair(), Setup(slots_per_gpu=1, prestart_at="child_start_bind_at_end"))
+    stages = [iv.stage for iv in bare.trace if iv.row == "pre-start" and iv.name == "a"]
+    assert stages.index("cuda context") < stages.index("wait for its task") and "library warm-up" not in stages
 
 
 def test_an_unknown_setting_is_refused():

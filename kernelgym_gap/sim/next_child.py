@@ -1,8 +1,10 @@
 """The slot's next child as a run plays it (pipeline._Run.slot): its pre-start, which task it is pre-started for
 (Setup.prestart_warm) and when it is started (Setup.prestart_at). sandbox/launch.py refills the pool as the slot's
-child ends (as built, "child_end"); the candidates, not built (sim/prestart_start.py), start it as the slot's
-child starts ("child_start"), or start its process then and give it its task as the child ends
-("child_start_bind_at_end").
+child ends (as built, the default: "child_end"); with Placement.prestart_early (built: sandbox/prestart.ChildPool's
+start_early, `early` and `refill_after`; child/runner.wait_for_job with bind) it starts the process as the slot's
+child starts, makes its CUDA context then, and gives it its task (and that task's warm-up) as the child ends
+("child_start_bind_at_end"). The candidate not built (sim/prestart_start.py) starts the child for its task as the
+slot's child starts ("child_start").
 
 A module of its own so that pipeline.py keeps one concern, the stages of one evaluation and the run of many. Its
 functions take the run (pipeline._Run) and use its resources as the evaluation's stages do (`host`, `laned`,
@@ -13,8 +15,9 @@ from kernelgym_gap.sim.engine import Acquire, Event
 
 
 class Bound(Event):
-    """The task a child started without one is given (prestart_at "child_start_bind_at_end"): set as the slot's
-    child ends, with the warm-up it makes then."""
+    """The task a child started without one is given (prestart_at "child_start_bind_at_end", as
+    Placement.prestart_early builds it: PrestartedChild.bind's line): set as the slot's child ends, with the
+    warm-up it makes then."""
 
     def __init__(self):
         super().__init__()
@@ -26,15 +29,21 @@ def prestart(run, job, gpu, slot, ready: Event, warm_s: float = 0.0, bound: Boun
     process's start (`pre_startup`) and its imports on a core, then its CUDA context under the shared lane,
     and in the same hold its library warm-up for the task it was started for (`warm_s`: Setup.prestart_warm;
     `job.pre_warm`, the recorded one, with "recorded"). `bound`: the child is given its task later (prestart_at
-    "child_start_bind_at_end"): after its imports it waits for that, and warms `bound.warm_s`."""
+    "child_start_bind_at_end", what Placement.prestart_early builds: sandbox/prestart.ChildPool.start_early,
+    child/runner.wait_for_job with bind): after its imports it makes its CUDA context under the shared lane,
+    then waits for its task, then warms `bound.warm_s` (if any) under the shared lane in a hold of its own."""
     if job.pre_startup > 0:
         yield from run.host(-1, job, gpu, slot, "child startup", job.pre_startup, row="pre-start")
     yield from run.host(-1, job, gpu, slot, "preimport", job.pre_host, row="pre-start")
     if bound is not None:
+        yield from run.laned(-1, job, gpu, slot, "cuda context", job.pre_context, "shared", row="pre-start")
         t = run.sim.now
         yield Acquire(bound)
         run.stage(-1, job, gpu, slot, "wait for its task", t, wait=True, row="pre-start")
-        warm_s = bound.warm_s
+        if bound.warm_s > 0:
+            yield from run.laned(-1, job, gpu, slot, "library warm-up", bound.warm_s, "shared", row="pre-start")
+        ready.set(run.sim)
+        return
     yield from run.laned(-1, job, gpu, slot, "cuda context" + (" + library warm-up" if warm_s > 0 else ""),
                          job.pre_context + warm_s, "shared", row="pre-start")
     ready.set(run.sim)
@@ -91,8 +100,9 @@ class NextChild:
         return ready, target.task
 
     def start_unbound(self, job) -> tuple[Event, Bound]:
-        """Starts the slot's next child without its task (prestart_at "child_start_bind_at_end"): its process's
-        start and imports now, its context and warm-up once `at_child_end` gives it a task."""
+        """Starts the slot's next child without its task (prestart_at "child_start_bind_at_end", as
+        Placement.prestart_early builds it): its process's start, imports and CUDA context now, its warm-up once
+        `at_child_end` gives it a task."""
         ready, bound = Event(), Bound()
         self.run.sim.start(prestart(self.run, job, self.gpu, self.slot, ready, bound=bound))
         return ready, bound

@@ -26,7 +26,7 @@ The slot's next child is pre-started when its child ends (sandbox/launch.py refi
 imports overlap this evaluation's check; with Setup.prestart_at "child_start" (a candidate, not built) it is
 pre-started as this evaluation's child starts (handed its pre-started child, or a cold child launched), so its
 start, imports and warm-up overlap the whole evaluation, on the host's cores and the lane beside it
-("child_start_bind_at_end": started then, given its task as the child ends). A hung submission (`hang_s`) runs
+("child_start_bind_at_end": started then, given its task as the child ends; BUILT as Placement.prestart_early, off). A hung submission (`hang_s`) runs
 its correctness stretch up to the hung call (`correctness`, `unlaned`: the record's parts before it; none where the
 record has no stages), then holds `hang_lane` (or nothing) until its stage deadline kills it; it has no check unless
 `checked` says so (a too_slow verdict checks the trials it finished). An evaluation stopped at the static gate
@@ -165,9 +165,10 @@ class Setup:
     # its cold child is launched (a candidate, not built), so the next child has the whole evaluation to get
     # ready, beside the running child: its start and imports on the host's cores, its context and warm-up under
     # the shared lane. With prestart_warm "next" the slot takes its next job from the queue at that moment.
-    # "child_start_bind_at_end" (a candidate, not built): the process starts and imports as the child starts,
-    # and is given its task as the child ends (the next job taken ahead then, as built), when its context and
-    # warm-up begin: the start hidden without holding a job for a whole evaluation
+    # "child_start_bind_at_end" (BUILT as Placement.prestart_early, off: sandbox/prestart.ChildPool.start_early):
+    # the process starts, imports and makes its context as the child starts, and is given its task as the child
+    # ends (the next job taken ahead then, as built), when its warm-up begins: the start hidden without holding a
+    # job for a whole evaluation
     prestart_at: str = "child_end"
 
 

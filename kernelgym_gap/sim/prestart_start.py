@@ -1,5 +1,5 @@
-"""When a slot's next child is pre-started (issue 35): as the slot's child ends (as built) or as it starts (a
-candidate, NOT BUILT), as settings of the simulator (pipeline.Setup.prestart_at). Every figure these give is a
+"""When a slot's next child is pre-started (issue 35): as the slot's child ends (as built, the default) or as it
+starts (candidates; the second BUILT on 2026-12-07 21:20 as Placement.prestart_early, off), as settings of the simulator (pipeline.Setup.prestart_at). Every figure these give is a
 PREDICTION.
 
 What the records show (the H100 rows of 2026-12-07: results/h100_2026-12-07_session52/prestart_next_1, _2 and
@@ -23,9 +23,9 @@ ahead waits for the slot's whole evaluation instead of its check while later req
 queue's order is no longer kept). Not modelled: a second process per slot (its host memory and a second CUDA
 context on the GPU).
 
-A second candidate ("child_start_bind_at_end"): the process is started and imports as the child starts, and is
-given its task (the next request, taken ahead then, as built) as the child ends, when its context and warm-up
-begin; the startup, which does not depend on the task, is hidden without holding a request for a whole
+A second candidate ("child_start_bind_at_end", BUILT as Placement.prestart_early, off): the process is started,
+imports and makes its CUDA context as the child starts, and is given its task (the next request, taken ahead then,
+as built) as the child ends, when its warm-up begins; the startup, which does not depend on the task, is hidden without holding a request for a whole
 evaluation, and the warm-up is not.
 
 Assumptions, each from the records: the pre-started child's figures are the ones its record shows

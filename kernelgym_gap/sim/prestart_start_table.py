@@ -1,5 +1,5 @@
 """The table of when the slot's next child is pre-started (Setup.prestart_at; the candidates are in
-sim/prestart_start.py, not built): each row of a light-batch call replayed with its next child pre-started as the
+sim/prestart_start.py; "child_start_bind_at_end" built as Placement.prestart_early, off): each row of a light-batch call replayed with its next child pre-started as the
 child ends (as built), as it starts, and started then but given its task as the child ends. Every figure is
 SIMULATED (scripts/simulate_throughput.py --light-only prints it).
 
