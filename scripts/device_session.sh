@@ -96,6 +96,11 @@
 #                     SERIAL (13, all of it; ~25 s each, first) and then the defaults and output_staging_bytes=64M
 #                     beside each other; each variant's E agreement with the serial rows is the verdict (<= 2%);
 #                     $OUT/staging_serial/ (~560 s: give STEP_S=575)
+#   read-arena        #35: Placement.read_arena_bytes (judge/read_arena.py, OFF): scripts/read_arena_bench.py on the
+#                     GPU host (the prefetch into fresh memory against the kept arena, 24 x 96 MiB), then the light
+#                     batch with the defaults and read_arena_bytes=3072M (with ENV_STEPS, the warm env.step of both:
+#                     the check's prefetch was 1.7-2.2 s of the H200 steps of 2026-12-07); statuses and E must agree,
+#                     the rows print the outputs' read medians; $OUT/read_arena/ (~450 s with the steps)
 #   prestart-early    #35: Placement.prestart_early (sandbox/prestart.ChildPool.start_early, OFF): each slot's next
 #                     child's process started beside its running child, its task given as that child ends, on
 #                     the full mix's first MAX (16) beside the defaults (SIMULATED +3.5..6.4% per run on the
@@ -401,6 +406,13 @@ for step in "$@"; do
       timeout 90 python3 scripts/staging_bench.py --json "$OUT/staging/staging_bench.json" 2>&1 \
         | tee "$OUT/staging/staging_bench.txt" | tail -5
       light_beside staging output_staging_bytes=64M output_staging_bytes=64M 110 28 ;;
+    read-arena)
+      # #35: the warm checker's read arena (Placement.read_arena_bytes, OFF; the header): the bench on this host
+      # first, then the light batch and, with ENV_STEPS, the warm env.step, the defaults beside it
+      mkdir -p "$OUT/read_arena"
+      timeout 150 python3 scripts/read_arena_bench.py --files 24 --mib 96 --reps 5 \
+        --json "$OUT/read_arena/bench.json" 2>&1 | tee "$OUT/read_arena/bench.txt" | tail -3
+      light_beside read_arena read_arena_bytes=3072M read_arena_bytes=3072M 170 30 ;;
     prestart-early)
       # #35: the slot's next child's process started as its child starts and given its task as that child ends
       # (Placement.prestart_early, OFF; the header) on the full mix's first MAX (16), beside the defaults

@@ -120,7 +120,8 @@ def test_a_harness_error_is_that_requests_record_and_misuse_stops_the_map():
 class FakePool:
     made: list = []
 
-    def __init__(self, device="cuda", gpu_index=0, scratch_root=None, plan=None, start_early=False):
+    def __init__(self, device="cuda", gpu_index=0, scratch_root=None, plan=None, start_early=False,
+                 read_arena_bytes=0):
         self.checker, self.children, self.closed = object(), None, False
         FakePool.made.append((device, gpu_index))
 
@@ -421,7 +422,8 @@ class PlanPool:
     """A WarmPool without processes: its children are a namespace holding the service's plan, which the Ahead
     stub calls as the engine's Launcher does when a child ends (ChildPool.refill_after)."""
 
-    def __init__(self, device="cuda", gpu_index=0, scratch_root=None, plan=None, start_early=False):
+    def __init__(self, device="cuda", gpu_index=0, scratch_root=None, plan=None, start_early=False,
+                 read_arena_bytes=0):
         import types
         self.checker, self.children = object(), types.SimpleNamespace(plan=plan, close=lambda: None)
 

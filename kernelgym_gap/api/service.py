@@ -163,7 +163,8 @@ class EvalService:
                                     scratch_root=self.base_placement.scratch_root,
                                     plan=functools.partial(self._take_ahead, slot)
                                     if self.base_placement.prestart_for_next else None,
-                                    start_early=self.base_placement.prestart_early)
+                                    start_early=self.base_placement.prestart_early,
+                                    read_arena_bytes=self.base_placement.read_arena_bytes)
                 except Exception as e:
                     raise HarnessError(f"the warm pool of slot {slot} did not start: {e}") from e
                 self._pools[slot] = pool

@@ -54,9 +54,15 @@ class WarmChecker:
     device "cpu": the same server on the cpu (what the tests use). The process starts in __init__ (its
     imports overlap the first submission's child) and is replaced whenever it died."""
 
-    def __init__(self, gpu_index: int = 0, device: str = "cuda", scratch_root: str | None = None):
+    def __init__(self, gpu_index: int = 0, device: str = "cuda", scratch_root: str | None = None,
+                 read_arena_bytes: int = 0):
+        """`read_arena_bytes` (Placement.read_arena_bytes; 0: none): the server reads output files into memory
+        it keeps from one evaluation to the next (judge/read_arena.py)."""
         if device not in ("cuda", "cpu"):
             raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
+        from kernelgym_gap.core.placement import check_read_arena_bytes
+        self.read_arena_bytes = check_read_arena_bytes(read_arena_bytes)
+        self.last_arena: dict | None = None
         self.device, self.gpu_index = device, gpu_index
         self.starts = 0                 # processes started so far (1 + restarts)
         self._lock = threading.Lock()
@@ -82,8 +88,9 @@ class WarmChecker:
     def _start(self) -> None:
         self._log.write_bytes(b"")
         with open(self._log, "ab") as log:
+            arena = ["--read-arena", str(self.read_arena_bytes)] if self.read_arena_bytes else []
             proc = subprocess.Popen([sys.executable, "-m", "kernelgym_gap.judge.checker", "--serve", "--device",
-                                     self.device], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                     self.device, *arena], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                     cwd=self._dir, env=self._env(), start_new_session=True, bufsize=0)
         self._state["proc"] = proc
         self._ready, self._buf = False, b""
@@ -203,6 +210,7 @@ class WarmChecker:
             self._stop()            # the server exits after a failed check; reap it now
             return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
                                message="the trusted checker failed: " + str(reply.get("error"))[-2000:])
+        self.last_arena = reply.get("arena")      # its read arena's state, when it has one (judge/read_arena.py)
         if not result_path.is_file():
             return CheckResult(status=Status.PROTOCOL_ERROR, trials_checked=0,
                                message="the trusted checker failed: it wrote no result")
@@ -402,11 +410,13 @@ class WarmPool:
     """
 
     def __init__(self, device: str = "cuda", gpu_index: int = 0, scratch_root: str | None = None, plan=None,
-                 start_early: bool = False):
+                 start_early: bool = False, read_arena_bytes: int = 0):
         """`plan` and `start_early`: the children's (prestart.ChildPool's): the spec of the owner's next
-        evaluation, and whether the next child's process starts as a child starts (Placement.prestart_early)."""
+        evaluation, and whether the next child's process starts as a child starts (Placement.prestart_early).
+        `read_arena_bytes`: the checker's (Placement.read_arena_bytes)."""
         from kernelgym_gap.sandbox.prestart import ChildPool
-        self.checker = WarmChecker(gpu_index=gpu_index, device=device, scratch_root=scratch_root)
+        self.checker = WarmChecker(gpu_index=gpu_index, device=device, scratch_root=scratch_root,
+                                   read_arena_bytes=read_arena_bytes)
         self.children = ChildPool(plan=plan, start_early=start_early)
 
     def close(self) -> None:

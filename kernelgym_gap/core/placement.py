@@ -24,6 +24,14 @@ CPU_HELD_OUTPUT_BYTES = 512 << 20
 # the largest pinned staging buffer a child may ask for (output_staging_bytes): pinned memory is taken from the
 # host's unswappable pages, one buffer per child, four or more children per GPU
 MAX_OUTPUT_STAGING_BYTES = 1 << 30
+MAX_READ_ARENA_BYTES = 16 << 30      # read_arena_bytes's bound
+
+
+def check_read_arena_bytes(value) -> int:
+    """`value` if it is a valid read_arena_bytes (an int in [0, MAX_READ_ARENA_BYTES]), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_READ_ARENA_BYTES:
+        raise ValueError(f"read_arena_bytes must be an int in [0, {MAX_READ_ARENA_BYTES}], not {value!r}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +92,13 @@ class Placement:
     # 16-job rows of 2026-12-07 15:12 (sim/prestart_start_table.py, "child_start_bind_at_end"); OFF until measured
     # (E beside a second process importing during a child's timing; docs/measurement.md).
     prestart_early: bool = False
+    # the warm checker reads the child's output files into host memory it keeps from one evaluation to the next
+    # (judge/read_arena.py), faulted in once, instead of into fresh memory faulted in page by page: the check's
+    # prefetch was 1.7-2.2 s of each H200 warm env.step for ~2.1 GiB of outputs (2026-12-07), and reading a cached
+    # file into resident memory is 5-9x faster on the CI host (scripts/read_arena_bench.py). The verdicts are the
+    # same (the same bytes). Held per warm checker (one per slot) for the pool's life, up to this many bytes; a
+    # read it cannot hold gets fresh memory as before. 0: off. OFF until measured on a GPU host (issue 35).
+    read_arena_bytes: int = 0
 
     def __post_init__(self):
         if isinstance(self.gpu_index, bool) or not isinstance(self.gpu_index, int) or self.gpu_index < 0:
@@ -98,6 +113,7 @@ class Placement:
                 or not 0 <= self.output_staging_bytes <= MAX_OUTPUT_STAGING_BYTES:
             raise ValueError(f"output_staging_bytes must be an int in [0, {MAX_OUTPUT_STAGING_BYTES}], not "
                              f"{self.output_staging_bytes!r}")
+        check_read_arena_bytes(self.read_arena_bytes)
         for name in ("prestart_for_next", "prestart_early"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, not {getattr(self, name)!r}")

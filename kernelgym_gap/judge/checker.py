@@ -19,6 +19,7 @@ Only the protocol goes to the real stdout: anything else the process prints goes
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 
 from kernelgym_gap.core import inputs as inputs_mod
+from kernelgym_gap.core import tensor_file
 from kernelgym_gap.core.record import CheckResult, ChildReport, FailureDetail, Job, Trial
 from kernelgym_gap.core.registry import users_tasks_dir
 from kernelgym_gap.core.status import Status
@@ -44,6 +46,7 @@ from kernelgym_gap.judge.ipc_records import OutputKey, OutputKind, ReportRefused
 from kernelgym_gap.judge.kernelbench_check import KERNELBENCH_TOL
 from kernelgym_gap.judge.output_source import CheckFailure, output_for, prefetched_or_load
 from kernelgym_gap.judge.prefetch import Fetched, Prefetch, prefetch_outputs, told_go, wants_prefetch
+from kernelgym_gap.judge.read_arena import ReadArena
 
 
 def _float64(ins: tuple) -> tuple:
@@ -260,7 +263,7 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
 
 def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, device: str,
                  send: Callable[[dict], None], receive: Callable[[], str], arena_factory: ArenaFactory,
-                 before_lane: Callable[[int], bool] | None = None) -> CheckResult | None:
+                 before_lane: Callable[[int], bool] | None = None, read=None) -> CheckResult | None:
     """A check spec with `"handover": true` (the warm checker on cuda; judge/handover_check.py): the references
     the plan needs (the trials', and the handed-over rechecks', kept for the check), the plan, the exchange,
     and the check of its views and verdicts. None when the parent aborted (it checks again by files) or went
@@ -269,10 +272,10 @@ def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, 
     references' and the plan's seconds, outside the check's parts, are the result's `handover_references`.
     `before_lane` (a spec with `"prefetch": true`): the outputs that are files are read first, before any GPU
     work, and `before_lane(files read)` waits for the parent's lane, as `_check_spec` does for the file path;
-    False (the parent went away) is None."""
+    False (the parent went away) is None. `read`: the prefetch's (`_check_spec`'s)."""
     prefetched = None
     if before_lane is not None:
-        prefetched = prefetch_outputs(job, report)
+        prefetched = prefetch_outputs(job, report, **({"read": read} if read is not None else {}))
         if not before_lane(len(prefetched.files)):
             return None
     # here, not in judge/handover_check.py: it calls `check` and `precompute`, and this module's loop calls it
@@ -295,14 +298,15 @@ def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, 
     return result and dataclasses.replace(result, seconds={**result.seconds, **seconds})
 
 
-def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None, handover=None) -> bool:
+def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None, handover=None, read=None) -> bool:
     """One check: CHECK.json names the job, the child's report, the device and where to write the result.
     With `"prefetch": true` in it (EvalConfig.read_outputs_outside_lane) and a `before_lane(n)` given, the
     output files are read first (judge/prefetch.py), then `before_lane(files read)` tells the parent, which
     takes the GPU's shared lane and answers; it returns False when the parent went away (no check then).
     `early`: the files read while the child timed (`_early_read`), used when the spec says `"early": true`.
     `handover`: the loop's (send, receive) for a spec with `"handover": true` (`run_handover`, with the device's
-    own arena). False when nothing is to be answered (an abort), else True."""
+    own arena). `read`: how the prefetch reads a file (the warm loop's, into its read arena: judge/read_arena.py;
+    None: tensor_file.read_tensor). False when nothing is to be answered (an abort), else True."""
     import json
     from kernelgym_gap.core.registry import find_task
     spec = json.loads(Path(spec_path).read_text())
@@ -313,13 +317,14 @@ def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None,
         if handover is None:
             raise ValueError("a check spec with handover is answered only by the warm checker's loop")
         result = run_handover(spec_path, task, job, report, spec["device"], *handover, device_arena,
-                              before_lane=before_lane if spec.get("prefetch") else None)
+                              before_lane=before_lane if spec.get("prefetch") else None, read=read)
         if result is not None:
             Path(spec["result"]).write_text(result.to_json())
         return result is not None
     prefetched = None
     if spec.get("prefetch") and before_lane is not None:
-        prefetched = prefetch_outputs(job, report, early=early if spec.get("early") else None)
+        prefetched = prefetch_outputs(job, report, early=early if spec.get("early") else None,
+                                      **({"read": read} if read is not None else {}))
         early = None
         if not before_lane(len(prefetched.files)):
             return True
@@ -351,8 +356,11 @@ def _early(spec_path: str, stdin=None) -> None:
     Path(spec["result"]).write_text(result.to_json())
 
 
-def serve(device: str = "cuda", stdin=None) -> int:
-    """The warm checker's loop (see the module docstring). Returns when stdin closes, or after a failed check."""
+def serve(device: str = "cuda", stdin=None, read_arena_bytes: int = 0) -> int:
+    """The warm checker's loop (see the module docstring). Returns when stdin closes, or after a failed check.
+    `read_arena_bytes` (Placement.read_arena_bytes; 0: none): the output files are read into memory kept from one
+    evaluation to the next (judge/read_arena.py), taken back whole where a new evaluation's reads begin: an early
+    read, or a check spec without one."""
     import json
     import traceback
     from kernelgym_gap.core import registry  # noqa: F401 - imported before `ready`, like everything a check needs
@@ -363,17 +371,24 @@ def serve(device: str = "cuda", stdin=None) -> int:
         torch.zeros(1, device="cuda").sum().item()   # the CUDA context, created once
     proto.write(json.dumps({"ready": True, "pid": os.getpid(), "device": device}) + "\n")
     early: Prefetch | None = None        # the files `early` read, until the next request
+    arena = ReadArena(read_arena_bytes) if read_arena_bytes else None
+    read = functools.partial(tensor_file.read_tensor, into=arena.take) if arena is not None else None
     for line in stdin:
         path = line.strip()
         if not path:
             continue
         if path == "drop" or path.startswith("early "):    # read_outputs_while_timing
-            early = early_line(path, early, proto)
+            if arena is not None and path != "drop":
+                early = None                 # dropped by the new read (early_line), its memory taken back
+                arena.reset()
+            early = early_line(path, early, proto, read)
             continue
         held, early = early, None
+        if arena is not None and held is None:
+            arena.reset()                    # a new evaluation's reads: nothing read before is used again
         try:
             answered = _check_spec(path, told_go(proto, stdin, path), held,
-                                   (lambda obj: proto.write(json.dumps(obj) + "\n"), stdin.readline))
+                                   (lambda obj: proto.write(json.dumps(obj) + "\n"), stdin.readline), read)
         except BaseException:  # noqa: BLE001 - reported to the parent, then this process ends
             tb = traceback.format_exc()
             sys.stderr.write(tb)
@@ -384,7 +399,8 @@ def serve(device: str = "cuda", stdin=None) -> int:
         if device == "cuda":
             torch.cuda.empty_cache()                 # hold no cached blocks between evaluations
         if answered:                                 # after an abort: nothing more for this spec
-            proto.write(json.dumps({"spec": path, "ok": True}) + "\n")
+            proto.write(json.dumps({"spec": path, "ok": True, **({"arena": arena.state()} if arena else {})})
+                        + "\n")
     return 0
 
 
@@ -399,7 +415,14 @@ def main(argv=None) -> int:
         if device not in ("cuda", "cpu"):
             sys.stderr.write(f"--device must be cuda or cpu, not {device!r}\n")
             return 2
-        return serve(device)
+        try:
+            arena = int(argv[argv.index("--read-arena") + 1]) if "--read-arena" in argv else 0
+            if arena:
+                ReadArena(arena)             # its bounds checked here, before the loop answers ready
+        except (ValueError, IndexError) as e:
+            sys.stderr.write(f"--read-arena takes a number of bytes: {e}\n")
+            return 2
+        return serve(device, read_arena_bytes=arena)
     if wants_prefetch(argv[0]):
         # the one-shot checker's two steps (judge/trusted.py): the protocol on the real stdout, as `serve`'s
         proto = os.fdopen(os.dup(1), "w", buffering=1)

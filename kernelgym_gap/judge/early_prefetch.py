@@ -120,25 +120,27 @@ class EarlyRead:
             self.checker.drop_early()
 
 
-def read_for_checker(spec_path: str) -> Prefetch:
+def read_for_checker(spec_path: str, read=None) -> Prefetch:
     """The warm checker's `early EARLY.json` (judge/checker.serve): the files listed by the parent's copy of
-    the checkpoint report (parsed by EarlyRead with ChildReport's bounds, never the child's file) read."""
+    the checkpoint report (parsed by EarlyRead with ChildReport's bounds, never the child's file) read (`read`:
+    the server's, into its read arena; None: prefetch's default)."""
     spec = json.loads(Path(spec_path).read_text())
     job = Job.from_json(Path(spec["job"]).read_text())
     report = ChildReport.from_json(Path(spec["report"]).read_text())
-    return prefetch_outputs(job, report)
+    return prefetch_outputs(job, report) if read is None else prefetch_outputs(job, report, read=read)
 
 
-def early_line(line: str, held: Prefetch | None, proto) -> Prefetch | None:
+def early_line(line: str, held: Prefetch | None, proto, read=None) -> Prefetch | None:
     """The warm checker's `drop` and `early EARLY.json` lines (judge/checker.serve): answers on `proto` and
-    returns what the server holds next. A failed read answers an error (the parent then ends this process)."""
+    returns what the server holds next. A failed read answers an error (the parent then ends this process).
+    `read`: read_for_checker's."""
     if line == "drop":
         proto.write(json.dumps({"dropped": len(held.files) if held is not None else 0}) + "\n")
         return None
     path = line.removeprefix("early ")
     held = None                      # the older read, if any, is freed before the new one
     try:
-        held = read_for_checker(path)
+        held = read_for_checker(path, read)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which ends this process
         proto.write(json.dumps({"early": path, "error": f"{type(e).__name__}: {e}"[-2000:]}) + "\n")
         return None
