@@ -183,9 +183,27 @@ def print_prestart_at(rows: list[dict]) -> None:
                        "steady_bind_range", "start_cores_16_gain", "start_cores_8_gain", "start_cores_4_gain")))
 
 
+def print_read_arena(rows: list[dict], steps: list[dict]) -> None:
+    """read_arena_table's tables: the read arena (Placement.read_arena_bytes, OFF) as Setup.read_arena_speedup."""
+    from kernelgym_gap.sim import read_arena
+    xs = [f"x{s:g}" for s in read_arena.SPEEDUPS]
+    print("\n== the checker's read arena (SIMULATED: Setup.read_arena_speedup, sim/read_arena.py; built as "
+          "Placement.read_arena_bytes, OFF): each row replayed with its check_prefetch (host, before the lane) as "
+          f"recorded (x1) and divided by {', '.join(xs)} (host figures, not a GPU host's); per GPU-hour, gain, wall "
+          "p50; steady: the row x4 in 5 seeded orders, the mean gain")
+    print(table(rows, ("row", "evaluations", "measured", "prefetch_p50_s", "x1") + tuple(
+        c for x in xs for c in (x, f"{x}_gain", f"steady_{x}_gain")) + ("wall_p50_x1_s",) + tuple(
+        f"wall_p50_{x}_s" for x in xs)))
+    if steps:
+        print("\n-- its warm env.step p50 (s): sim_ SIMULATED (pipeline.step_p50), arith_ ARITHMETIC (each measured "
+              "step's wall less check_prefetch x (1 - 1/x), the median)")
+        print(table(steps, ("steps", "n", "measured_p50_s", "prefetch_p50_s", "sim_x1") + tuple(
+            f"sim_{x}" for x in xs) + tuple(f"arith_{x}" for x in xs) + ("variant",)))
+
+
 def light_only(args) -> int:
     """The tables of a light-batch-only folder (see study.load_light)."""
-    from kernelgym_gap.sim import prestart_start_table, study
+    from kernelgym_gap.sim import prestart_start_table, read_arena_table, study
     try:
         inp = study.load_light(args.records, args.corpus)
     except (study.StudyError, OSError, ValueError) as e:
@@ -216,6 +234,7 @@ def light_only(args) -> int:
     print(table(sens, ("timing_x", "shared_x", "slots_4", "slots_6")))
     steady = study.light_steady(inp)
     prestart_at = prestart_start_table.prestart_at_rows(inp)
+    arena_rows, arena_steps = read_arena_table.arena_rows(inp), read_arena_table.step_rows(inp)
     ipc_steps = study.ipc_steps(inp, plans)
     from kernelgym_gap.sim import handover_stages
     flag_steps = list(inp.variant_steps) if inp.step_variant == handover_stages.FLAG else []
@@ -236,6 +255,7 @@ def light_only(args) -> int:
                                                "predictions": preds, "sensitivity": sens, "checkpoints": ckpt,
                                                "steady_lane_time_levers": steady, "ipc_steps": ipc_steps,
                                                "prestart_at": prestart_at,
+                                               "read_arena": {"rows": arena_rows, "steps": arena_steps},
                                                "handover_stages": stages,
                                                **({"goals": goals_result} if goals_result else {}),
                                                "note": "simulated figures are predictions; measured ones are the "
@@ -255,6 +275,7 @@ def light_only(args) -> int:
     if stages:
         print_handover_stages(stages, inp.device)
     print_prestart_at(prestart_at)
+    print_read_arena(arena_rows, arena_steps)
     print("\n== the lane-time levers in the steady state (SIMULATED): the defaults row x4 in 3 seeded orders, mean and "
           "range; the 6-slot rows add no GPU-sharing slowdown (an upper bound)")
     print(table(steady, ("scenario", "slots", "steady", "range")))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kernelgym_gap.sim.pipeline import Job, Setup
 # the probe's hopeless rule: its transform and estimate are a module of their own
-from kernelgym_gap.sim import library_warm, prestart_start, prestart_warm
+from kernelgym_gap.sim import library_warm, prestart_start, prestart_warm, read_arena
 from kernelgym_gap.sim.probe_levers import PROBE_HOPELESS, PROBE_HOPELESS_REPS, PROBE_REPS, probe_hopeless_stop
 # the shares refit from a call's records: a module of its own, its names kept here for their callers
 from kernelgym_gap.sim.lever_refit import Refit, RefitError, refit  # noqa: F401
@@ -354,6 +354,7 @@ def scenarios(fit: TimingFit) -> list[Scenario]:
         Scenario("outputs read while the child times", read_while_timing, _same,
                  "the above, and its host read overlapping the child's timing (up to the timing's seconds); "
                  "the lane's hold unchanged, the step shorter", READ_EARLY),
+        *(Scenario(name, fn, setup, basis, variant) for name, fn, setup, basis, variant in read_arena.ROWS),
         Scenario("rechecks after the exclusive lane", recheck_outside, _same,
                  f"child_timing_recheck (else {RECHECK_SHARE:.0%} of the timing, H100 defaults row) moved from the "
                  "exclusive stretch to a shared hold after it", RECHECK),

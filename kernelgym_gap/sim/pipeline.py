@@ -170,6 +170,10 @@ class Setup:
     # ends (the next job taken ahead then, as built), when its warm-up begins: the start hidden without holding a
     # job for a whole evaluation
     prestart_at: str = "child_end"
+    # Placement.read_arena_bytes (judge/read_arena.py, built, off): the warm checker reads the output files into host
+    # memory kept from one evaluation to the next; each job's check_prefetch (a host stage before the check's lane)
+    # divided by this. The lane-held check (its check_read: the copy to the device) is unchanged. 1.0: off
+    read_arena_speedup: float = 1.0
 
 
 @dataclasses.dataclass
@@ -215,6 +219,8 @@ class _Run:
             raise ValueError(f"prestart_warm must be one of {PRESTART_WARM}, not {setup.prestart_warm!r}")
         if setup.prestart_at not in PRESTART_AT:
             raise ValueError(f"prestart_at must be one of {PRESTART_AT}, not {setup.prestart_at!r}")
+        if not setup.read_arena_speedup > 0:
+            raise ValueError(f"read_arena_speedup must be > 0, not {setup.read_arena_speedup!r}")
         self.done: list[Done] = []
         self.warm_first = warm_first
 
@@ -406,7 +412,8 @@ class _Run:
 
     def check(self, i, job, gpu, slot, ref: Event | None):
         if job.check_prefetch > 0:     # the outputs read before the lane (EvalConfig.read_outputs_outside_lane)
-            yield from self.host(i, job, gpu, slot, "check prefetch", job.check_prefetch)
+            seconds = job.check_prefetch / self.setup.read_arena_speedup     # Setup.read_arena_speedup
+            yield from self.host(i, job, gpu, slot, "check prefetch", seconds)
         body = job.check
         if ref is not None:
             t = self.sim.now
