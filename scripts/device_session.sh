@@ -103,7 +103,7 @@
 #                     the rows print the outputs' read medians; $OUT/read_arena/ (~450 s with the steps)
 #   arena-steps       #35: the read arena's bench on the GPU host, then the warm env.step of ENV_STEPS with the
 #                     defaults and read_arena_bytes=3072M (as staging-steps does for the staging buffer);
-#                     $OUT/arena_steps/ (~330 s: STEP_S=340)
+#                     $OUT/arena_steps/ (~330 s: STEP_S=340; BENCH=0 BENCH_S=20 leaves the bench out)
 #   prestart-early    #35: Placement.prestart_early (sandbox/prestart.ChildPool.start_early, OFF): each slot's next
 #                     child's process started beside its running child, its task given as that child ends, on
 #                     the full mix's first MAX (16) beside the defaults (SIMULATED +3.5..6.4% per run on the
@@ -420,9 +420,9 @@ for step in "$@"; do
       # #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with the read arena
       # (read_arena_bytes=3072M), after a two-evaluation batch of each, and the bench on this host first (~40 s)
       mkdir -p "$OUT/arena_steps"
-      timeout 90 python3 scripts/read_arena_bench.py --files 24 --mib 96 --reps 3 \
+      [ "${BENCH:-1}" = 0 ] || timeout 90 python3 scripts/read_arena_bench.py --files 24 --mib 96 --reps 3 \
         --json "$OUT/arena_steps/bench.json" 2>&1 | tee "$OUT/arena_steps/bench.txt" | tail -3
-      timeout $(( STEP_S - 110 )) python3 scripts/throughput.py --backend cuda --tasks "${ENV_STEPS:-Softmax,LayerNorm}" \
+      timeout $(( STEP_S - ${BENCH_S:-110} )) python3 scripts/throughput.py --backend cuda --tasks "${ENV_STEPS:-Softmax,LayerNorm}" \
         --max 2 --fixtures none --serial 0 --per-gpu 4 --variant "" --variant read_arena_bytes=3072M \
         --env-steps "${ENV_STEPS:-Softmax,LayerNorm}" --env-steps-variant read_arena_bytes=3072M \
         --out "$OUT/arena_steps" 2>&1 | tee "$OUT/arena_steps/log.txt" | tail -${TAIL:-20} ;;
