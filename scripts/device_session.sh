@@ -101,6 +101,8 @@
 #                     batch with the defaults and read_arena_bytes=3072M (with ENV_STEPS, the warm env.step of both:
 #                     the check's prefetch was 1.7-2.2 s of the H200 steps of 2026-12-07); statuses and E must agree,
 #                     the rows print the outputs' read medians; $OUT/read_arena/ (~450 s with the steps)
+#   early-gpu         #35: Placement.prestart_early's gpu test (a cuda child started early, bound with its task's
+#                     warm-up) and the read arena's bench on the GPU host; $OUT/early_gpu/ (~150 s)
 #   arena-steps       #35: the read arena's bench on the GPU host, then the warm env.step of ENV_STEPS with the
 #                     defaults and read_arena_bytes=3072M (as staging-steps does for the staging buffer);
 #                     $OUT/arena_steps/ (~330 s: STEP_S=340; BENCH=0 BENCH_S=20 leaves the bench out)
@@ -416,6 +418,14 @@ for step in "$@"; do
       timeout 150 python3 scripts/read_arena_bench.py --files 24 --mib 96 --reps 5 \
         --json "$OUT/read_arena/bench.json" 2>&1 | tee "$OUT/read_arena/bench.txt" | tail -3
       light_beside read_arena read_arena_bytes=3072M read_arena_bytes=3072M 170 30 ;;
+    early-gpu)
+      # #35: the early-started child on cuda (tests/test_prestart_early.py's gpu test) and the read arena's bench on
+      # this host (~150 s together)
+      mkdir -p "$OUT/early_gpu"
+      timeout 240 python3 -m pytest -q -s -m gpu -p no:cacheprovider --tb=short tests/test_prestart_early.py \
+        > "$OUT/early_gpu/gpu_test.txt" 2>&1; tail -4 "$OUT/early_gpu/gpu_test.txt"
+      timeout 80 python3 scripts/read_arena_bench.py --files 16 --mib 96 --reps 3 \
+        --json "$OUT/early_gpu/bench.json" 2>&1 | tee "$OUT/early_gpu/bench.txt" | tail -3 ;;
     arena-steps)
       # #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with the read arena
       # (read_arena_bytes=3072M), after a two-evaluation batch of each, and the bench on this host first (~40 s)

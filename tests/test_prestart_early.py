@@ -181,3 +181,29 @@ def test_placement_checks_the_switch():
     assert Placement().prestart_early is False
     with pytest.raises(ValueError, match="prestart_early"):
         Placement(prestart_early="yes")
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_gpu_an_early_child_makes_its_context_then_warms_the_task_it_is_given():
+    """On cuda: a pool with start_early runs Softmax's optimized solution twice; the second evaluation runs in the
+    child started beside the first, bound to it as the first ended with the task's library warm-up (the spec's
+    `warm`, on by default), which it made after the bind line (child_preimport_library_warm) in a shared hold of
+    its own; both records are ok and their E agree within 10% (two timings of one kernel, not a fidelity figure)."""
+    from kernelgym_gap.api.warm import WarmChecker
+    from kernelgym_gap.core.registry import default_registry
+    task = default_registry().get("Softmax")
+    sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
+    source = task.solution_path(sol).read_text()
+    cfg = EvalConfig(trial_seed=0)
+    with WarmChecker(device="cuda") as checker, ChildPool(start_early=True) as pool:
+        first = evaluate(task, source, "triton", "cuda", cfg, checker=checker, children=pool)
+        assert (pool.bound, pool.unbound_let_go) == (1, 0)
+        time.sleep(10)                      # the agent's turn
+        second = evaluate(task, source, "triton", "cuda", cfg, checker=checker, children=pool)
+        assert pool.served == 1 and pool.bound == 2
+    print({k: v for k, v in second.latency.items() if "preimport" in k or "warm" in k})
+    assert first.ok and second.ok, (first.status, first.message, second.status, second.message)
+    assert second.latency["child_preimport_bind_wait"] >= 0.0
+    assert second.latency.get("child_preimport_library_warm", 0) > 0
+    assert abs(second.terms["E"] / first.terms["E"] - 1) < 0.10
