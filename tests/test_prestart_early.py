@@ -19,24 +19,9 @@ from kernelgym_gap.sandbox.prestart import ChildPool, PrestartedChild
 from kernelgym_gap.sandbox.process import MAX_LINE_BEFORE, SandboxConfig, SandboxedChild, child_env
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def task(registry):
-    return registry.get("AddReLU")
-
-
-@pytest.fixture(scope="module")
-def source(task):
-    sol = next(s for s in task.solutions if s.dsl == "triton" and s.kind == "optimized")
-    return task.solution_path(sol).read_text()
-
-
-def _strip(record) -> dict:
-    d = record.to_dict()
-    d.pop("latency")
-    d.pop("created_at")
-    return d
+sys.path.insert(0, str(ROOT / "tests"))
+# the AddReLU task and its optimized source, and the record without its timings, as test_prestart.py has them
+from test_prestart import _strip, source, task  # noqa: E402,F401
 
 
 def test_the_early_child_is_bound_as_the_child_ends_and_serves_the_next_evaluation(task, source, tmp_path):
