@@ -164,6 +164,23 @@ light_beside() {   # $1 the folder under $OUT, $2 the variant, $3 the warm env.s
     --out "$OUT/$1" 2>&1 | tee "$OUT/$1/log.txt" | tail -${TAIL:-$5}
 }
 
+steps_beside() {  # $1 the folder under $OUT, $2 the variant, $3 the seconds kept from STEP_S: the warm env.step of
+                  # ENV_STEPS (default Softmax,LayerNorm) with the defaults and with $2, after a two-evaluation batch of
+                  # each (the batch is not the point)
+  mkdir -p "$OUT/$1"
+  timeout $(( STEP_S - $3 )) python3 scripts/throughput.py --backend cuda --tasks "${ENV_STEPS:-Softmax,LayerNorm}" \
+    --max 2 --fixtures none --serial 0 --per-gpu 4 --variant "" --variant "$2" \
+    --env-steps "${ENV_STEPS:-Softmax,LayerNorm}" --env-steps-variant "$2" \
+    --out "$OUT/$1" 2>&1 | tee "$OUT/$1/log.txt" | tail -${TAIL:-20}
+}
+
+arena_bench() {   # $1 the folder under $OUT, $2 files, $3 repetitions, $4 the seconds it may take:
+                  # scripts/read_arena_bench.py (96 MiB files) on this host
+  mkdir -p "$OUT/$1"
+  timeout "$4" python3 scripts/read_arena_bench.py --files "$2" --mib 96 --reps "$3" \
+    --json "$OUT/$1/bench.json" 2>&1 | tee "$OUT/$1/bench.txt" | tail -3
+}
+
 copy_store() {
   python3 - "$DB" "$OUT/bench_store.sqlite3" <<'EOF'
 import sqlite3, sys
@@ -414,9 +431,7 @@ for step in "$@"; do
     read-arena)
       # #35: the warm checker's read arena (Placement.read_arena_bytes, OFF; the header): the bench on this host
       # first, then the light batch and, with ENV_STEPS, the warm env.step, the defaults beside it
-      mkdir -p "$OUT/read_arena"
-      timeout 150 python3 scripts/read_arena_bench.py --files 24 --mib 96 --reps 5 \
-        --json "$OUT/read_arena/bench.json" 2>&1 | tee "$OUT/read_arena/bench.txt" | tail -3
+      arena_bench read_arena 24 5 150
       light_beside read_arena read_arena_bytes=3072M read_arena_bytes=3072M 170 30 ;;
     early-gpu)
       # #35: the early-started child on cuda (tests/test_prestart_early.py's gpu test) and the read arena's bench on
@@ -424,18 +439,12 @@ for step in "$@"; do
       mkdir -p "$OUT/early_gpu"
       timeout 240 python3 -m pytest -q -s -m gpu -p no:cacheprovider --tb=short tests/test_prestart_early.py \
         > "$OUT/early_gpu/gpu_test.txt" 2>&1; tail -4 "$OUT/early_gpu/gpu_test.txt"
-      timeout 80 python3 scripts/read_arena_bench.py --files 16 --mib 96 --reps 3 \
-        --json "$OUT/early_gpu/bench.json" 2>&1 | tee "$OUT/early_gpu/bench.txt" | tail -3 ;;
+      arena_bench early_gpu 16 3 80 ;;
     arena-steps)
       # #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with the read arena
       # (read_arena_bytes=3072M), after a two-evaluation batch of each, and the bench on this host first (~40 s)
-      mkdir -p "$OUT/arena_steps"
-      [ "${BENCH:-1}" = 0 ] || timeout 90 python3 scripts/read_arena_bench.py --files 24 --mib 96 --reps 3 \
-        --json "$OUT/arena_steps/bench.json" 2>&1 | tee "$OUT/arena_steps/bench.txt" | tail -3
-      timeout $(( STEP_S - ${BENCH_S:-110} )) python3 scripts/throughput.py --backend cuda --tasks "${ENV_STEPS:-Softmax,LayerNorm}" \
-        --max 2 --fixtures none --serial 0 --per-gpu 4 --variant "" --variant read_arena_bytes=3072M \
-        --env-steps "${ENV_STEPS:-Softmax,LayerNorm}" --env-steps-variant read_arena_bytes=3072M \
-        --out "$OUT/arena_steps" 2>&1 | tee "$OUT/arena_steps/log.txt" | tail -${TAIL:-20} ;;
+      [ "${BENCH:-1}" = 0 ] || arena_bench arena_steps 24 3 90
+      steps_beside arena_steps read_arena_bytes=3072M "${BENCH_S:-110}" ;;
     prestart-early)
       # #35: the slot's next child's process started as its child starts and given its task as that child ends
       # (Placement.prestart_early, OFF; the header) on the full mix's first MAX (16), beside the defaults
@@ -452,11 +461,7 @@ for step in "$@"; do
     staging-steps)
       # #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with the pinned
       # staging buffer (the header's staging), after a two-evaluation batch of each (the batch is not the point)
-      mkdir -p "$OUT/staging_steps"
-      timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda --tasks "${ENV_STEPS:-Softmax,LayerNorm}" \
-        --max 2 --fixtures none --serial 0 --per-gpu 4 --variant "" --variant output_staging_bytes=64M \
-        --env-steps "${ENV_STEPS:-Softmax,LayerNorm}" --env-steps-variant output_staging_bytes=64M \
-        --out "$OUT/staging_steps" 2>&1 | tee "$OUT/staging_steps/log.txt" | tail -${TAIL:-20} ;;
+      steps_beside staging_steps output_staging_bytes=64M 20 ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done
