@@ -263,7 +263,8 @@ def check(task: TaskSpec, job: Job, report: ChildReport, device: str,
 
 def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, device: str,
                  send: Callable[[dict], None], receive: Callable[[], str], arena_factory: ArenaFactory,
-                 before_lane: Callable[[int], bool] | None = None, read=None) -> CheckResult | None:
+                 before_lane: Callable[[int], bool] | None = None,
+                 read: Callable[[Path, int], torch.Tensor] = tensor_file.read_tensor) -> CheckResult | None:
     """A check spec with `"handover": true` (the warm checker on cuda; judge/handover_check.py): the references
     the plan needs (the trials', and the handed-over rechecks', kept for the check), the plan, the exchange,
     and the check of its views and verdicts. None when the parent aborted (it checks again by files) or went
@@ -275,7 +276,7 @@ def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, 
     False (the parent went away) is None. `read`: the prefetch's (`_check_spec`'s)."""
     prefetched = None
     if before_lane is not None:
-        prefetched = prefetch_outputs(job, report, **({"read": read} if read is not None else {}))
+        prefetched = prefetch_outputs(job, report, read=read)
         if not before_lane(len(prefetched.files)):
             return None
     # here, not in judge/handover_check.py: it calls `check` and `precompute`, and this module's loop calls it
@@ -298,15 +299,16 @@ def run_handover(spec_path: str, task: TaskSpec, job: Job, report: ChildReport, 
     return result and dataclasses.replace(result, seconds={**result.seconds, **seconds})
 
 
-def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None, handover=None, read=None) -> bool:
+def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None, handover=None,
+                read: Callable[[Path, int], torch.Tensor] = tensor_file.read_tensor) -> bool:
     """One check: CHECK.json names the job, the child's report, the device and where to write the result.
     With `"prefetch": true` in it (EvalConfig.read_outputs_outside_lane) and a `before_lane(n)` given, the
     output files are read first (judge/prefetch.py), then `before_lane(files read)` tells the parent, which
     takes the GPU's shared lane and answers; it returns False when the parent went away (no check then).
     `early`: the files read while the child timed (`_early_read`), used when the spec says `"early": true`.
     `handover`: the loop's (send, receive) for a spec with `"handover": true` (`run_handover`, with the device's
-    own arena). `read`: how the prefetch reads a file (the warm loop's, into its read arena: judge/read_arena.py;
-    None: tensor_file.read_tensor). False when nothing is to be answered (an abort), else True."""
+    own arena). `read`: how the prefetch reads a file (the warm loop's: into its read arena with one,
+    judge/read_arena.py). False when nothing is to be answered (an abort), else True."""
     import json
     from kernelgym_gap.core.registry import find_task
     spec = json.loads(Path(spec_path).read_text())
@@ -323,8 +325,7 @@ def _check_spec(spec_path: str, before_lane=None, early: Prefetch | None = None,
         return result is not None
     prefetched = None
     if spec.get("prefetch") and before_lane is not None:
-        prefetched = prefetch_outputs(job, report, early=early if spec.get("early") else None,
-                                      **({"read": read} if read is not None else {}))
+        prefetched = prefetch_outputs(job, report, early=early if spec.get("early") else None, read=read)
         early = None
         if not before_lane(len(prefetched.files)):
             return True
@@ -372,7 +373,8 @@ def serve(device: str = "cuda", stdin=None, read_arena_bytes: int = 0) -> int:
     proto.write(json.dumps({"ready": True, "pid": os.getpid(), "device": device}) + "\n")
     early: Prefetch | None = None        # the files `early` read, until the next request
     arena = ReadArena(read_arena_bytes) if read_arena_bytes else None
-    read = functools.partial(tensor_file.read_tensor, into=arena.take) if arena is not None else None
+    read = (functools.partial(tensor_file.read_tensor, into=arena.take) if arena is not None
+            else tensor_file.read_tensor)
     for line in stdin:
         path = line.strip()
         if not path:

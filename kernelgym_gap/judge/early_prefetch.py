@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+from kernelgym_gap.core import tensor_file
 from kernelgym_gap.core.errors import ProtocolError
 from kernelgym_gap.core.record import ChildReport, Job
 from kernelgym_gap.core.status import Status
@@ -120,17 +121,17 @@ class EarlyRead:
             self.checker.drop_early()
 
 
-def read_for_checker(spec_path: str, read=None) -> Prefetch:
+def read_for_checker(spec_path: str, read=tensor_file.read_tensor) -> Prefetch:
     """The warm checker's `early EARLY.json` (judge/checker.serve): the files listed by the parent's copy of
     the checkpoint report (parsed by EarlyRead with ChildReport's bounds, never the child's file) read (`read`:
-    the server's, into its read arena; None: prefetch's default)."""
+    the server's: into its read arena with one)."""
     spec = json.loads(Path(spec_path).read_text())
     job = Job.from_json(Path(spec["job"]).read_text())
     report = ChildReport.from_json(Path(spec["report"]).read_text())
-    return prefetch_outputs(job, report) if read is None else prefetch_outputs(job, report, read=read)
+    return prefetch_outputs(job, report, read=read)
 
 
-def early_line(line: str, held: Prefetch | None, proto, read=None) -> Prefetch | None:
+def early_line(line: str, held: Prefetch | None, proto, read=tensor_file.read_tensor) -> Prefetch | None:
     """The warm checker's `drop` and `early EARLY.json` lines (judge/checker.serve): answers on `proto` and
     returns what the server holds next. A failed read answers an error (the parent then ends this process).
     `read`: read_for_checker's."""
