@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelgym_gap.core.placement import MAX_READ_ARENA_BYTES
+from kernelgym_gap.core.placement import check_read_arena_bytes
 
 ALIGN = 64                       # every slice starts on this boundary: a view as any dtype is valid
 
@@ -39,8 +39,8 @@ class ReadArena:
     user."""
 
     def __init__(self, max_bytes: int):
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or not 0 < max_bytes <= MAX_READ_ARENA_BYTES:
-            raise ValueError(f"an arena holds 1 to {MAX_READ_ARENA_BYTES} bytes, not {max_bytes!r}")
+        if check_read_arena_bytes(max_bytes) == 0:      # Placement's bound; 0 there means no arena at all
+            raise ValueError("an arena holds at least 1 byte, not 0")
         self.max_bytes = max_bytes
         self._block: torch.Tensor | None = None
         self._used = 0            # bytes of the block handed out since the last reset (aligned)

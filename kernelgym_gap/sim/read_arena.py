@@ -23,7 +23,9 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from kernelgym_gap.sim.pipeline import Job, Setup
+from kernelgym_gap.sim.pipeline import Setup
+# the rows' job transform: each job as recorded (the arena changes the setup only)
+from kernelgym_gap.sim.prestart_start import as_recorded
 
 HOST_SPEEDUP = 3.1          # the prefetch with / without the arena, CI host (scripts/read_arena_bench.py, 768 MiB)
 PLAIN_READ_SPEEDUP = 5.0    # a plain read into kept / fresh memory, CI host: 5-9x, the low end
@@ -34,10 +36,6 @@ READ_ARENA = "read_arena_bytes=3072M"     # scripts/throughput.py's --variant (d
 def with_arena(speedup: float):
     """The setup change: every job's prefetch divided by `speedup`."""
     return lambda s: dataclasses.replace(s, read_arena_speedup=speedup)
-
-
-def as_recorded(j: Job) -> Job:
-    return j
 
 
 def step_arithmetic(steps: list[dict], speedup: float) -> float:
