@@ -2,7 +2,8 @@
 
 `python -m kernelgym_gap.child.runner --wait --dsl DSL --backend BACKEND` is the same child pre-started
 (sandbox/prestart.py): it does the imports (and, on cuda, creates its CUDA context) first, then reads one job
-path on stdin and runs that job (with `--bind`, started before its task was known, a line of warm-up JSON first). It runs no submission code before the job, and exits after it: single-use.
+path on stdin and runs that job (with `--bind`, started before its task was known, a line of warm-up JSON first).
+It runs no submission code before the job, and exits after it: single-use.
 
 The job itself is run.ChildRun (the import, the correctness trials, the timing, the report); the compile-probe
 modes are compile_modes.py; the integrity checks are integrity.py.
@@ -143,7 +144,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     keep_import_start_to_itself()
     if argv[:1] == ["--wait"] and len(argv) in (5, 6, 7) and argv[1] == "--dsl" and argv[3] == "--backend" \
-            and (len(argv) == 5 or (len(argv) == 6 and argv[5] == "--bind") or (len(argv) == 7 and argv[5] == "--warm")):
+            and (len(argv) == 5 or (len(argv) == 6 and argv[5] == "--bind")
+                 or (len(argv) == 7 and argv[5] == "--warm")):
         return wait_for_job(argv[2], argv[4], argv[6] if len(argv) == 7 else None, bind=len(argv) == 6)
     if len(argv) != 1 or argv[0].startswith("--"):
         print("usage: python -m kernelgym_gap.child.runner JOB.json\n"

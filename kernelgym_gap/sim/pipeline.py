@@ -26,7 +26,8 @@ The slot's next child is pre-started when its child ends (sandbox/launch.py refi
 imports overlap this evaluation's check; with Setup.prestart_at "child_start" (a candidate, not built) it is
 pre-started as this evaluation's child starts (handed its pre-started child, or a cold child launched), so its
 start, imports and warm-up overlap the whole evaluation, on the host's cores and the lane beside it
-("child_start_bind_at_end": started then, given its task as the child ends; BUILT as Placement.prestart_early, off). A hung submission (`hang_s`) runs
+("child_start_bind_at_end": started then, given its task as the child ends; BUILT as Placement.prestart_early,
+off). A hung submission (`hang_s`) runs
 its correctness stretch up to the hung call (`correctness`, `unlaned`: the record's parts before it; none where the
 record has no stages), then holds `hang_lane` (or nothing) until its stage deadline kills it; it has no check unless
 `checked` says so (a too_slow verdict checks the trials it finished). An evaluation stopped at the static gate
