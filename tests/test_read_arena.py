@@ -3,7 +3,7 @@ evaluation to the next that the check's prefetch reads output files into. Slices
 reset and exactly the size asked; a request the block cannot hold gets fresh memory, and the next reset grows the
 block to what the evaluation wanted, up to its bound, never shrinking; a file read into it is the file read
 fresh, in every dtype; and a warm checker with an arena gives, evaluation after evaluation (honest, wrong,
-truncated in turn, with the files deleted as the lane is entered, so that only what was read counts), the
+truncated, forged and oversized in turn, with the files deleted as the lane is entered, so that only what was read counts), the
 verdicts and messages of the check without it, its reply saying how the arena was used."""
 import sys
 from pathlib import Path
@@ -99,8 +99,10 @@ def _deleting(lane_dir, outputs: Path):
 
 
 def test_a_warm_checker_with_an_arena_gives_the_verdicts_without_it(task, tmp_path):
+    # a hostile child's files among them: cut short, forged far past the expected size, one element over the bound
     sequence = [("ok", "ok", "ok"), ("ok", "wrong", "ok"), ("ok", "ok", "ok"), ("wrong", "truncated", "ok"),
-                ("ok", "ok", "ok"), ("ok", "truncated", "ok")]
+                ("ok", "ok", "ok"), ("ok", "truncated", "ok"), ("forged", "ok", "ok"), ("ok", "just_over", "ok"),
+                ("ok", "ok", "ok")]
     states, verdicts = [], []
     with WarmChecker(device="cpu", read_arena_bytes=8 << 20) as w:
         assert w._state["proc"].args[-2:] == ["--read-arena", str(8 << 20)]
@@ -127,9 +129,13 @@ def test_a_warm_checker_with_an_arena_gives_the_verdicts_without_it(task, tmp_pa
         assert w.starts == 1
     assert [s["resets"] for s in states] == list(range(1, len(sequence) + 1))
     assert states[0]["size"] == 0 and states[0]["fresh"] > 0          # the first evaluation read fresh
-    assert all(s["size"] > 0 and s["fresh"] == 0 for s in states[1:])  # the rest into the kept block
-    assert states[-1]["fresh_total"] == states[0]["fresh"]
-    assert verdicts[:3] == ["ok", "mismatch", "ok"] and verdicts[4] == "ok"     # no verdict carried over
+    assert all(s["size"] > 0 and s["fresh"] == 0 for s in states[1:6])  # the same sizes: into the kept block
+    # the forged file, far larger, took fresh memory; the block grew to it (within its bound) and held the rest
+    assert states[6]["fresh"] > 0 and states[7]["size"] > states[6]["size"]
+    assert all(s["fresh"] == 0 and s["size"] == states[7]["size"] for s in states[7:])
+    assert states[-1]["fresh_total"] == states[0]["fresh"] + states[6]["fresh"]
+    assert verdicts[:3] == ["ok", "mismatch", "ok"] and verdicts[4] == verdicts[8] == "ok"   # none carried over
+    assert verdicts[6] != "ok" and verdicts[7] != "ok"
 
 
 def test_without_an_arena_the_server_is_started_as_before(tmp_path):
