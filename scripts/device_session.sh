@@ -116,6 +116,15 @@
 #   staging-steps     #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with
 #                     output_staging_bytes=64M (the 4 s goal: the outputs' writes and reads were 3.7-4.3 s of the
 #                     8.6-10.4 s steps of 2026-12-07); $OUT/staging_steps/
+#   library-trust     #35: TimingConfig.library_check_shapes (judge/library_trust.py, OFF): its gpu test (five
+#                     evaluations on one fresh cache, the last trusting all shapes but one, E within 10%), then the
+#                     light batch with the defaults and library_check_shapes=1 (the defaults' row confirms the
+#                     hints the lever's row then trusts; the row prints the trusted shapes); with ENV_STEPS the warm
+#                     env.step of both; $OUT/library_trust/ (~400 s)
+#   warmup-short      #35: TimingConfig.warmup_ms 25 -> 5 (the probe's warm-ups after the correctness calls warmed
+#                     both callables): E against do_bench on the six optimized Triton solutions of the light batch
+#                     (scripts/fidelity.py --variant "" --variant warmup_ms=5); $OUT/warmup_short/ (~330 s)
+#   warmup-light      #35: the light batch with the defaults and warmup_ms=5 beside each other; $OUT/warmup_light/
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
 #                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
 #                     E against do_bench on four optimized Triton solutions (~540 s)
@@ -462,6 +471,22 @@ for step in "$@"; do
       # #35: the warm env.step of ENV_STEPS (default Softmax,LayerNorm) with the defaults and with the pinned
       # staging buffer (the header's staging), after a two-evaluation batch of each (the batch is not the point)
       steps_beside staging_steps output_staging_bytes=64M 20 ;;
+    library-trust)
+      # #35: the library check amortized (TimingConfig.library_check_shapes, OFF; the header)
+      mkdir -p "$OUT/library_trust"
+      timeout 200 python3 -m pytest -q -s -m gpu -p no:cacheprovider --tb=short tests/test_library_trust.py \
+        > "$OUT/library_trust/gpu_test.txt" 2>&1; tail -12 "$OUT/library_trust/gpu_test.txt"
+      light_beside library_trust library_check_shapes=1 library_check_shapes=1 230 30 ;;
+    warmup-short)
+      # #35: the probe's warm-ups at 5 ms of GPU time instead of 25 (TimingConfig.warmup_ms; the header): E first
+      mkdir -p "$OUT/warmup_short"
+      timeout $(( STEP_S - 20 )) python3 scripts/fidelity.py --kinds optimized --compile-for none \
+        --only "${FID_ONLY:-GELU/triton_blocked,LayerNorm/triton_rowwise,Softmax/triton_rowwise,RMSNorm/triton_rowwise,AddReLU/triton_blocked,RowSum/triton_tiled}" \
+        --deadline-s $(( STEP_S - 130 )) --variant "" --variant warmup_ms=5 \
+        --out "$OUT/warmup_short" 2>&1 | tee "$OUT/warmup_short/log.txt" | tail -${TAIL:-25} ;;
+    warmup-light)
+      # #35: the light batch with the defaults and warmup_ms=5 side by side (after warmup-short's E)
+      light_beside warmup_light warmup_ms=5 warmup_ms=5 20 30 ;;
     *) echo "unknown step $step (see the header of $0)"; exit 2 ;;
   esac
 done

@@ -11,6 +11,8 @@ past the calibration table is a prediction.
     python3 scripts/simulate_throughput.py --light-only --records results/h100_2026-12-06_lane_levers/call1 \
         --goals --goals-full results/h100_2026-12-06b_full_levers/call1_full
         # and last, the gap to issue 35's goals after the lane-time levers and the hand-over (sim/goals.py)
+    python3 scripts/simulate_throughput.py --light-only --library-trust-only \
+        --records results/h200_2026-12-07_session53/staging_2   # the probe's library check and warm-up levers alone
 
 The model (kernelgym_gap/sim/): each measured evaluation's stages replayed with its own recorded durations,
 less the waits the lanes made, through 4 slots per GPU and the GPU's lane (writer-preferring reader/writer, as
@@ -201,14 +203,36 @@ def print_read_arena(rows: list[dict], steps: list[dict]) -> None:
             f"sim_{x}" for x in xs) + tuple(f"arith_{x}" for x in xs) + ("variant",)))
 
 
+def print_library_trust(rows: list[dict]) -> None:
+    """library_trust_table.trust_rows: the probe's library check amortized and its warm-up shortened (sim/
+    library_trust.py; TimingConfig.library_check_shapes and warmup_ms, off/25 as built)."""
+    from kernelgym_gap.sim import library_trust_table
+    print("\n== the probe's library check on 1 of 8 shapes and its warm-up at 5 ms (SIMULATED, PREDICTIONS: "
+          "sim/library_trust.py, from each record's probe parts; with_parts: the jobs that have them): per row, the "
+          "exclusive seconds cut per evaluation and the probe left (means), per GPU-hour and gain over the row as "
+          "recorded; steady: the row x4 in 5 seeded orders, the mean rate, gain and range")
+    print(table(rows, library_trust_table.COLUMNS))
+
+
 def light_only(args) -> int:
     """The tables of a light-batch-only folder (see study.load_light)."""
-    from kernelgym_gap.sim import prestart_start_table, read_arena_table, study
+    from kernelgym_gap.sim import library_trust_table, prestart_start_table, read_arena_table, study
     try:
         inp = study.load_light(args.records, args.corpus)
     except (study.StudyError, OSError, ValueError) as e:
         print(f"simulate_throughput: {e}", file=sys.stderr)
         return 2
+    if args.library_trust_only:
+        trust = library_trust_table.trust_rows(inp)
+        print(f"records {inp.folder} ({inp.device})")
+        print_library_trust(trust)
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, "library_trust": trust,
+                                                   "note": "simulated figures are predictions; measured ones are "
+                                                           "the summary's, on the device named"}, indent=1) + "\n")
+            print(f"wrote {args.json}")
+        return 0
     calib = study.light_calibration(inp)
     ckpt, plans = light_checkpoints(inp, args)
     preds = study.light_predictions(inp, plans)
@@ -235,6 +259,7 @@ def light_only(args) -> int:
     steady = study.light_steady(inp)
     prestart_at = prestart_start_table.prestart_at_rows(inp)
     arena_rows, arena_steps = read_arena_table.arena_rows(inp), read_arena_table.step_rows(inp)
+    trust = library_trust_table.trust_rows(inp)
     ipc_steps = study.ipc_steps(inp, plans)
     from kernelgym_gap.sim import handover_stages
     flag_steps = list(inp.variant_steps) if inp.step_variant == handover_stages.FLAG else []
@@ -256,6 +281,7 @@ def light_only(args) -> int:
                                                "steady_lane_time_levers": steady, "ipc_steps": ipc_steps,
                                                "prestart_at": prestart_at,
                                                "read_arena": {"rows": arena_rows, "steps": arena_steps},
+                                               "library_trust": trust,
                                                "handover_stages": stages,
                                                **({"goals": goals_result} if goals_result else {}),
                                                "note": "simulated figures are predictions; measured ones are the "
@@ -276,6 +302,7 @@ def light_only(args) -> int:
         print_handover_stages(stages, inp.device)
     print_prestart_at(prestart_at)
     print_read_arena(arena_rows, arena_steps)
+    print_library_trust(trust)
     print("\n== the lane-time levers in the steady state (SIMULATED): the defaults row x4 in 3 seeded orders, mean and "
           "range; the 6-slot rows add no GPU-sharing slowdown (an upper bound)")
     print(table(steady, ("scenario", "slots", "steady", "range")))
@@ -307,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full-records", default=str(RECORDS),
                     help="with --light-only: the folder of a full mix's records (throughput_full_records.jsonl) the "
                          "checkpoint candidates are also predicted on (default: the H200 run of 2026-12-05)")
+    ap.add_argument("--library-trust-only", action="store_true",
+                    help="with --light-only: only the table of the probe's library check amortized and its warm-up "
+                         "shortened (kernelgym_gap/sim/library_trust.py, PREDICTIONS)")
     ap.add_argument("--json", help="also write every table here")
     ap.add_argument("--goals", action="store_true",
                     help="also the gap to issue 35's goals (kernelgym_gap/sim/goals.py), printed last: each stage "

@@ -348,7 +348,8 @@ def summarise(name, batch, records, seconds, n_gpus):
             "early_exits": sum(any(p.get("early_exit") for p in per_shape(r)) for r in records),
             **handover_flags(records), **handover_memory(records), **library_warm_figures(records),
             **after_report_figures(records), **prestart_figures(records), **output_write_figures(records),
-            "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r))}
+            "library_cached_shapes": sum(p.get("library_source") == "cached" for r in records for p in per_shape(r)),
+            "library_trusted_shapes": sum(p.get("library_source") == "trusted" for r in records for p in per_shape(r))}
 
 
 def from_records(paths, n_gpus: int = 1) -> list[dict]:
@@ -412,7 +413,8 @@ SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "lau
             "probe_readings_count", "hand_over_outputs", "library_warm_before_lane", "prestart_for_next",
             "prestart_early")
 TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive", "clock_warmup_rule", "warm_once",
-                 "probe_hopeless_reps", "probe_readings_count", "library_warm_before_lane")
+                 "probe_hopeless_reps", "probe_readings_count", "library_warm_before_lane", "library_check_shapes",
+                 "warmup_ms")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
 PLACEMENT_FIELDS = ("held_output_bytes", "held_device_bytes", "prestart_for_next", "output_staging_bytes",
                     "prestart_early", "read_arena_bytes")       # scheduling: on the evaluations' Placement, not their config
@@ -421,7 +423,8 @@ VARIANT_FIELDS = ("held_output_bytes", "held_device_bytes", "timed_shapes", "com
                   "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane",
                   "recheck_outside_exclusive", "clock_warmup_rule", "warm_once", "read_outputs_while_timing",
                   "probe_hopeless_reps", "probe_readings_count", "hand_over_outputs", "library_warm_before_lane",
-                  "prestart_for_next", "output_staging_bytes", "prestart_early", "read_arena_bytes")
+                  "prestart_for_next", "output_staging_bytes", "prestart_early", "read_arena_bytes",
+                  "library_check_shapes", "warmup_ms")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
           "launch_bound_after_compile=1", "read_outputs_outside_lane=1", "recheck_outside_exclusive=1",
@@ -618,7 +621,7 @@ def main(argv=None) -> int:
                         for (tag, kind, _), r in zip(batch, lanes)]}, indent=1, default=str) + "\n")
     print(f"\nwrote {path}")
     print(f"lanes statuses: {rows[-1]['statuses']}; early exits: {rows[-1]['early_exits']}; cached library "
-          f"shapes: {rows[-1]['library_cached_shapes']}")
+          f"shapes: {rows[-1]['library_cached_shapes']}; trusted unchecked: {rows[-1]['library_trusted_shapes']}")
     for r in rows:
         if r.get("hold_reserved_max_mib") is not None:
             print(f"{r['mode']}: {r['outputs_handed_mean']} outputs handed over per evaluation; a held child reserved "

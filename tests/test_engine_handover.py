@@ -470,7 +470,7 @@ def _launch(task, monkeypatch, tmp_path, config, backend, checker):
 
     monkeypatch.setattr(evaluation_mod, "Launcher", FakeLauncher)
     monkeypatch.setattr(handover, "OpenerStart", CountingOpener)
-    monkeypatch.setattr(Evaluation, "_library_hint", lambda self, timing_trials: ())
+    monkeypatch.setattr(Evaluation, "_library_plan", lambda self, timing_trials: ((), ()))
     FakeChild.latency = {}
     ev = Evaluation(task, b"", "triton", backend_info(backend), config, checker=checker,
                     placement=Placement(lane_dir=None, scratch_root=str(tmp_path)))

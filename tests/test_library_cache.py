@@ -237,10 +237,11 @@ def test_the_parent_uses_its_own_hint_not_the_childs_number():
 
 # ---- the score stage ------------------------------------------------------------------------------------
 
-def scored(task, config, where, *timings, hint_ms=None):
+def scored(task, config, where, *timings, hint_ms=None, job=None):
+    """The score stage on these timings (with the readings they give) and the Job `job`, or one with `hint_ms`."""
     from timing_readings import with_readings       # the raw readings the parent summarises (issue 31)
     ev = Evaluation(task, b"", "triton", backend("cuda"), config, placement=where)
-    ev.job = job(hint_ms, config.timing)
+    ev.job = job if job is not None else globals()["job"](hint_ms, config.timing)
     ev.child = ChildResult(outcome=ChildOutcome(returncode=0, signal=None, timed_out=False, wall_s=1.0,
                                                 stdout_tail="", stderr_tail="", output_bytes=0, layers=()),
                            report=report(*(with_readings(t, config.timing) for t in timings)))

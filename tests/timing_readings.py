@@ -34,12 +34,14 @@ def with_readings(t, cfg: TimingConfig = TimingConfig(), probe_ms: float | None 
     check_ms = t.library_check_ms if t.library_check_ms is not None else t.library_ms
     p = probe(probe_ms if probe_ms is not None else t.kernel_ms, cfg)
     kernel = p if t.early_exit else full(t.kernel_ms, cfg)
-    c = Readings((check_ms,) * cfg.library_check_reps, (check_ms,) * cfg.library_check_reps)
-    lib = None if t.library_source == "cached" else full(t.library_ms, cfg)
+    trusted = t.library_source == "trusted"       # the hint stood unchecked: no check readings (Job.library_trusted)
+    n = 0 if trusted else cfg.library_check_reps
+    c = Readings((check_ms,) * n, (check_ms,) * n)
+    lib = None if t.library_source in ("cached", "trusted") else full(t.library_ms, cfg)
     readings = TimingReadings(kernel=kernel, probe=p, check=c, library=lib, sync_jitter_ms=0.0)
     k = stats.summarise_readings(kernel, 0.0)
     fields = dict(kernel_ms=k.median_ms, kernel_spread=k.spread, kernel_reps=k.reps, stream_ms=k.stream_ms,
-                  device_ms=k.device_ms, library_check_ms=check_ms, readings=readings,
+                  device_ms=k.device_ms, library_check_ms=None if trusted else check_ms, readings=readings,
                   library_spread=0.0, library_reps=len((lib or c).stream_ms))
     if lib is not None:
         fields["library_ms"] = lib.stream_ms[0]

@@ -60,7 +60,7 @@ class GraphBench(GraphReplay, Bench):
 
 def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
                library: Callable[[int], object], hint_ms: float | None,
-               clock: _PhaseClock | None = None) -> tuple[Measurement, dict]:
+               clock: _PhaseClock | None = None, trusted: bool = False) -> tuple[Measurement, dict]:
     """One shape: the kernel's Measurement and the ShapeTiming fields of the library's time.
 
     A short interleaved probe first (Bench.probe). With a hint (the parent's cached library time) that the
@@ -69,7 +69,14 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     A kernel whose first calls take over hopeless_factor x the library's time (the confirmed hint, else the
     check) is timed no further: its probe is its measurement (early_exit). The parent re-derives both
     decisions from the numbers reported here (judge/library_cache.reconcile), after recomputing those numbers
-    from the raw readings in `fields["readings"]` (judge/measure.trusted_timings)."""
+    from the raw readings in `fields["readings"]` (judge/measure.trusted_timings).
+
+    `trusted` (the shape is in Job.library_trusted, TimingConfig.library_check_shapes): the hint stands unchecked
+    ("trusted"): the probe times the kernel alone, and its early exit is told against the hint."""
+    if trusted and hint_ms is None:
+        raise ValueError("a trusted library time needs its hint")
+    if trusted:
+        return _time_shape_trusted(bench, cfg, kernel, hint_ms, clock)
     k_probe, check = bench.probe(kernel, library, cfg.library_check_reps, cfg.early_exit_budget_ms, hint_ms=hint_ms)
     _settle(kernel)     # the probe's outputs let go under watch before anything is captured (child/release.py)
     if clock is not None:
@@ -107,6 +114,32 @@ def time_shape(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object],
     else:
         fields.update(library_ms=lib.median_ms, library_spread=lib.spread, library_reps=lib.reps)
     return k, fields
+
+
+def _time_shape_trusted(bench: Bench, cfg: TimingConfig, kernel: Callable[[int], object], hint_ms: float,
+                        clock: _PhaseClock | None) -> tuple[Measurement, dict]:
+    """time_shape where the parent's hint stands unchecked: the kernel's probe alone (its hopeless rule and early
+    exit against the hint), then the kernel alone in full unless it exited; no library call at all."""
+    k_probe, _ = bench.probe(kernel, None, cfg.library_check_reps, cfg.early_exit_budget_ms, hint_ms=hint_ms)
+    _settle(kernel)
+    if clock is not None:
+        clock.lap("timing_probe")
+        for part, seconds in getattr(bench, "probe_parts", {}).items():
+            clock.add(f"timing_probe_{part}", seconds)
+    early = cfg.hopeless(k_probe.median_ms, hint_ms)
+    if early:
+        k = k_probe
+    elif getattr(cfg, "probe_readings_count", False):
+        k = bench.measure_interleaved([kernel], seeds=[k_probe.readings])[0]
+    else:
+        k = bench.measure(kernel)
+    _settle(kernel)
+    if clock is not None:
+        clock.lap("timing_measure")
+    readings = TimingReadings(kernel=k.readings, probe=k_probe.readings, check=Readings((), ()), library=None,
+                              sync_jitter_ms=bench.sync_jitter_ms)
+    return k, dict(library_source="trusted", library_check_ms=None, library_hint_ms=hint_ms, early_exit=early,
+                   readings=readings, library_ms=hint_ms, library_spread=0.0, library_reps=0)
 
 
 def _reference_once(task, trials) -> None:
@@ -183,6 +216,7 @@ def time_submission(task, job, entry, adapter, held, on_shape=None,
     if phases is not None:            # the clock warm-up's part of timing_setup (TimingConfig.clock_warmup_rule)
         phases["timing_clock_warmup"] = bench.clock_warmup_s
     hints = {(tuple(shape), dtype): ms for shape, dtype, ms in job.library_hint}
+    trusted = {(tuple(shape), dtype) for shape, dtype in job.library_trusted}
     results = []
     for index, trial in enumerate(job.timing_trials):
         if on_shape is not None:
@@ -203,7 +237,8 @@ def time_submission(task, job, entry, adapter, held, on_shape=None,
             with torch.no_grad():
                 kernel, library = time_shape(bench, cfg, calls,
                                              AfterKernel(calls, lambda i: task.reference(*sets[i % len(sets)])),
-                                             hints.get((tuple(trial.shape), trial.dtype)), clock)
+                                             hints.get((tuple(trial.shape), trial.dtype)), clock,
+                                             trusted=(tuple(trial.shape), trial.dtype) in trusted)
         finally:
             _CLOSE_CALLS(calls)
         del calls

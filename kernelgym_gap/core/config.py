@@ -164,6 +164,14 @@ class TimingConfig:
     # GPU-hour (396.8 -> 453.1; SIMULATED beforehand +14.7%), the slowest evaluation 97.5 -> 58.4 s, the same 16
     # statuses, E against do_bench no worse (median |r-1| 6.59% -> 5.43% on the three attention solutions).
     library_warm_before_lane: bool = True
+    # The library check amortized (issue 35; off until a GPU run compares it): at most this many timed shapes an
+    # evaluation checks the cached library time on (0: every shape, as before). The parent trusts the hint
+    # unchecked on the rest only where ok evaluations' checks confirmed it 3 times since a check of it last
+    # disagreed, the latest within library_trust_s seconds (judge/library_trust.py); the shapes confirmed longest
+    # ago are the ones checked. Such a shape's probe times the kernel alone ("trusted": no library warm-up, no
+    # check repetitions) and its E divides the parent's hint, as a confirmed hint's does.
+    library_check_shapes: int = 0
+    library_trust_s: float = 900.0
 
     def __post_init__(self):
         if self.stop_rule not in ("spread", "interval"):
@@ -183,6 +191,10 @@ class TimingConfig:
         if self.probe_hopeless_reps and not 3 <= self.probe_hopeless_reps <= self.library_check_reps:
             raise ValueError(f"probe_hopeless_reps must be 0 (off) or from 3 (a median of fewer is noise) to "
                              f"library_check_reps ({self.library_check_reps}), not {self.probe_hopeless_reps}")
+        if self.library_check_shapes < 0:
+            raise ValueError(f"library_check_shapes must be 0 (every shape checked) or more, not {self.library_check_shapes}")
+        if not 0 < self.library_trust_s <= 86_400:
+            raise ValueError(f"library_trust_s must be in (0, 86400] seconds, not {self.library_trust_s}")
         if self.probe_readings_count and self.graph_replay:
             raise ValueError("probe_readings_count with graph_replay: the probe's readings are the loop's (a spin and "
                              "a launch per repetition) and a graph's are not, so one median of both is biased")

@@ -219,6 +219,9 @@ class Job(_Record):
     # the library's time per timed (shape, dtype) from the parent's cache (judge/library_cache.py), one
     # entry per timing trial it knows, as (shape, dtype, ms); empty: none known (cpu, or not measured yet)
     library_hint: tuple[tuple[tuple[int, ...], str, float], ...] = ()
+    # the (shape, dtype) of library_hint whose hint stands unchecked (TimingConfig.library_check_shapes,
+    # judge/library_trust.py): the child times the kernel alone there, with no library check
+    library_trusted: tuple[tuple[tuple[int, ...], str], ...] = ()
     call_bounds: tuple[CallBound, ...] = ()     # the stage deadline of each call (empty: wall_s alone)
     # host memory the child may hold outputs in until its lanes are released (child/outputs.py); past it an
     # output is written as soon as it comes. 0: every output written at once.
@@ -293,8 +296,9 @@ class ShapeTiming:
     stream_ms: float | None = None            # median of the current-stream readings
     device_ms: float | None = None            # median of the device-wide readings
     handed_bytes: int | None = None           # bytes of the distinct tensors handed to the kernels, one call
-    # the library's time: "measured" in full here, or "cached" (the parent's Job.library_hint, confirmed by a
-    # short check; the parent re-derives that decision and puts its own hint into library_ms)
+    # the library's time: "measured" in full here, "cached" (the parent's Job.library_hint, confirmed by a
+    # short check; the parent re-derives that decision and puts its own hint into library_ms), or "trusted"
+    # (the hint of a shape in Job.library_trusted, not checked: no check readings)
     library_source: str = "measured"
     library_check_ms: float | None = None     # median of the short library check interleaved with the kernel
     library_hint_ms: float | None = None      # the hint the child was sent for this shape, echoed

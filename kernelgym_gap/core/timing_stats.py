@@ -169,10 +169,17 @@ def probe_hopeless(kernel_stream, kernel_device, check_stream, check_device, syn
     hopeless_factor x the library's reference, which is the larger of the check's median so far and the
     parent's hint (where one was sent). The larger, because the decision after the probe (child/timing.time_shape)
     takes the hint or the whole check: a kernel hopeless against the larger is hopeless against either, up to
-    the check's own noise; where it is not after all, the kernel is timed in full as without the rule."""
+    the check's own noise; where it is not after all, the kernel is timed in full as without the rule. A shape
+    whose hint stands unchecked (Job.library_trusted) has no check readings: the hint alone is the reference."""
     least = getattr(cfg, "probe_hopeless_reps", 0)
     n = len(kernel_stream)
-    if not least or n < least or len(check_stream) < n:
+    if not least or n < least:
+        return False
+    if not check_stream:        # a trusted hint (no check at all; the parent refuses an empty check elsewhere)
+        if not hint_ms:
+            return False
+        return cfg.hopeless(summarise(kernel_stream, kernel_device, sync_jitter_ms).median_ms, hint_ms)
+    if len(check_stream) < n:
         return False
     kernel_ms = summarise(kernel_stream, kernel_device, sync_jitter_ms).median_ms
     check_ms = summarise(list(check_stream)[:n], list(check_device)[:n], sync_jitter_ms).median_ms

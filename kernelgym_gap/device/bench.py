@@ -178,13 +178,14 @@ class Bench:
         s = stats.round_ms(start.elapsed_time(end_stream))
         return s, max(stats.round_ms(start.elapsed_time(end_device) - self.sync_overhead_ms), s)
 
-    def probe(self, kernel: Callable[[int], object], library: Callable[[int], object], reps: int,
-              budget_ms: float, hint_ms: float | None = None) -> tuple[Measurement, Measurement]:
+    def probe(self, kernel: Callable[[int], object], library: Callable[[int], object] | None, reps: int,
+              budget_ms: float, hint_ms: float | None = None) -> tuple[Measurement, Measurement | None]:
         """The short look before a full timing, repetitions interleaved: `reps` of the library (the check of
         its cached time) and of the kernel, the kernel's ending once `budget_ms` of its GPU time is spent
         (after one at least), or with TimingConfig.probe_hopeless_reps once its first readings show it hopeless
         against the check so far and `hint_ms` (core/timing_stats.probe_stops): its first calls, from which a
-        hopeless kernel is told."""
+        hopeless kernel is told. `library` None (a hint trusted unchecked, Job.library_trusted): the kernel's
+        repetitions alone, no library warm-up, and no check (None in its place)."""
         # the probe's parts in host seconds (perf_counter, the clock child/timing._PhaseClock's phases use), which
         # time_shape records beside their sum `timing_probe`: no synchronize is added for them. _warm_calls
         # synchronizes before its first call and after its last, so each warm-up's span holds its GPU work (first
@@ -193,7 +194,8 @@ class Bench:
         t0 = time.perf_counter()
         self._warm(kernel)
         t1 = time.perf_counter()
-        self._warm(library)
+        if library is not None:
+            self._warm(library)
         t2 = time.perf_counter()
         k_read: tuple[list[float], list[float]] = ([], [])
         l_read: tuple[list[float], list[float]] = ([], [])
@@ -208,11 +210,14 @@ class Bench:
                 s, d = self._rep(kernel, i)
                 k_read[0].append(s)
                 k_read[1].append(d)
-            s, d = self._rep(library, i)
-            l_read[0].append(s)
-            l_read[1].append(d)
+            elif library is None:
+                break
+            if library is not None:
+                s, d = self._rep(library, i)
+                l_read[0].append(s)
+                l_read[1].append(d)
         self.probe_parts = {"warm_kernel": t1 - t0, "warm_library": t2 - t1, "reps": time.perf_counter() - t2}
-        return self._summarise(*k_read), self._summarise(*l_read)
+        return self._summarise(*k_read), (self._summarise(*l_read) if library is not None else None)
 
     def measure(self, fn: Callable[[int], object]) -> Measurement:
         return self.measure_interleaved([fn])[0]

@@ -87,10 +87,11 @@ class Evaluation:
         source_file = scratch / "submission.py"
         source_file.write_text(self.source)
         timing = self.config.timing if self.backend.measures_time else None
+        library_hint, library_trusted = self._library_plan(timing_trials)
         self.job = Job(task_id=self.task.id, dsl=self.dsl, backend=self.backend.name, source_file=str(source_file),
                        tasks_dir=self.task.tasks_dir, outputs_dir=str(scratch / "outputs"),
                        report_file=str(scratch / "report.json"), trials=self.trials, timing=timing,
-                       timing_trials=timing_trials, library_hint=self._library_hint(timing_trials),
+                       timing_trials=timing_trials, library_hint=library_hint, library_trusted=library_trusted,
                        held_output_bytes=self.placement.held_output_bytes_for(self.backend.name),
                        held_device_bytes=self.placement.held_device_bytes_for(self.backend.name),
                        output_staging_bytes=self.placement.output_staging_bytes_for(self.backend.name),
@@ -126,10 +127,11 @@ class Evaluation:
         self._early_read = early_prefetch.start(self.job, Path(self.job.report_file).parent / CHECKPOINT_FILE,
                                                 self._private, self.checker, self.config.sandbox.wall_s)
 
-    def _library_hint(self, timing_trials: tuple[Trial, ...]):
-        """The library's cached time per timing trial (judge/library_cache.py), for the child to check."""
-        from kernelgym_gap.judge.library_cache import hints
-        return hints(self.task, timing_trials, self.config, self.placement) if timing_trials else ()
+    def _library_plan(self, timing_trials: tuple[Trial, ...]):
+        """The library's cached time per timing trial (judge/library_cache.py), for the child to check, and the
+        shapes whose time stands unchecked (TimingConfig.library_check_shapes): (library_hint, library_trusted)."""
+        from kernelgym_gap.judge.library_cache import plan
+        return plan(self.task, timing_trials, self.config, self.placement) if timing_trials else ((), ())
 
     def check(self) -> CheckResult:
         from kernelgym_gap.judge.trusted import check_in_process

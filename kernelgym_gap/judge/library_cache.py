@@ -1,12 +1,16 @@
 """The library's (the task's torch reference's) time per timed shape, cached in the parent so that the child
 times the library in full only when the device's library time has moved (docs/measurement.md).
 
-One JSON file under the cache directory (judge/calibrate.cache_dir), two sections:
-  "times":   key -> the last KEEP measured times (ms); key = device key (judge/calibrate.device_key: name,
-             driver, torch, triton) | task id @ version | shape | dtype | timed distribution. The hint is
-             their median, so one stray measurement moves it little.
-  "devices": "host:gpu_index" -> the device key the last correct evaluation's child reported there: the
-             parent holds no CUDA context, so it looks the device up here before starting a child.
+One JSON file under the cache directory (judge/calibrate.cache_dir), two sections, and two more that only
+TimingConfig.library_check_shapes reads (judge/library_trust.py):
+  "times":     key -> the last KEEP measured times (ms); key = device key (judge/calibrate.device_key: name,
+               driver, torch, triton) | task id @ version | shape | dtype | timed distribution. The hint is
+               their median, so one stray measurement moves it little.
+  "devices":   "host:gpu_index" -> the device key the last correct evaluation's child reported there: the
+               parent holds no CUDA context, so it looks the device up here before starting a child.
+  "confirmed": key -> when (the parent's time.time) ok evaluations' checks last agreed with its hint, the last
+               library_trust.SETTLED_N of them.
+  "drift":     key -> when a check of its hint last disagreed (the library measured afresh).
 Writers take an exclusive flock on a lock file beside it and replace the file whole; readers need no lock.
 A file that does not parse is ignored (logged) and rewritten by the next writer.
 
@@ -24,6 +28,7 @@ import json
 import logging
 import socket
 import statistics
+import time
 from pathlib import Path
 
 from kernelgym_gap.core.config import EvalConfig
@@ -32,10 +37,11 @@ from kernelgym_gap.core.placement import Placement
 from kernelgym_gap.core.record import ChildReport, Job, ShapeTiming, Trial
 from kernelgym_gap.core.task import TaskSpec
 from kernelgym_gap.judge.calibrate import cache_dir, device_key, update_cache
+from kernelgym_gap.judge.library_trust import SETTLED_N, trusted_keys
 
 log = logging.getLogger(__name__)
 KEEP = 8                         # measurements kept per key; the hint is their median
-SOURCES = ("measured", "cached")
+SOURCES = ("measured", "cached", "trusted")
 
 
 def default_cache_path() -> Path:
@@ -70,6 +76,10 @@ def load(path: Path) -> dict:
             and isinstance(data.get("devices"), dict)):
         log.warning("library time cache %s is not in the expected form, ignored", path)
         return {"times": {}, "devices": {}}
+    for name in ("confirmed", "drift"):     # the trust's sections (judge/library_trust.py): dropped when malformed
+        if name in data and not isinstance(data[name], dict):
+            log.warning("library time cache %s: its %r section is not a mapping, ignored", path, name)
+            del data[name]
     return data
 
 
@@ -82,35 +92,70 @@ def hints(task: TaskSpec, timing_trials: tuple[Trial, ...], config: EvalConfig, 
     """Job.library_hint for these timing trials: (shape, dtype, median ms) for each one the cache (the
     placement's) knows on this host's GPU placement.gpu_index; () when config.library_time is "measure" or
     the device is unknown."""
+    return plan(task, timing_trials, config, placement)[0]
+
+
+def plan(task: TaskSpec, timing_trials: tuple[Trial, ...], config: EvalConfig, placement: Placement | None = None,
+         now: float | None = None):
+    """(Job.library_hint, Job.library_trusted) for these timing trials: the hints as `hints` gives them, and the
+    (shape, dtype) of those whose hint stands unchecked under config.timing.library_check_shapes
+    (judge/library_trust.trusted_keys; none when it is 0). `now`: the parent's clock (time.time by default)."""
     placement = placement or Placement()
     if config.library_time != "cached" or not timing_trials:
-        return ()
+        return (), ()
     data = load(cache_path(placement))
     device = data["devices"].get(slot(placement.gpu_index))
     if not isinstance(device, str):
-        return ()
-    out = []
+        return (), ()
+    out, keys = [], {}
     for t in timing_trials:
-        values = data["times"].get(time_key(device, task, t.shape, t.dtype))
+        key = time_key(device, task, t.shape, t.dtype)
+        values = data["times"].get(key)
         ms = _median(values) if isinstance(values, list) else None
         if ms is not None:
             out.append((tuple(t.shape), t.dtype, ms))
-    return tuple(out)
+            keys.setdefault(key, (tuple(t.shape), t.dtype))
+    cfg = config.timing
+    if cfg is None or not cfg.library_check_shapes or not keys:
+        return tuple(out), ()
+    trusted = trusted_keys(list(keys), _section(data, "confirmed"), _section(data, "drift"),
+                           cfg.library_check_shapes, cfg.library_trust_s, time.time() if now is None else now)
+    return tuple(out), tuple(keys[k] for k in keys if k in trusted)
 
 
-def store(task: TaskSpec, report: ChildReport, placement: Placement | None = None) -> int:
-    """After a correct evaluation: remembers the child's device for placement.gpu_index and adds the library
-    times it measured in full (library_source "measured") to the cache. Returns how many were added."""
+def _section(data: dict, name: str) -> dict:
+    value = data.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def store(task: TaskSpec, report: ChildReport, placement: Placement | None = None, now: float | None = None) -> int:
+    """After a correct evaluation (its timings reconciled): remembers the child's device for placement.gpu_index
+    and adds the library times it measured in full (library_source "measured") to the cache. A check that
+    confirmed its hint ("cached") is remembered as the entry's confirmation, and one that disagreed (measured
+    where a hint was sent) as the device's drift (judge/library_trust.py reads both). Returns how many times
+    were added."""
     placement = placement or Placement()
+    now = time.time() if now is None else now
     device = device_key(report.device, report.versions)
     fresh = [(time_key(device, task, t.shape, t.dtype), t.library_ms) for t in report.timings
              if t.library_source == "measured" and t.library_ms > 0]
+    confirmed = [time_key(device, task, t.shape, t.dtype) for t in report.timings if t.library_source == "cached"]
+    disagreed = [time_key(device, task, t.shape, t.dtype) for t in report.timings
+                 if t.library_source == "measured" and t.library_hint_ms is not None]
 
     def change(data: dict) -> None:
         data["devices"][slot(placement.gpu_index)] = device
         for key, ms in fresh:
             old = data["times"].get(key)
             data["times"][key] = ((old if isinstance(old, list) else []) + [ms])[-KEEP:]
+        if confirmed:
+            seen = data["confirmed"] = _section(data, "confirmed")
+            for key in confirmed:
+                old = seen.get(key)
+                seen[key] = ((old if isinstance(old, list) else []) + [now])[-SETTLED_N:]
+        if disagreed:
+            data["drift"] = _section(data, "drift")
+            data["drift"].update({key: now for key in disagreed})
 
     update_cache(cache_path(placement), change, read=load)
     return len(fresh)
@@ -121,6 +166,7 @@ def reconcile(job: Job, timings: tuple[ShapeTiming, ...]) -> tuple[ShapeTiming, 
     check confirmed it. Raises ProtocolError where a claim (cached or measured, early exit) does not follow
     from the child's own check and the hint the parent sent."""
     sent = {(tuple(s), d): ms for s, d, ms in job.library_hint}
+    unchecked = {(tuple(s), d) for s, d in job.library_trusted}
     cfg = job.timing
     out = []
     for t in timings:
@@ -131,6 +177,18 @@ def reconcile(job: Job, timings: tuple[ShapeTiming, ...]) -> tuple[ShapeTiming, 
         if t.library_hint_ms != hint:
             raise ProtocolError(f"{where}: the child echoed a library hint of {t.library_hint_ms} ms; "
                                 f"it was sent {hint}")
+        if hint is not None and (tuple(t.shape), t.dtype) in unchecked:
+            # the parent's hint stands unchecked (TimingConfig.library_check_shapes): nothing to re-derive but
+            # the early exit, against the hint
+            if t.library_source != "trusted":
+                raise ProtocolError(f"{where}: the library time was to stand unchecked (trusted); the child "
+                                    f"reported {t.library_source}")
+            t = dataclasses.replace(t, library_ms=hint)
+            if t.early_exit and not cfg.hopeless(t.kernel_ms, hint):
+                raise ProtocolError(f"{where}: the child stopped timing early, but its kernel time {t.kernel_ms} ms "
+                                    f"is not over {cfg.hopeless_factor} x the library's {hint} ms")
+            out.append(t)
+            continue
         agreed = hint is not None and t.library_check_ms is not None and cfg.library_agrees(t.library_check_ms, hint)
         expected = "cached" if agreed else "measured"
         if t.library_source != expected:

@@ -72,6 +72,8 @@ def trusted_timings(job, timings) -> tuple[ShapeTiming, ...]:
     cfg = job.timing
     # the hints this parent sent (never the child's echo of them): the probe's hopeless rule reads them
     sent = {(tuple(s), d): ms for s, d, ms in job.library_hint}
+    # the shapes whose hint this parent told the child to trust unchecked (TimingConfig.library_check_shapes)
+    unchecked = {(tuple(s), d) for s, d in job.library_trusted}
     out = []
     for t in timings:
         where = f"shape {list(t.shape)} {t.dtype}"
@@ -80,12 +82,18 @@ def trusted_timings(job, timings) -> tuple[ShapeTiming, ...]:
             raise ProtocolError(f"{where}: the child reported no raw timing readings")
         if not (math.isfinite(r.sync_jitter_ms) and r.sync_jitter_ms >= 0):
             raise ProtocolError(f"{where}: a synchronize jitter of {r.sync_jitter_ms!r} ms")
+        trusted = (tuple(t.shape), t.dtype) in unchecked
         _readings_checked(where, "kernel probe", r.probe, cfg.library_check_reps, cfg, False, check=r.check,
                           sync_jitter_ms=r.sync_jitter_ms, hint_ms=sent.get((tuple(t.shape), t.dtype)))
-        _readings_checked(where, "library check", r.check, cfg.library_check_reps, cfg, None)
-        if len(r.check.stream_ms) != cfg.library_check_reps:
-            raise ProtocolError(f"{where}: {len(r.check.stream_ms)} library check readings, expected "
-                                f"{cfg.library_check_reps}")
+        if trusted:         # no check at all, and no library timing: the hint stands (library_cache.reconcile)
+            if r.check.stream_ms or r.check.device_ms or r.library is not None:
+                raise ProtocolError(f"{where}: library readings for a shape whose cached library time was to "
+                                    "stand unchecked")
+        else:
+            _readings_checked(where, "library check", r.check, cfg.library_check_reps, cfg, None)
+            if len(r.check.stream_ms) != cfg.library_check_reps:
+                raise ProtocolError(f"{where}: {len(r.check.stream_ms)} library check readings, expected "
+                                    f"{cfg.library_check_reps}")
         # TimingConfig.probe_readings_count: a full timing begins with the probe's readings (the kernel's with its
         # probe, the library's with its check), and its stopping rule is replayed from where they end
         fold = bool(getattr(cfg, "probe_readings_count", False))
@@ -97,7 +105,7 @@ def trusted_timings(job, timings) -> tuple[ShapeTiming, ...]:
                 _begins_with(where, "kernel", r.kernel, "probe", r.probe)
             _readings_checked(where, "kernel", r.kernel, cfg.max_reps, cfg, True,
                               seeded=len(r.probe.stream_ms) if fold else 0)
-        if (r.library is None) != (t.library_source == "cached"):
+        if (r.library is None) != (t.library_source in ("cached", "trusted")):
             raise ProtocolError(f"{where}: library readings {'absent' if r.library is None else 'present'} "
                                 f"with the library time {t.library_source}")
         if r.library is not None:
@@ -108,11 +116,14 @@ def trusted_timings(job, timings) -> tuple[ShapeTiming, ...]:
             _readings_checked(where, "library", r.library, cfg.max_reps, cfg, True,
                               seeded=len(r.check.stream_ms) if seeded else 0)
         k = stats.summarise_readings(r.kernel, r.sync_jitter_ms)
-        check = stats.summarise_readings(r.check, r.sync_jitter_ms)
-        lib = check if r.library is None else stats.summarise_readings(r.library, r.sync_jitter_ms)
         mine = dict(kernel_ms=k.median_ms, kernel_spread=k.spread, kernel_reps=k.reps, stream_ms=k.stream_ms,
-                    device_ms=k.device_ms, side_stream=stats.side_stream_suspected(k),
-                    library_check_ms=check.median_ms, library_spread=lib.spread, library_reps=lib.reps)
+                    device_ms=k.device_ms, side_stream=stats.side_stream_suspected(k))
+        if trusted:
+            mine.update(library_check_ms=None, library_spread=0.0, library_reps=0)
+        else:
+            check = stats.summarise_readings(r.check, r.sync_jitter_ms)
+            lib = check if r.library is None else stats.summarise_readings(r.library, r.sync_jitter_ms)
+            mine.update(library_check_ms=check.median_ms, library_spread=lib.spread, library_reps=lib.reps)
         if r.library is not None:
             mine["library_ms"] = lib.median_ms
         wrong = [f"{name} {getattr(t, name)!r} (its readings give {value!r})" for name, value in mine.items()
