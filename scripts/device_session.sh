@@ -125,6 +125,11 @@
 #                     both callables): E against do_bench on the six optimized Triton solutions of the light batch
 #                     (scripts/fidelity.py --variant "" --variant warmup_ms=5); $OUT/warmup_short/ (~330 s)
 #   warmup-light      #35: the light batch with the defaults and warmup_ms=5 beside each other; $OUT/warmup_light/
+#   new-levers        #35: every switch built off since 2026-12-07 at once (NEW_OFF: the pinned staging buffer, the
+#                     read arena, the early-started child, the library check on 1 shape) beside the defaults: the
+#                     light batch and, with ENV_STEPS, the warm env.step (the outputs' files were 5.2 s of the
+#                     11-12 s H200 steps of 2026-12-07); statuses and E per submission must agree; $OUT/new_levers/
+#                     (~450 s with ENV_STEPS=Softmax,LayerNorm: STEP_S=480)
 #   timing-release    the timed outputs let go under watch and the timing bench guarded (child/release.py,
 #                     2026-12-07): gpu_bench_rep_shadow.py and gpu_finalizer_in_timing.py, an honest kernel, then
 #                     E against do_bench on four optimized Triton solutions (~540 s)
@@ -141,6 +146,8 @@ OUT=${OUT:-/tmp/out}
 # issue 35's lane-time levers of 2026-12-06, all together (the steady clock warm-up, the warm-up once, the
 # rechecks after the exclusive lane, the check's reads before the lane and while the child times, the outputs
 # held on the device, graph replay, the interval stop)
+# the switches built off on 2026-12-07/08 (output staging, read arena, early start, library check on 1 shape)
+NEW_OFF=output_staging_bytes=64M,read_arena_bytes=3072M,prestart_early=1,library_check_shapes=1
 ALL_NEW=clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=1,read_outputs_outside_lane=1,read_outputs_while_timing=1,held_device_bytes=1024M,graph_replay=1,stop_rule=interval
 mkdir -p "$OUT"
 STEP_S=${STEP_S:-540}          # a step's own limit: the call's 600 s less the time to send $OUT back
@@ -477,6 +484,9 @@ for step in "$@"; do
       timeout 200 python3 -m pytest -q -s -m gpu -p no:cacheprovider --tb=short tests/test_library_trust.py \
         > "$OUT/library_trust/gpu_test.txt" 2>&1; tail -12 "$OUT/library_trust/gpu_test.txt"
       light_beside library_trust library_check_shapes=1 library_check_shapes=1 230 30 ;;
+    new-levers)
+      # #35: the switches built off since 2026-12-07 together (NEW_OFF; the header), the defaults beside them
+      light_beside new_levers "$NEW_OFF" "$NEW_OFF" 20 34 ;;
     warmup-short)
       # #35: the probe's warm-ups at 5 ms of GPU time instead of 25 (TimingConfig.warmup_ms; the header): E first
       mkdir -p "$OUT/warmup_short"
