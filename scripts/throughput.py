@@ -411,20 +411,20 @@ def table(rows) -> str:
 SWITCHES = ("compile_outside_lane", "precompute_reference", "graph_replay", "launch_bound_after_compile",
             "read_outputs_outside_lane", "recheck_outside_exclusive", "warm_once", "read_outputs_while_timing",
             "probe_readings_count", "hand_over_outputs", "library_warm_before_lane", "prestart_for_next",
-            "prestart_early")
+            "prestart_early", "outputs_copy_laned")
 TIMING_FIELDS = ("graph_replay", "stop_rule", "recheck_outside_exclusive", "clock_warmup_rule", "warm_once",
                  "probe_hopeless_reps", "probe_readings_count", "library_warm_before_lane", "library_check_shapes",
                  "warmup_ms")
 SANDBOX_FIELDS = ("launch_bound_after_compile",)
 PLACEMENT_FIELDS = ("held_output_bytes", "held_device_bytes", "prestart_for_next", "output_staging_bytes",
-                    "prestart_early", "read_arena_bytes")       # scheduling: on the evaluations' Placement, not their config
+                    "prestart_early", "read_arena_bytes", "outputs_copy_laned")       # scheduling: on the evaluations' Placement, not their config
 CHOICES = {"stop_rule": ("spread", "interval"), "clock_warmup_rule": ("fixed", "steady")}
 VARIANT_FIELDS = ("held_output_bytes", "held_device_bytes", "timed_shapes", "compile_outside_lane", "precompute_reference",
                   "graph_replay", "stop_rule", "launch_bound_after_compile", "read_outputs_outside_lane",
                   "recheck_outside_exclusive", "clock_warmup_rule", "warm_once", "read_outputs_while_timing",
                   "probe_hopeless_reps", "probe_readings_count", "hand_over_outputs", "library_warm_before_lane",
                   "prestart_for_next", "output_staging_bytes", "prestart_early", "read_arena_bytes",
-                  "library_check_shapes", "warmup_ms")
+                  "library_check_shapes", "warmup_ms", "outputs_copy_laned")
 # every lever of issue 35 that is a variant, as `--variant` takes it (docs/measurement.md, "The simulator")
 LEVERS = ("compile_outside_lane=1", "graph_replay=1", "stop_rule=interval", "precompute_reference=1",
           "launch_bound_after_compile=1", "read_outputs_outside_lane=1", "recheck_outside_exclusive=1",

@@ -326,3 +326,99 @@ def test_a_real_tilelang_child_compiles_with_the_lane_let_go(registry, tmp_path)
     assert rec.latency["child_compile_unlaned"] > 0.05, rec.latency
     assert "child_lane_wait_after_compile" in rec.latency
     assert not any(k.startswith("child_lane_timeout") for k in rec.latency), rec.latency
+
+
+# ---- Placement.outputs_copy_laned: a copy off the GPU holds the shared lane for itself alone ------------------------
+
+def test_a_copy_outside_the_stages_holds_the_shared_lane_and_waits_behind_a_timing(pair):
+    child, phases, other = pair
+    with child.copying():
+        assert not _free_for(other, "exclusive") and child.holding is None   # held shared for the copy alone
+    assert _free_for(other, "exclusive") and phases["copies_laned"] == 1.0
+    other.acquire("exclusive")                  # another evaluation's timing
+
+    def timing_ends():
+        time.sleep(0.3)
+        other.release()
+
+    t = threading.Thread(target=timing_ends)
+    t.start()
+    with child.copying():                       # waits for the timing: no copy beside a measurement
+        assert not _free_for(other, "exclusive")
+    t.join()
+    assert phases["lane_wait_copies"] >= 0.2 and phases["copies_laned"] == 2.0
+
+
+def test_a_copy_inside_a_stage_or_without_a_lane_just_runs(pair):
+    child, phases, other = pair
+    with child.stage("exclusive"), child.copying():
+        assert child.holding == "exclusive"
+    with child.stage("shared"), child.copying():
+        assert child.holding == "shared"
+    with ChildLane(None, None, {}).copying():
+        pass
+    assert "copies_laned" not in phases and "lane_wait_copies" not in phases
+
+
+def test_a_copy_past_the_lane_budget_runs_without_it_and_says_so(tmp_path):
+    mine, other = Lane.open(tmp_path, 0), Lane.open(tmp_path, 0)
+    phases = {}
+    child = ChildLane(mine, 0.2, phases)
+    other.acquire("exclusive")
+    ran = []
+    with child.copying():
+        ran.append(True)
+    other.release()
+    assert ran == [True] and phases["lane_timeout_copies"] >= 0.15 and "copies_laned" not in phases
+    mine.close()
+    other.close()
+
+
+def test_a_checkpoints_device_copies_hold_the_shared_lane_and_its_writes_do_not(pair, tmp_path, monkeypatch):
+    """A ChildRun whose Job asks for it (Job.outputs_copy_laned) gives its held outputs the lane's copy guard: in a
+    checkpoint (both lanes let go) each device copy's trip to the host holds the shared lane, so another
+    evaluation's timing cannot run beside it, and each file write runs with the lane free. The GPU is pretended."""
+    import torch
+
+    from kernelgym_gap.child import outputs
+    from kernelgym_gap.child.run import ChildRun
+    from kernelgym_gap.core import tensor_file
+    from kernelgym_gap.core.record import Job, TrialOutcome
+    child, phases, other = pair
+    job = Job(task_id="AddReLU", dsl="triton", backend="cuda", source_file="s.py", outputs_dir=str(tmp_path),
+              report_file=str(tmp_path / "report.json"), trials=(), timing=None, held_device_bytes=1 << 20,
+              outputs_copy_laned=True)
+    run = ChildRun(job)
+    run.lane, run.common = child, {}
+    monkeypatch.setattr(outputs, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(tensor_file, "_on_device", lambda t: True)
+    seen = []
+    write = tensor_file._write
+
+    def looking_write(fd, buf):
+        seen.append(("write", _free_for(other, "exclusive")))
+        return write(fd, buf)
+
+    copying = ChildLane.copying
+
+    def looking_copy(lane):
+        seen.append(("copy", None))
+        return copying(lane)
+
+    monkeypatch.setattr(tensor_file, "_write", looking_write)
+    monkeypatch.setattr(ChildLane, "copying", looking_copy)
+    to = torch.Tensor.to
+
+    def looking_to(t, *a, **k):
+        seen.append(("copying", _free_for(other, "exclusive")))
+        return to(t, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "to", looking_to)
+    with child.stage("shared"):
+        run.held.add("trial_0.bin", torch.arange(16, dtype=torch.float32))
+        run.outcomes = [TrialOutcome(index=0, output_file="trial_0.bin", launches=1, programs=1, seconds=0.01,
+                                     input_digest_before="d", input_digest_after="d")]
+        assert run.checkpoint() is None
+    assert ("copy", None) in seen and ("copying", False) in seen         # the copy under the shared lane
+    assert [free for kind, free in seen if kind == "write"] and all(free for kind, free in seen if kind == "write")
+    assert phases["copies_laned"] == 1.0 and (tmp_path / "trial_0.bin").exists()

@@ -177,3 +177,85 @@ def test_the_write_phases_say_how_the_outputs_went(tmp_path, monkeypatch):
     full.staging_refused = "RuntimeError: refused"
     assert set(full.write_phases()) == {"outputs_write_in_lane", "outputs_staging_refused"}
     assert full.write_phases()["outputs_staging_refused"] == 1.0
+
+
+# ---- Placement.outputs_copy_laned: each copy off the GPU under the shared lane, the file writes outside it ---------
+
+class _Guard:
+    """A copy guard that logs its entries and exits; `log` also gets each file write, with whether it was inside."""
+
+    def __init__(self):
+        self.log, self.inside = [], False
+
+    def __call__(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def held():
+            self.log.append("enter")
+            self.inside = True
+            try:
+                yield
+            finally:
+                self.inside = False
+                self.log.append("exit")
+        return held()
+
+
+def test_the_copy_guard_wraps_each_chunks_copy_and_no_file_write(tmp_path, monkeypatch):
+    """Staged (the pinned buffer): the guard is entered around each chunk's copy into the buffer and left before
+    that chunk is written; the file is the same as without the guard. The GPU is pretended (a cpu tensor)."""
+    from kernelgym_gap.core import tensor_file
+    guard = _Guard()
+    write = tensor_file._write
+
+    def logged_write(fd, buf):
+        guard.log.append("write inside" if guard.inside else "write")
+        return write(fd, buf)
+
+    monkeypatch.setattr(tensor_file, "_on_device", lambda t: True)
+    monkeypatch.setattr(tensor_file, "_write", logged_write)
+    t = torch.arange(100, dtype=torch.float32)             # 400 bytes through a 128-byte buffer: 4 chunks
+    tensor_file.write_tensor(tmp_path / "a.tensor", t, staging=torch.empty(128, dtype=torch.uint8), guard=guard)
+    copies = [e for e in guard.log if e in ("enter", "exit")]
+    assert copies == ["enter", "exit"] * 4 and "write inside" not in guard.log
+    assert guard.log[-2:] == ["exit", "write"]
+    assert torch.equal(read_tensor(tmp_path / "a.tensor", 1 << 20), t)
+
+
+def test_the_copy_guard_wraps_a_whole_pageable_copy_and_never_a_host_tensor(tmp_path, monkeypatch):
+    from kernelgym_gap.core import tensor_file
+    guard = _Guard()
+    t = torch.arange(8.0)
+    tensor_file.write_tensor(tmp_path / "host.tensor", t, guard=guard)        # a host tensor: nothing to copy
+    assert guard.log == []
+    monkeypatch.setattr(tensor_file, "_on_device", lambda t: True)
+    tensor_file.write_tensor(tmp_path / "dev.tensor", t, guard=guard)         # staging off: one whole copy
+    assert guard.log == ["enter", "exit"]
+    assert torch.equal(read_tensor(tmp_path / "dev.tensor", 1 << 20), t)
+
+
+def test_held_outputs_guard_only_their_device_copies(tmp_path, monkeypatch):
+    """HeldOutputs.write enters its copy guard for the outputs it kept on the device, not for its host copies."""
+    from kernelgym_gap.child import outputs
+    from kernelgym_gap.core import tensor_file
+    guard = _Guard()
+    monkeypatch.setattr(outputs, "_on_gpu", lambda t: True)
+    held = HeldOutputs(tmp_path, budget_bytes=1 << 20, device_budget_bytes=32, copy_guard=guard)
+    held.add("a.tensor", torch.arange(8.0))                  # 32 bytes: kept on the "device"
+    held.add("b.tensor", torch.arange(8.0))                  # past the device budget: a host copy
+    device_copy = held.held[0][1].data_ptr()
+    monkeypatch.setattr(tensor_file, "_on_device", lambda t: t.data_ptr() == device_copy)
+    held.write()
+    assert guard.log == ["enter", "exit"]
+    assert {p.name for p in tmp_path.iterdir()} == {"a.tensor", "b.tensor"}
+
+
+def test_the_switch_is_placement_and_reaches_the_job_on_cuda_only():
+    import pytest
+    from kernelgym_gap.core.placement import Placement
+    assert Placement().outputs_copy_laned is False
+    p = Placement(outputs_copy_laned=True)
+    assert p.outputs_copy_laned_for("cuda") is True and p.outputs_copy_laned_for("cpu") is False
+    with pytest.raises(ValueError, match="outputs_copy_laned"):
+        Placement(outputs_copy_laned=1)

@@ -127,6 +127,39 @@ class ChildLane:
             self._add(f"{name}_unlaned", _NOW() - t)
         self._take_back(f"lane_wait_after_{name}")
 
+    @contextlib.contextmanager
+    def copying(self) -> Iterator[None]:
+        """Around one copy of an output off the GPU where the child holds no lane (a checkpoint's or the final
+        outputs' write, Placement.outputs_copy_laned): the shared lane held for the copy alone, so that the copy
+        engine's traffic never runs beside another evaluation's timing, and let go before the file write. Held
+        already (shared or exclusive), or no lane: the copy just runs. Past the lane budget, or on a descriptor the
+        submission broke, the copy runs without it (`lane_timeout_copies`). `lane_wait_copies` sums the waits,
+        `copies_laned` counts the holds."""
+        if self.lane is None or self.holding is not None:
+            yield
+            return
+        try:
+            got = self.lane.acquire("shared", self._left())
+        except LaneTimeout as e:
+            self.waited += e.waited_s
+            self._add("lane_timeout_copies", e.waited_s)
+            yield
+            return
+        except OSError:
+            self._add("lane_timeout_copies", 0.0)
+            yield
+            return
+        self.waited += got.wait_s
+        self._add("lane_wait_copies", got.wait_s)
+        self._add("copies_laned", 1.0)
+        try:
+            yield
+        finally:
+            try:
+                self.lane.release()
+            except OSError:
+                pass
+
     def _take_back(self, key: str = "lane_wait_after_compile") -> None:
         in_call = self.let_go_allowed       # a first call's compile: its waits count against LET_GO_WAIT_S
         try:

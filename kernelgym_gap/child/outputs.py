@@ -55,8 +55,11 @@ class HeldOutputs:
     where the host copy took 1.10 s of an evaluation's shared lane on the H100 light batch (2026-12-06)."""
 
     def __init__(self, directory: Path, budget_bytes: int, device_budget_bytes: int = 0, by_handle: bool = False,
-                 staging_bytes: int = 0):
+                 staging_bytes: int = 0, copy_guard=None):
         self.directory = Path(directory)
+        # Placement.outputs_copy_laned: entered around each copy of a device-held output off the GPU in `write`
+        # (child/lanes.ChildLane.copying: the shared lane for the copy alone); None: the copies run as they come
+        self.copy_guard = copy_guard
         # Placement.output_staging_bytes: a device copy reaches the host through one pinned buffer of this size,
         # made at the first such write (`staging_for`), a chunk at a time (core/tensor_file._write_staged),
         # instead of a pageable copy of the whole output (0.79 s/GiB on the H100 host, 2026-12-06). 0: off.
@@ -200,7 +203,8 @@ class HeldOutputs:
             else:
                 self.held_bytes -= size
             # a device copy reaches the host here (through the pinned buffer where there is one)
-            write_tensor(self.directory / name, copy, staging=HeldOutputs.staging_for(self, copy))
+            write_tensor(self.directory / name, copy, staging=HeldOutputs.staging_for(self, copy),
+                         guard=self.copy_guard)
             del copy
         self.held = kept
         return _clock() - t

@@ -89,7 +89,8 @@ class ChildRun:
         self.marks = CallMarks(self.report_path.parent, job.call_bounds)   # the parent's call deadlines
         self.held = HeldOutputs(self.outputs, job.held_output_bytes,       # written once the lanes are let go
                                 device_budget_bytes=job.held_device_bytes, by_handle=job.outputs_by_handle,
-                                staging_bytes=job.output_staging_bytes)
+                                staging_bytes=job.output_staging_bytes,   # the lane comes in `setup`: looked up late
+                                copy_guard=(lambda: self.lane.copying()) if job.outputs_copy_laned else None)
         self.compiling_trials = first_of_their_shape(job.trials)   # the calls that compile (lanes.py)
         self.checkpointed = 0            # outcomes covered by the last checkpoint (`checkpoint`)
         self.checkpoint_report = None    # that checkpoint, naming every output by its file (the hold's fallback)

@@ -72,6 +72,14 @@ class Placement:
     # evaluation, the light batch +9.8% and +2.8%, the warm step -1.6 and -1.8 s, the same statuses; off until two
     # submissions' E moves of 7% and 12% beside it are explained (issue 35).
     output_staging_bytes: int = 0
+    # each copy of a device-held output off the GPU (the held_device_bytes copies, written at a checkpoint or after
+    # the timing with both lanes let go) holds the GPU's shared lane for the copy alone (child/lanes.py
+    # ChildLane.copying; with output_staging_bytes, each chunk's copy), and lets it go for the file write. Without
+    # it those copies (the copy engine reading the GPU's memory) can run beside another evaluation's exclusive
+    # timing, which the lanes are there to prevent ("a measurement never shares the GPU"). Found on the cpu
+    # 2026-12-08 while looking for why E moved beside the pinned buffer; off until a GPU run compares E and the
+    # rate (device_session.sh staging-laned).
+    outputs_copy_laned: bool = False
     # how long an evaluation waits for its disk reservation (sandbox/disk_ledger.py: jobs on one scratch root
     # reserve what they may write) before ScratchSpaceError; long enough for a big cuda job ahead of it to end
     disk_wait_s: float = 900.0
@@ -114,7 +122,7 @@ class Placement:
             raise ValueError(f"output_staging_bytes must be an int in [0, {MAX_OUTPUT_STAGING_BYTES}], not "
                              f"{self.output_staging_bytes!r}")
         check_read_arena_bytes(self.read_arena_bytes)
-        for name in ("prestart_for_next", "prestart_early"):
+        for name in ("prestart_for_next", "prestart_early", "outputs_copy_laned"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, not {getattr(self, name)!r}")
         if isinstance(self.disk_wait_s, bool) or not isinstance(self.disk_wait_s, (int, float)) \
@@ -136,6 +144,11 @@ class Placement:
         """The pinned staging buffer of a child on `backend` (see output_staging_bytes): none off cuda, where
         no output is on a device."""
         return self.output_staging_bytes if backend == "cuda" else 0
+
+    def outputs_copy_laned_for(self, backend: str) -> bool:
+        """Whether a child on `backend` holds the shared lane for its outputs' copies off the GPU (see
+        outputs_copy_laned): never off cuda, where no output is on a device."""
+        return self.outputs_copy_laned and backend == "cuda"
 
     def lanes_for(self, backend: str) -> str | None:
         """The lane directory the trusted side (checker, calibration, baselines) takes on `backend`: the GPU's

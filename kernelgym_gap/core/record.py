@@ -232,6 +232,9 @@ class Job(_Record):
     # a device copy is written through a pinned host buffer of this many bytes, a chunk at a time
     # (Placement.output_staging_bytes, child/outputs.py); 0: copied whole to pageable host memory first
     output_staging_bytes: int = 0
+    # each copy of a device-held output off the GPU in the child's unlaned writes holds the shared lane
+    # (Placement.outputs_copy_laned, child/lanes.ChildLane.copying); False: the copies run with the lanes let go
+    outputs_copy_laned: bool = False
     # the DSL's compiles in a shape's first correctness call run with the shared lane let go
     # (EvalConfig.compile_outside_lane, child/lanes.py)
     compile_outside_lane: bool = False

@@ -15,6 +15,7 @@ the snapshots cover this module, as every harness module (child/snapshots.harnes
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -64,23 +65,34 @@ def _bytes_view(t: torch.Tensor):
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
-def write_tensor(path: str | os.PathLike, t: torch.Tensor, staging: torch.Tensor | None = None) -> int:
+def write_tensor(path: str | os.PathLike, t: torch.Tensor, staging: torch.Tensor | None = None,
+                 guard: Callable[[], contextlib.AbstractContextManager] | None = None) -> int:
     """Writes `t` (any device; copied to the host if needed) to a new file at `path`; the bytes written.
 
     `staging` (a contiguous uint8 host tensor, pinned on cuda: child/outputs.py, Placement.output_staging_bytes):
     a tensor on a device is copied to the host through it, one chunk of its size at a time, each chunk written
     from there, instead of being copied whole into fresh pageable memory first. The file's bytes are the same
-    either way; a cpu tensor is written directly and ignores it."""
+    either way; a cpu tensor is written directly and ignores it. `guard` (Placement.outputs_copy_laned: the GPU's
+    shared lane, child/lanes.ChildLane.copying): entered around each copy off the device (the whole tensor's, or
+    each chunk's), never around a file write."""
     if t.dtype not in _NAMES:
         raise TensorFileError(f"dtype {t.dtype} has no tensor-file encoding")
-    staged = staging is not None and t.device.type != "cpu" and t.numel() > 0
-    t = t.detach().contiguous() if staged else t.detach().to("cpu").contiguous()   # no copy when it already is both
+    guard = guard or contextlib.nullcontext
+    on_device = _on_device(t)
+    staged = staging is not None and on_device and t.numel() > 0
+    if staged:
+        t = t.detach().contiguous()
+    elif on_device:
+        with guard():
+            t = t.detach().to("cpu").contiguous()
+    else:
+        t = t.detach().contiguous()         # no copy when it already is
     header = json.dumps({"dtype": _NAMES[t.dtype], "shape": list(t.shape)}).encode()
     fd = _open(os.fspath(path), _W_FLAGS, 0o644)
     try:
         _write_all(fd, MAGIC + struct.pack("<I", len(header)) + header)
         if staged:
-            return _write_staged(fd, t.reshape(-1).view(torch.uint8), staging)
+            return _write_staged(fd, t.reshape(-1).view(torch.uint8), staging, guard)
         data = _bytes_view(t) if t.numel() else memoryview(b"")
         for start in range(0, len(data), _CHUNK):
             _write_all(fd, data[start:start + _CHUNK])
@@ -89,11 +101,17 @@ def write_tensor(path: str | os.PathLike, t: torch.Tensor, staging: torch.Tensor
     return len(data)
 
 
-def _write_staged(fd: int, flat: torch.Tensor, staging: torch.Tensor) -> int:
+def _on_device(t: torch.Tensor) -> bool:
+    """Whether `t` must be copied off a device to be written (one name, so that the cpu tests can pretend one)."""
+    return t.device.type != "cpu"
+
+
+def _write_staged(fd: int, flat: torch.Tensor, staging: torch.Tensor,
+                  guard: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> int:
     """`flat` (uint8, contiguous, on any device) written to `fd` through `staging`, a chunk at a time: each
     chunk copied into the staging buffer (a pinned buffer takes a device's copy by DMA, without faulting in
     fresh pageable pages), then written from it. The copy is synchronous: the chunk is on the host before its
-    write. The bytes written."""
+    write, and before `guard` (entered around each chunk's copy alone) is left. The bytes written."""
     if staging.dtype != torch.uint8 or staging.device.type != "cpu" or not staging.is_contiguous() \
             or staging.dim() != 1 or staging.numel() == 0:
         raise ValueError("the staging buffer must be a non-empty, contiguous, 1-D uint8 host tensor")
@@ -101,7 +119,8 @@ def _write_staged(fd: int, flat: torch.Tensor, staging: torch.Tensor) -> int:
     view = memoryview(staging.numpy())
     for start in range(0, size, step):
         n = min(step, size - start)
-        staging[:n].copy_(flat[start:start + n])
+        with guard():
+            staging[:n].copy_(flat[start:start + n])
         _write_all(fd, view[:n])
     return size
 

@@ -95,6 +95,7 @@ class Evaluation:
                        held_output_bytes=self.placement.held_output_bytes_for(self.backend.name),
                        held_device_bytes=self.placement.held_device_bytes_for(self.backend.name),
                        output_staging_bytes=self.placement.output_staging_bytes_for(self.backend.name),
+                       outputs_copy_laned=self.placement.outputs_copy_laned_for(self.backend.name),
                        compile_outside_lane=self.config.compile_outside_lane,
                        outputs_by_handle=handover.applies(self.config, self.backend.name, self.checker,
                                                           self.placement))
