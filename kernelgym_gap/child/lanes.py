@@ -20,7 +20,10 @@ to take it again (both summed over the calls).
 Disk work between correctness calls lets the shared lane go too (`unlaned`): a checkpoint (child/run.py)
 writes the finished trials' outputs, host copies already in memory, and on the H200 such writes took 1-8 s per
 evaluation inside the shared lane (docs/architecture.md). Its phases: `checkpoint_unlaned`, the time spent
-with the lane let go, and `lane_wait_after_checkpoint`, the waits to take it back."""
+with the lane let go, and `lane_wait_after_checkpoint`, the waits to take it back. A device-held output's copy
+to the host inside such a write is GPU work, though (the copy engine reads the GPU's memory): with
+Placement.outputs_copy_laned each copy holds the shared lane for itself alone (`copying`), so that it never runs
+beside another evaluation's timing, and the file write stays outside."""
 from __future__ import annotations
 
 import contextlib
