@@ -125,13 +125,15 @@
 #                     both callables): E against do_bench on the six optimized Triton solutions of the light batch
 #                     (scripts/fidelity.py --variant "" --variant warmup_ms=5); $OUT/warmup_short/ (~330 s)
 #   warmup-light      #35: the light batch with the defaults and warmup_ms=5 beside each other; $OUT/warmup_light/
-#   staging-laned     #35: the outputs' copies off the GPU under the shared lane (Placement.outputs_copy_laned, OFF:
-#                     without it a checkpoint's device copies run beside other evaluations' timings): the light
-#                     batch's first SERIAL (6: the optimized solutions) one at a time, then the defaults, the pinned
-#                     buffer, and the pinned buffer with the laned copies beside each other; each row's E against the
-#                     serial rows (<= 2%) is the verdict; $OUT/staging_laned/ (~480 s: STEP_S=540)
-#   new-levers        #35: every switch built off since 2026-12-07 at once (NEW_OFF: the pinned staging buffer with
-#                     its copies laned, the read arena, the early-started child, the library check on 1 shape) beside
+#   staging-laned     #35: the outputs' copies off the GPU under the shared lane (Placement.outputs_copy_laned, ON
+#                     with the pinned buffer since 2026-12-08; without it a checkpoint's device copies run beside other
+#                     evaluations' timings): the light batch's first SERIAL (6: the optimized solutions) one at a
+#                     time, then the defaults, the buffer without laned copies, and neither (the defaults before
+#                     2026-12-08) beside each other; each row's E against the serial rows (<= 2%) is the verdict;
+#                     $OUT/staging_laned/ (~480 s: STEP_S=540; 2026-12-08 00:46 on an H100 ran the three the other
+#                     way round, before the flip)
+#   new-levers        #35: every switch built off since 2026-12-07 and still off, at once (NEW_OFF: the read arena,
+#                     the early-started child, the library check on 1 shape, the warm-up at 5 ms) beside
 #                     the defaults: the light batch and, with ENV_STEPS, the warm env.step (the outputs' files were 5.2 s of the
 #                     11-12 s H200 steps of 2026-12-07); statuses and E per submission must agree; $OUT/new_levers/
 #                     (~450 s with ENV_STEPS=Softmax,LayerNorm: STEP_S=480)
@@ -151,9 +153,9 @@ OUT=${OUT:-/tmp/out}
 # issue 35's lane-time levers of 2026-12-06, all together (the steady clock warm-up, the warm-up once, the
 # rechecks after the exclusive lane, the check's reads before the lane and while the child times, the outputs
 # held on the device, graph replay, the interval stop)
-# the switches built off on 2026-12-07/08 (output staging with its copies under the shared lane, read arena, early
-# start, library check on 1 shape)
-NEW_OFF=output_staging_bytes=64M,outputs_copy_laned=1,read_arena_bytes=3072M,prestart_early=1,library_check_shapes=1
+# the switches built off on 2026-12-07/08 and still off (read arena, early start, library check on 1 shape, the
+# warm-up at 5 ms); the pinned staging buffer and its laned copies, in it on 2026-12-08 00:40, are defaults since
+NEW_OFF=read_arena_bytes=3072M,prestart_early=1,library_check_shapes=1,warmup_ms=5
 ALL_NEW=clock_warmup_rule=steady,warm_once=1,recheck_outside_exclusive=1,read_outputs_outside_lane=1,read_outputs_while_timing=1,held_device_bytes=1024M,graph_replay=1,stop_rule=interval
 mkdir -p "$OUT"
 STEP_S=${STEP_S:-540}          # a step's own limit: the call's 600 s less the time to send $OUT back
@@ -495,7 +497,7 @@ for step in "$@"; do
       mkdir -p "$OUT/staging_laned"
       timeout $(( STEP_S - 20 )) python3 scripts/throughput.py --backend cuda \
         --tasks GELU,LayerNorm,Softmax,RMSNorm,AddReLU,RowSum --max 24 --fixtures none --serial ${SERIAL:-6} \
-        --per-gpu 4 --variant "" --variant output_staging_bytes=64M --variant output_staging_bytes=64M,outputs_copy_laned=1 \
+        --per-gpu 4 --variant "" --variant outputs_copy_laned=0 --variant output_staging_bytes=0,outputs_copy_laned=0 \
         --out "$OUT/staging_laned" 2>&1 | tee "$OUT/staging_laned/log.txt" | tail -${TAIL:-40} ;;
     new-levers)
       # #35: the switches built off since 2026-12-07 together (NEW_OFF; the header), the defaults beside them

@@ -13,6 +13,8 @@ past the calibration table is a prediction.
         # and last, the gap to issue 35's goals after the lane-time levers and the hand-over (sim/goals.py)
     python3 scripts/simulate_throughput.py --light-only --library-trust-only \
         --records results/h200_2026-12-07_session53/staging_2   # the probe's library check and warm-up levers alone
+    python3 scripts/simulate_throughput.py --light-only --copy-laned-only \
+        --records results/h200_2026-12-07_session53/staging_2   # the outputs' copies under the shared lane alone
 
 The model (kernelgym_gap/sim/): each measured evaluation's stages replayed with its own recorded durations,
 less the waits the lanes made, through 4 slots per GPU and the GPU's lane (writer-preferring reader/writer, as
@@ -214,9 +216,21 @@ def print_library_trust(rows: list[dict]) -> None:
     print(table(rows, library_trust_table.COLUMNS))
 
 
+def print_copy_laned(rows: list[dict]) -> None:
+    """copy_laned_table.copy_rows: the outputs' copies off the GPU under the shared lane (sim/copy_laned.py;
+    Placement.outputs_copy_laned, off as built)."""
+    from kernelgym_gap.sim import copy_laned_table
+    print("\n== the outputs' copies off the GPU under the shared lane (SIMULATED, PREDICTIONS from ESTIMATED copy "
+          "seconds: sim/copy_laned.py; Placement.outputs_copy_laned, OFF): share, the copy's share of each write "
+          "(bytes from the write's seconds at the device's bench rate); copy_s, the seconds moved under the lane per "
+          "evaluation; per GPU-hour and gain over the row as recorded; steady: the row x4 in 5 seeded orders, the "
+          "mean rate, gain and range; the lane waits per evaluation of the replay")
+    print(table(rows, copy_laned_table.COLUMNS))
+
+
 def light_only(args) -> int:
     """The tables of a light-batch-only folder (see study.load_light)."""
-    from kernelgym_gap.sim import library_trust_table, prestart_start_table, read_arena_table, study
+    from kernelgym_gap.sim import copy_laned_table, library_trust_table, prestart_start_table, read_arena_table, study
     try:
         inp = study.load_light(args.records, args.corpus)
     except (study.StudyError, OSError, ValueError) as e:
@@ -231,6 +245,18 @@ def light_only(args) -> int:
             Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, "library_trust": trust,
                                                    "note": "simulated figures are predictions; measured ones are "
                                                            "the summary's, on the device named"}, indent=1) + "\n")
+            print(f"wrote {args.json}")
+        return 0
+    if args.copy_laned_only:
+        copies = copy_laned_table.copy_rows(inp)
+        print(f"records {inp.folder} ({inp.device})")
+        print_copy_laned(copies)
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, "copy_laned": copies,
+                                                   "note": "simulated figures are predictions from estimated copy "
+                                                           "seconds; measured ones are the summary's, on the device "
+                                                           "named"}, indent=1) + "\n")
             print(f"wrote {args.json}")
         return 0
     calib = study.light_calibration(inp)
@@ -260,6 +286,7 @@ def light_only(args) -> int:
     prestart_at = prestart_start_table.prestart_at_rows(inp)
     arena_rows, arena_steps = read_arena_table.arena_rows(inp), read_arena_table.step_rows(inp)
     trust = library_trust_table.trust_rows(inp)
+    copies = copy_laned_table.copy_rows(inp)
     ipc_steps = study.ipc_steps(inp, plans)
     from kernelgym_gap.sim import handover_stages
     flag_steps = list(inp.variant_steps) if inp.step_variant == handover_stages.FLAG else []
@@ -281,7 +308,7 @@ def light_only(args) -> int:
                                                "steady_lane_time_levers": steady, "ipc_steps": ipc_steps,
                                                "prestart_at": prestart_at,
                                                "read_arena": {"rows": arena_rows, "steps": arena_steps},
-                                               "library_trust": trust,
+                                               "library_trust": trust, "copy_laned": copies,
                                                "handover_stages": stages,
                                                **({"goals": goals_result} if goals_result else {}),
                                                "note": "simulated figures are predictions; measured ones are the "
@@ -303,6 +330,7 @@ def light_only(args) -> int:
     print_prestart_at(prestart_at)
     print_read_arena(arena_rows, arena_steps)
     print_library_trust(trust)
+    print_copy_laned(copies)
     print("\n== the lane-time levers in the steady state (SIMULATED): the defaults row x4 in 3 seeded orders, mean and "
           "range; the 6-slot rows add no GPU-sharing slowdown (an upper bound)")
     print(table(steady, ("scenario", "slots", "steady", "range")))
@@ -337,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--library-trust-only", action="store_true",
                     help="with --light-only: only the table of the probe's library check amortized and its warm-up "
                          "shortened (kernelgym_gap/sim/library_trust.py, PREDICTIONS)")
+    ap.add_argument("--copy-laned-only", action="store_true",
+                    help="with --light-only: only the table of the outputs' copies off the GPU under the shared lane "
+                         "(kernelgym_gap/sim/copy_laned.py, PREDICTIONS)")
     ap.add_argument("--json", help="also write every table here")
     ap.add_argument("--goals", action="store_true",
                     help="also the gap to issue 35's goals (kernelgym_gap/sim/goals.py), printed last: each stage "

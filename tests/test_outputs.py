@@ -149,7 +149,7 @@ def test_the_staging_buffer_is_placement_and_reaches_the_job_on_cuda_only(tmp_pa
     from kernelgym_gap.engine.pipeline import evaluate
     p = Placement(output_staging_bytes=64 << 20)
     assert p.output_staging_bytes_for("cuda") == 64 << 20 and p.output_staging_bytes_for("cpu") == 0
-    assert Placement().output_staging_bytes == 0
+    assert Placement().output_staging_bytes == 64 << 20        # on by default since 2026-12-08 (H100)
     for bad in (-1, True, 1.5, MAX_OUTPUT_STAGING_BYTES + 1):
         with pytest.raises(ValueError, match="output_staging_bytes"):
             Placement(output_staging_bytes=bad)
@@ -254,7 +254,7 @@ def test_held_outputs_guard_only_their_device_copies(tmp_path, monkeypatch):
 def test_the_switch_is_placement_and_reaches_the_job_on_cuda_only():
     import pytest
     from kernelgym_gap.core.placement import Placement
-    assert Placement().outputs_copy_laned is False
+    assert Placement().outputs_copy_laned is True             # on by default since 2026-12-08 (H100)
     p = Placement(outputs_copy_laned=True)
     assert p.outputs_copy_laned_for("cuda") is True and p.outputs_copy_laned_for("cpu") is False
     with pytest.raises(ValueError, match="outputs_copy_laned"):

@@ -19,7 +19,7 @@ LEGACY = {"seeds_per_shape": 3, "trial_seed": 5, "gpu_index": 2, "scratch_root":
 def test_placement_lists_every_field_it_holds_and_none_is_on_the_config():
     assert FIELDS == ("gpu_index", "lane_dir", "scratch_root", "keep_scratch", "calibration_path", "baselines_path",
                       "library_cache_path", "held_output_bytes", "held_device_bytes", "output_staging_bytes",
-                      "disk_wait_s", "prestart_for_next", "prestart_early", "read_arena_bytes")
+                      "outputs_copy_laned", "disk_wait_s", "prestart_for_next", "prestart_early", "read_arena_bytes")
     config_fields = {f.name for f in dataclasses.fields(EvalConfig)} | {f.name for f in dataclasses.fields(SandboxConfig)}
     assert not config_fields & set(FIELDS)
 

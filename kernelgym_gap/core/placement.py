@@ -69,17 +69,21 @@ class Placement:
     # 2026-12-06: most of the 1.5-2.2 s of writes in an env.step, 2026-12-07). The files' bytes are the same.
     # Where the pinned buffer is refused, the child writes as with 0 and says so (outputs_staging_refused).
     # 0: off. Measured on an H200 (2026-12-07 18:36, docs/measurement.md): the writes 3.03 -> 0.90 s per
-    # evaluation, the light batch +9.8% and +2.8%, the warm step -1.6 and -1.8 s, the same statuses; off until two
-    # submissions' E moves of 7% and 12% beside it are explained (issue 35).
-    output_staging_bytes: int = 0
+    # evaluation, the light batch +9.8% and +2.8%, the warm step -1.6 and -1.8 s, the same statuses. Two
+    # submissions' E moved 7% and 12% beside it there (lanes row against lanes row). On an H100 (2026-12-08 00:46,
+    # staging_laned) each lanes row's E was within 0.75% of the one-at-a-time path on the six optimized
+    # solutions, with and without the buffer, and the light batch +5.7%: 64 MiB by default since, with
+    # outputs_copy_laned (issue 35).
+    output_staging_bytes: int = 64 << 20
     # each copy of a device-held output off the GPU (the held_device_bytes copies, written at a checkpoint or after
     # the timing with both lanes let go) holds the GPU's shared lane for the copy alone (child/lanes.py
     # ChildLane.copying; with output_staging_bytes, each chunk's copy), and lets it go for the file write. Without
     # it those copies (the copy engine reading the GPU's memory) can run beside another evaluation's exclusive
     # timing, which the lanes are there to prevent ("a measurement never shares the GPU"). Found on the cpu
-    # 2026-12-08 while looking for why E moved beside the pinned buffer; off until a GPU run compares E and the
-    # rate (device_session.sh staging-laned).
-    outputs_copy_laned: bool = False
+    # 2026-12-08 while looking for why E moved beside the pinned buffer. On by default since the H100 run of
+    # 2026-12-08 00:46 (staging_laned): E within 0.57% of the one-at-a-time path, the light batch 626.2 -> 619.6
+    # per GPU-hour beside the buffer alone (-1.1%, inside a row's noise), the same statuses.
+    outputs_copy_laned: bool = True
     # how long an evaluation waits for its disk reservation (sandbox/disk_ledger.py: jobs on one scratch root
     # reserve what they may write) before ScratchSpaceError; long enough for a big cuda job ahead of it to end
     disk_wait_s: float = 900.0
