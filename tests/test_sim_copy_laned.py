@@ -188,4 +188,37 @@ def test_the_placement_switch_and_the_variant_exist():
     from kernelgym_gap.core.placement import Placement
     assert {f.name for f in dataclasses.fields(Placement)} >= {"outputs_copy_laned", "output_staging_bytes"}
     assert Placement().outputs_copy_laned is True                  # on by default since 2026-12-08
-    assert "outputs_copy_laned=1" in (ROOT / "scripts" / "device_session.sh").read_text()
+    assert "outputs_copy_laned=0" in (ROOT / "scripts" / "device_session.sh").read_text()   # staging-laned, against it
+
+
+def test_the_copies_waits_are_not_replayed_as_host_writes():
+    """A record of the laned copies (2026-12-08 on) has child_lane_wait_copies inside its checkpoints' unlaned writes
+    and its final write: workload leaves it out of both host stages, split by their seconds, never below 0; a record
+    without it replays as before."""
+    from kernelgym_gap.sim import workload
+    lat = {"total": 20.0, "child": 16.0, "child_total": 15.0, "check": 3.0, "child_setup": 0.5,
+           "child_correctness": 8.0, "child_checkpoint_unlaned": 3.0, "child_timing": 2.0, "child_outputs_write": 1.0,
+           "child_lane_wait_copies": 2.0}
+    r = {"task": "Softmax", "status": "ok", "at_s": 20.0, "latency": lat}
+    assert workload.copy_waits(lat) == pytest.approx((1.5, 0.5))
+    j = workload.job_from_record(r)
+    assert j.unlaned == pytest.approx(1.5) and j.write == pytest.approx(0.5)
+    before = workload.job_from_record({**r, "latency": {k: v for k, v in lat.items() if k != "child_lane_wait_copies"}})
+    assert before.unlaned == 3.0 and before.write == 1.0 and before.misc == j.misc
+    assert workload.copy_waits({**lat, "child_lane_wait_copies": 99.0}) == (3.0, 1.0)     # never past the stages
+
+
+def test_a_record_whose_copies_were_laned_replays_them_under_the_lane_once():
+    """A record with child_copies_laned (the child held the shared lane for its copies) is replayed with the copies'
+    share of its writes under the lane (copies_laned, the pinned share where the record made the buffer), and the
+    change never applies twice: the table's lever leaves such a job as it is."""
+    from kernelgym_gap.sim import copy_laned as cl
+    from kernelgym_gap.sim import workload
+    lat = {"total": 20.0, "child": 16.0, "child_total": 15.0, "check": 3.0, "child_setup": 0.5,
+           "child_correctness": 8.0, "child_checkpoint_unlaned": 3.0, "child_timing": 2.0, "child_outputs_write": 1.0,
+           "child_lane_wait_copies": 2.0, "child_copies_laned": 40.0, "child_outputs_staging_alloc": 0.04}
+    j = workload.job_from_record({"task": "Softmax", "status": "ok", "at_s": 20.0, "latency": lat})
+    share = cl.copy_share(cl.DEFAULT_DEVICE, True)
+    assert j.copies_laned and j.recheck == pytest.approx(share * 0.5) and j.write == pytest.approx((1 - share) * 0.5)
+    assert any(j.kept_checkpoints) and j.unlaned == pytest.approx(1.5)
+    assert cl.copies_laned(share)(j) is j

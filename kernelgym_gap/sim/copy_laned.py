@@ -151,12 +151,13 @@ def copies_laned(share: float, pre_timing: Mapping[str, float] | None = None, ow
         raise ValueError(f"share must be within [0, 1], not {share!r}")
 
     def change(j: Job) -> Job:
-        if share == 0.0 or not has_writes(j, pre_timing):
+        if share == 0.0 or j.copies_laned or not has_writes(j, pre_timing):
             return j
         writes, kept = _writes(j)
         pre_copy = share * _pre(j, pre_timing)
         final = share * j.write
-        common = dict(misc=max(0.0, j.misc - pre_copy), recheck=j.recheck + final, write=max(0.0, j.write - final))
+        common = dict(misc=max(0.0, j.misc - pre_copy), recheck=j.recheck + final, write=max(0.0, j.write - final),
+                      copies_laned=True)
         if compiles_let_go:          # the copies spread over the stretch's holds; its let-gos as they were
             left = [w if k else (1.0 - share) * w for w, k in zip(writes, kept)]
             total = sum(left)

@@ -85,6 +85,7 @@ class Job:
     # candidate, sim/checkpoints.checkpoints_keep_lane)
     checkpoint_shares: tuple[float, ...] = ()
     kept_checkpoints: tuple[bool, ...] = ()
+    copies_laned: bool = False    # its outputs' copies hold the shared lane already (sim/copy_laned.copies_laned)
     # the task's checkpoints as the child makes them (sim/checkpoints.CheckpointPlan), for the transforms that change
     # them; None where the task's plan is not known (the replay itself does not read it)
     checkpoint_plan: object = None

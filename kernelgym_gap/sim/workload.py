@@ -123,6 +123,19 @@ def _g(lat: dict, k: str) -> float:
     return float(lat.get(k, 0.0) or 0.0)
 
 
+def copy_waits(lat: dict) -> tuple[float, float]:
+    """The outputs' copies' waits for the shared lane (child_lane_wait_copies: Placement.outputs_copy_laned, on by
+    default since 2026-12-08) inside the checkpoints' writes with the lane let go (child_checkpoint_unlaned) and the
+    final write (child_outputs_write), split between the two by their seconds, since a record sums them: a wait the
+    replay's lanes make, not host work, so the host stages leave it out (sim/copy_laned.py puts the copies' holds
+    back where a prediction asks for them)."""
+    wait = _g(lat, "child_lane_wait_copies")
+    unlaned, write = _g(lat, "child_checkpoint_unlaned"), _g(lat, "child_outputs_write")
+    if wait <= 0 or unlaned + write <= 0:
+        return 0.0, 0.0
+    return min(unlaned, wait * unlaned / (unlaned + write)), min(write, wait * write / (unlaned + write))
+
+
 def killed_in_call(r: dict) -> bool:
     """A child killed at a call's stage deadline whose stages up to then are recorded (no child_total: the child
     never finished; child_setup: it reported its stages)."""
@@ -284,7 +297,7 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
                    pre_context=PRE_CONTEXT_S, setup=g("child_setup") + g("child_import"),
                    calls=g("child_correctness_calls"),
                    correctness=max(0.0, sum(g(k) for k in CORRECTNESS_PARTS) - let_go),
-                   unlaned=g("child_checkpoint_unlaned"), save=g("child_correctness_save"),
+                   unlaned=g("child_checkpoint_unlaned") - copy_waits(lat)[0], save=g("child_correctness_save"),
                    checkpoints=1 if g("child_checkpoint_unlaned") > 0 else 0, timing=0.0, write=0.0, misc=0.0,
                    rest=_rest(lat), hang_s=hung_call_s(r), hang_lane="shared", timed=False, **check)
     if "child_timing" not in lat and "child_correctness" not in lat and "child_total" not in lat:
@@ -308,7 +321,7 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
                    calls=g("child_correctness_calls"),
                    correctness=max(0.0, g("child_total") - _before_calls(lat)),
                    timing=0.0, write=g("child_outputs_write"), misc=0.0, rest=_rest(lat), timed=False, **check)
-    return Job(
+    job = Job(
         name=name, task=r.get("task", ""), status=r.get("status", ""), gate=g("gate"),
         cold_start=max(0.0, g("child") - g("child_total")) if cold else COLD_START_S,
         handoff=HANDOFF_S if handoff is None else handoff,
@@ -316,11 +329,12 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
         compile=g("child_compile_unlaned"), calls=g("child_correctness_calls"),
         # the library's warm-up before the lane (TimingConfig.library_warm_before_lane) ends the shared stretch
         correctness=max(0.0, g("child_correctness") - sum(g(k) for k in LET_GO_PARTS)) + g("child_library_warm"),
-        unlaned=g("child_checkpoint_unlaned"), save=g("child_correctness_save"),
+        unlaned=g("child_checkpoint_unlaned") - copy_waits(lat)[0], save=g("child_correctness_save"),
         checkpoints=CHECKPOINT_LET_GOS if g("child_checkpoint_unlaned") > 0 else 0,
         timing=g("child_timing"), timing_measure=g("child_timing_measure"), timing_probe=g("child_timing_probe"),
         timing_first_call=g("child_timing_first_call"),
-        timing_recheck=g("child_timing_recheck"), recheck=g("child_recheck"), write=g("child_outputs_write"),
+        timing_recheck=g("child_timing_recheck"), recheck=g("child_recheck"),
+        write=g("child_outputs_write") - copy_waits(lat)[1],
         library_first_call=0.0 if "child_library_warm" in lat else max(
             0.0, g("child_timing_probe_warm_library") - g("child_timing_probe_warm_kernel")),
         library_warm=g("child_library_warm"), warms_library="child_library_warm" in lat,
@@ -328,6 +342,10 @@ def job_from_record(r: dict, handoff: float | None = None) -> Job:
         check=max(0.0, g("check") - g("check_lane_wait") - g("check_prefetch")),
         check_prefetch=g("check_prefetch"), check_read=g("check_read"),
         rest=_rest(lat))
+    if g("child_copies_laned") > 0:     # its copies held the shared lane (their waits left out above): so in the replay
+        from kernelgym_gap.sim.copy_laned import DEFAULT_DEVICE, copies_laned, copy_share
+        job = copies_laned(copy_share(DEFAULT_DEVICE, "child_outputs_staging_alloc" in lat))(job)
+    return job
 
 
 def dispatch_order(records: list[dict]) -> list[dict]:
