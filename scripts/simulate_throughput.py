@@ -228,6 +228,19 @@ def print_copy_laned(rows: list[dict]) -> None:
     print(table(rows, copy_laned_table.COLUMNS))
 
 
+def _one_table(args, inp, key: str, rows, show, note: str) -> int:
+    """One lever's table alone (--library-trust-only, --copy-laned-only): printed, and with --json written under
+    `key` beside the records folder, the device and `note`."""
+    print(f"records {inp.folder} ({inp.device})")
+    show(rows)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, key: rows, "note": note},
+                                              indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
 def light_only(args) -> int:
     """The tables of a light-batch-only folder (see study.load_light)."""
     from kernelgym_gap.sim import copy_laned_table, library_trust_table, prestart_start_table, read_arena_table, study
@@ -237,28 +250,12 @@ def light_only(args) -> int:
         print(f"simulate_throughput: {e}", file=sys.stderr)
         return 2
     if args.library_trust_only:
-        trust = library_trust_table.trust_rows(inp)
-        print(f"records {inp.folder} ({inp.device})")
-        print_library_trust(trust)
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, "library_trust": trust,
-                                                   "note": "simulated figures are predictions; measured ones are "
-                                                           "the summary's, on the device named"}, indent=1) + "\n")
-            print(f"wrote {args.json}")
-        return 0
+        return _one_table(args, inp, "library_trust", library_trust_table.trust_rows(inp), print_library_trust,
+                          "simulated figures are predictions; measured ones are the summary's, on the device named")
     if args.copy_laned_only:
-        copies = copy_laned_table.copy_rows(inp)
-        print(f"records {inp.folder} ({inp.device})")
-        print_copy_laned(copies)
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps({"records": inp.folder, "device": inp.device, "copy_laned": copies,
-                                                   "note": "simulated figures are predictions from estimated copy "
-                                                           "seconds; measured ones are the summary's, on the device "
-                                                           "named"}, indent=1) + "\n")
-            print(f"wrote {args.json}")
-        return 0
+        return _one_table(args, inp, "copy_laned", copy_laned_table.copy_rows(inp), print_copy_laned,
+                          "simulated figures are predictions from estimated copy seconds; measured ones are the "
+                          "summary's, on the device named")
     calib = study.light_calibration(inp)
     ckpt, plans = light_checkpoints(inp, args)
     preds = study.light_predictions(inp, plans)

@@ -167,12 +167,18 @@ def test_the_script_prints_the_table_alone(tmp_path, capsys):
     assert {r["lever"] for r in json.loads(out.read_text())["library_trust"]} >= {"as recorded", "both"}
 
 
-def test_the_modules_import_no_gpu_code():
-    for name in ("library_trust", "library_trust_table"):
+def import_no_gpu_code(*names: str) -> None:
+    """Each of sim's modules `names` imports nothing of torch, triton or the child's and device's code, and the last
+    one imports with no GPU visible (shared with tests/test_sim_copy_laned.py)."""
+    for name in names:
         tree = ast.parse((ROOT / "kernelgym_gap" / "sim" / f"{name}.py").read_text())
         mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert not any(m.startswith(("torch", "triton", "kernelgym_gap.device", "kernelgym_gap.child")) for m in mods)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    subprocess.run([sys.executable, "-c", "import kernelgym_gap.sim.library_trust_table"], check=True, env=env,
-                   cwd=ROOT, timeout=60)
+    subprocess.run([sys.executable, "-c", f"import kernelgym_gap.sim.{names[-1]}"], check=True, env=env, cwd=ROOT,
+                   timeout=60)
+
+
+def test_the_modules_import_no_gpu_code():
+    import_no_gpu_code("library_trust", "library_trust_table")
