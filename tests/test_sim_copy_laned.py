@@ -3,7 +3,6 @@ table (sim/copy_laned_table.py): hand-made jobs whose every second is known, a s
 copies compete, then the committed light batch of 2026-12-07 on the H200 (staging_2: the pageable and the pinned
 rows). cpu only, no GPU."""
 import dataclasses
-import importlib.util
 import json
 import random
 from pathlib import Path
@@ -158,11 +157,9 @@ def test_the_table_has_every_row_and_model_and_the_script_prints_it_alone(tmp_pa
     assert 0 < pin["copy_s"] < page["copy_s"] < by[("lanes", "whole writes laned (pessimistic)")]["copy_s"]
     assert pin["variant"] == "output_staging_bytes=64M,outputs_copy_laned=1"
     assert by[("lanes", "as recorded")]["measured"] == 547.9
-    spec = importlib.util.spec_from_file_location("simulate_throughput", ROOT / "scripts" / "simulate_throughput.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from test_sim_library_trust import one_table
     out = tmp_path / "t.json"
-    assert script.main(["--light-only", "--copy-laned-only", "--records", str(H200), "--json", str(out)]) == 0
+    assert one_table("--copy-laned-only", H200, out) == 0
     text = capsys.readouterr().out
     assert "copies off the GPU under the shared lane" in text and "SIMULATED" in text
     assert "library check" not in text                       # the table alone

@@ -155,13 +155,19 @@ def test_the_tables_levers_never_fall_below_the_row_as_recorded():
     assert by["both + hopeless probe ends at 3"]["cut_s"] > by["both"]["cut_s"]
 
 
-@pytest.mark.skipif(H200 not in FOLDERS, reason="the H200 light batch is not in this checkout")
-def test_the_script_prints_the_table_alone(tmp_path, capsys):
+def one_table(flag: str, records: Path, out: Path) -> int:
+    """scripts/simulate_throughput.py --light-only with one lever's table alone (`flag`), its JSON to `out` (shared
+    with tests/test_sim_copy_laned.py)."""
     spec = importlib.util.spec_from_file_location("simulate_throughput", ROOT / "scripts" / "simulate_throughput.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script.main(["--light-only", flag, "--records", str(records), "--json", str(out)])
+
+
+@pytest.mark.skipif(H200 not in FOLDERS, reason="the H200 light batch is not in this checkout")
+def test_the_script_prints_the_table_alone(tmp_path, capsys):
     out = tmp_path / "t.json"
-    assert script.main(["--light-only", "--library-trust-only", "--records", str(H200), "--json", str(out)]) == 0
+    assert one_table("--library-trust-only", H200, out) == 0
     text = capsys.readouterr().out
     assert "library check on 1 of 8 shapes" in text and "SIMULATED" in text
     assert {r["lever"] for r in json.loads(out.read_text())["library_trust"]} >= {"as recorded", "both"}
