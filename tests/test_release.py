@@ -64,7 +64,7 @@ def cpu_timing(monkeypatch, tmp_path):
     trials = tuple(Trial(index=100 + k, shape=shape, dtype="float32", seed=7 + k, distribution="normal",
                          split="public") for k, shape in enumerate([(4, 64), (8, 32)]))
     job = types.SimpleNamespace(timing=TimingConfig(min_reps=5, max_reps=12, min_time_ms=0.0, warmup_ms=0.0),
-                                timing_trials=trials, library_hint=())
+                                timing_trials=trials, library_hint=(), library_trusted=())
     log = types.SimpleNamespace(launches=0, max_programs=1, handed_bytes=0, reset=lambda: None)
     adapter = types.SimpleNamespace(log=log, streams=None)
 
