@@ -118,21 +118,16 @@ def plan(task: TaskSpec, timing_trials: tuple[Trial, ...], config: EvalConfig, p
     cfg = config.timing
     if cfg is None or not cfg.library_check_shapes or not keys:
         return tuple(out), ()
-    trusted = trusted_keys(list(keys), _section(data, "confirmed"), _section(data, "drift"),
+    trusted = trusted_keys(list(keys), data.get("confirmed", {}), data.get("drift", {}),
                            cfg.library_check_shapes, cfg.library_trust_s, time.time() if now is None else now)
     return tuple(out), tuple(keys[k] for k in keys if k in trusted)
-
-
-def _section(data: dict, name: str) -> dict:
-    value = data.get(name)
-    return value if isinstance(value, dict) else {}
 
 
 def store(task: TaskSpec, report: ChildReport, placement: Placement | None = None, now: float | None = None) -> int:
     """After a correct evaluation (its timings reconciled): remembers the child's device for placement.gpu_index
     and adds the library times it measured in full (library_source "measured") to the cache. A check that
     confirmed its hint ("cached") is remembered as the entry's confirmation, and one that disagreed (measured
-    where a hint was sent) as the device's drift (judge/library_trust.py reads both). Returns how many times
+    where a hint was sent) as the entry's drift (judge/library_trust.py reads both). Returns how many times
     were added."""
     placement = placement or Placement()
     now = time.time() if now is None else now
@@ -149,13 +144,12 @@ def store(task: TaskSpec, report: ChildReport, placement: Placement | None = Non
             old = data["times"].get(key)
             data["times"][key] = ((old if isinstance(old, list) else []) + [ms])[-KEEP:]
         if confirmed:
-            seen = data["confirmed"] = _section(data, "confirmed")
+            seen = data.setdefault("confirmed", {})      # `load` dropped a malformed one
             for key in confirmed:
                 old = seen.get(key)
                 seen[key] = ((old if isinstance(old, list) else []) + [now])[-SETTLED_N:]
         if disagreed:
-            data["drift"] = _section(data, "drift")
-            data["drift"].update({key: now for key in disagreed})
+            data.setdefault("drift", {}).update({key: now for key in disagreed})
 
     update_cache(cache_path(placement), change, read=load)
     return len(fresh)
